@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU suite: one thread per process (two oversubscribe a 2-core machine), and Triton
+# kernels through the interpreter.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false TRITON_INTERPRET=1 HF_HUB_OFFLINE=1
+
+.PHONY: venv demo test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	# torch first, pinned to the CPU wheel on local disk; an unpinned torch pulls a CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 $(PY) examples/quickstart.py
+
+test: $(VENV)/.installed
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check lang runtime radix_cache constrained kernels tests examples
+	$(VENV)/bin/ruff format --check lang runtime radix_cache constrained kernels tests examples
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,1 @@
+"""radixgen.constrained: regex, JSON-schema and choice constraints as token automata."""

@@ -1,0 +1,1 @@
+"""radixgen.runtime: engine, scheduler, model runner, sampling, server, CLI, benchmarks."""

@@ -1,0 +1,34 @@
+"""The attention-backend interface: attention over the token-level KV pool."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from radixgen.runtime.forward_batch import ForwardBatch
+
+
+class AttentionBackend(abc.ABC):
+    """Computes attention for one layer, after writing the new tokens' K/V to their slots.
+
+    The model calls `forward` once per layer; `init_forward_metadata` once per batch, so a
+    backend can precompute index tensors shared by all layers.
+    """
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:  # noqa: B027
+        """Per-batch precomputation; the default needs none."""
+
+    @abc.abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        layer_id: int,
+        forward_batch: ForwardBatch,
+        scaling: float,
+    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+        ...

@@ -1,0 +1,103 @@
+"""`ServerArgs`: every runtime option, shared by `Engine`, the CLI and the server.
+
+Field names are the CLI flags in snake_case (`--chunked-prefill-size` is
+`chunked_prefill_size`). The dataclass is frozen: sizes derived at start-up (KV slots,
+context length) live in the runtime's own objects, never written back here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+LoadFormat = Literal["auto", "safetensors", "dummy"]
+SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
+AttentionBackendName = Literal["torch", "triton"]
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    # Model
+    model_path: str = "tiny"
+    tokenizer_path: str | None = None
+    dtype: DType = "auto"
+    load_format: LoadFormat = "auto"
+    device: str = "auto"  # "auto": cuda if available, else cpu
+    context_length: int | None = None  # None: from the model config
+    seed: int = 0
+    served_model_name: str | None = None
+
+    # Memory
+    mem_fraction_static: float = 0.85  # of free GPU memory, for weights already loaded + KV
+    max_total_tokens: int | None = None  # KV slots; overrides mem_fraction_static
+    max_running_requests: int | None = None  # None: derived from the KV size
+
+    # Scheduling
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int | None = 8192  # None or <= 0: no chunking
+    schedule_policy: SchedulePolicy = "lpm"
+    schedule_max_wait_s: float = 5.0  # aging bound: older waiting requests go first
+    new_token_ratio: float = 0.5  # decode headroom reserved per running request, as a
+    # fraction of its remaining max_new_tokens
+    max_queued_requests: int = 4096
+    disable_radix_cache: bool = False
+
+    # Kernels
+    attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 160
+
+    # Constrained decoding
+    constrained_compile_timeout_s: float = 30.0
+    disable_jump_forward: bool = False
+
+    # Server
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    log_level: str = "info"
+
+    def __post_init__(self):
+        if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
+            raise ValueError(
+                f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}"
+            )
+        for name in ("max_total_tokens", "max_running_requests", "context_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
+        choices = {
+            "dtype": DType,
+            "load_format": LoadFormat,
+            "schedule_policy": SchedulePolicy,
+        }
+        for name, literal in choices.items():
+            allowed = literal.__args__
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.attention_backend not in (None, *AttentionBackendName.__args__):
+            raise ValueError(
+                f"attention_backend must be one of {AttentionBackendName.__args__}, "
+                f"got {self.attention_backend!r}"
+            )
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> ServerArgs:
+        """Builds ServerArgs, naming any unknown option."""
+        unknown = set(kwargs) - cls.field_names()
+        if unknown:
+            raise TypeError(f"unknown server option(s): {sorted(unknown)}")
+        return cls(**kwargs)
+
+    @property
+    def effective_chunked_prefill_size(self) -> int | None:
+        size = self.chunked_prefill_size
+        return size if size is not None and size > 0 else None
