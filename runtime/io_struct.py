@@ -1,0 +1,128 @@
+"""Typed messages between the front end (Engine or server) and the scheduler.
+
+They are plain picklable dataclasses, so the server can send them over ZeroMQ
+(`send_pyobj`) and the in-process Engine can hand them over directly.
+
+Flow: front end -> `TokenizedGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq`
+-> scheduler -> `BatchTokenOutput` (a list of `ReqOutput`) / `FlushCacheOutput` /
+`SchedulerStats` -> detokenizer / front end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixgen.runtime.sampling_params import SamplingParams
+
+# One logprob entry: (logprob, token_id). logprob is None for the first prompt token, which
+# has no preceding context.
+TokenLogprob = tuple[float | None, int]
+
+
+@dataclass
+class TokenizedGenerateReq:
+    """A generation request whose prompt is already token ids.
+
+    Args:
+        rid: unique request id chosen by the front end.
+        input_ids: prompt token ids (at least one).
+        sampling_params: a validated SamplingParams.
+        return_logprob: return logprobs of output tokens (and of prompt tokens from
+            `logprob_start_len` on).
+        logprob_start_len: first prompt position whose logprob is returned; None: no prompt
+            logprobs. Position 0 has no logprob (reported as None).
+        top_logprobs_num: how many top alternatives to return per position (0: none).
+        stream: the front end wants incremental outputs (the scheduler streams every step
+            either way; this is carried for the front end's bookkeeping).
+    """
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    return_logprob: bool = False
+    logprob_start_len: int | None = None
+    top_logprobs_num: int = 0
+    stream: bool = False
+
+
+@dataclass
+class AbortReq:
+    """Abort a request (all its `n` samples); its KV is freed."""
+
+    rid: str
+
+
+@dataclass
+class FlushCacheReq:
+    """Drop every cached prefix. Only honoured when no request is running or queued."""
+
+
+@dataclass
+class FlushCacheOutput:
+    success: bool
+    message: str = ""
+
+
+@dataclass
+class GetStatsReq:
+    """Ask the scheduler for a `SchedulerStats`."""
+
+
+@dataclass
+class ReqOutput:
+    """New tokens of one request (one of its `n` samples) since its previous output.
+
+    `finish_reason` (set when `finished`) is a dict in SGLang's shape:
+      {"type": "stop", "matched": <token id or stop string>} ->  EOS, stop id or stop string;
+      {"type": "length", "length": <max_new_tokens>};
+      {"type": "abort", "message": <why>}  -> aborted by the client or rejected (`error`).
+    `error` is set when the request was rejected or failed (bad input, constraint compile
+    failure); the front end reports it to the user.
+    Logprob lists hold only the entries new in this output; prompt logprobs arrive once,
+    with the first output after the prompt's prefill.
+    """
+
+    rid: str
+    index: int  # which of the request's `n` samples
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: dict[str, Any] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+    output_token_logprobs: list[TokenLogprob] | None = None
+    output_top_logprobs: list[list[TokenLogprob]] | None = None
+    input_token_logprobs: list[TokenLogprob] | None = None
+    input_top_logprobs: list[list[TokenLogprob] | None] | None = None
+
+
+@dataclass
+class BatchTokenOutput:
+    """All outputs of one scheduler step (what goes to the detokenizer)."""
+
+    outputs: list[ReqOutput]
+
+
+@dataclass
+class SchedulerStats:
+    """A snapshot of the scheduler, for `get_stats()`, /get_server_info and /metrics."""
+
+    num_running_reqs: int
+    num_queued_reqs: int
+    kv_total_slots: int
+    kv_free_slots: int
+    kv_cached_slots: int  # held only by the radix cache (evictable or locked by requests)
+    kv_used_slots: int  # held by running requests and not (yet) in the cache
+    kv_usage: float  # (total - free) / total
+    cache_hit_rate: float  # cached prompt tokens / prompt tokens, over admitted requests
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    num_generated_tokens: int
+    num_computed_prefill_tokens: int
+    num_forward_steps: int
+    num_retractions: int
+    num_finished_reqs: int
+    max_total_tokens: int = 0
+    context_length: int = 0
