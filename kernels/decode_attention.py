@@ -1,0 +1,337 @@
+"""Decode attention: one query token per request over its whole paged history (flash-decoding).
+
+Algorithm, two launches:
+
+1. Stage 1, grid `(batch, num_kv_heads, num_kv_splits)`. The request's history `[0, seq_len)` is
+   cut into `num_kv_splits` contiguous ranges (each a multiple of BLOCK_N long). One program takes
+   ALL query heads of one KV head's GQA group (padded to BLOCK_H >= 16 rows so `tl.dot` applies)
+   and one range: it gathers the range's slots from `req_to_token[row]`, reads each K/V row of
+   its KV head once, and runs an online softmax in base 2 with fp32 accumulators. It writes the
+   normalised partial output `[head_dim]` and its log-sum-exp (base 2) per query head and split.
+   Empty ranges (short requests) write lse = -inf.
+2. Stage 2, grid `(batch, num_heads)`: merges the splits, weighting each partial output by
+   `exp2(lse_s - max_s lse)`.
+
+`num_kv_splits` depends only on the batch size and the device, never on the lengths, so the
+grid is fixed for a batch size and the launch can be captured in a CUDA graph; lengths are read
+on the device. Splitting fills the GPU when batch * num_kv_heads is small and contexts are long.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2_E = 1.4426950408889634
+MAX_KV_SPLITS = 32
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr,  # [batch, num_heads, head_dim]
+    k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer_ptr,
+    req_to_token_ptr,  # [rows, max_context_len] int32
+    req_pool_indices_ptr,  # [batch]
+    seq_lens_ptr,  # [batch]
+    partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
+    partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
+    qk_scale,
+    stride_q_batch,
+    stride_q_head,
+    stride_kb_slot,
+    stride_kb_head,
+    stride_vb_slot,
+    stride_vb_head,
+    stride_req_row,
+    NUM_KV_SPLITS: tl.constexpr,
+    GROUP_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
+    row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
+    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_KV_SPLITS), BLOCK_N) * BLOCK_N
+    split_start = split * split_len
+    split_end = tl.minimum(split_start + split_len, seq_len)
+
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_h = offs_h < GROUP_SIZE
+    mask_d = offs_d < HEAD_DIM
+    heads = kv_head * GROUP_SIZE + offs_h
+
+    q = tl.load(
+        q_ptr + req * stride_q_batch + heads[:, None] * stride_q_head + offs_d[None, :],
+        mask=mask_h[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # [BLOCK_H, BLOCK_D]
+
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    k_base = k_buffer_ptr + kv_head * stride_kb_head
+    v_base = v_buffer_ptr + kv_head * stride_vb_head
+    for n in range(split_start, split_end, BLOCK_N):
+        pos = n + offs_n
+        mask_n = pos < split_end
+        slots = tl.load(req_to_token_ptr + row * stride_req_row + pos, mask=mask_n, other=0)
+        slots = slots.to(tl.int64)
+        k = tl.load(
+            k_base + slots[None, :] * stride_kb_slot + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # [BLOCK_D, BLOCK_N]
+        v = tl.load(
+            v_base + slots[:, None] * stride_vb_slot + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # [BLOCK_N, BLOCK_D]
+        qk = tl.dot(q, k) * qk_scale  # [BLOCK_H, BLOCK_N], log2 units
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
+    partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
+    if split_end > split_start:
+        lse = m_i + tl.math.log2(l_i)
+        out = acc / l_i[:, None]
+    else:
+        lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    tl.store(
+        partial_out_ptr
+        + (partial_row[:, None] * NUM_KV_SPLITS + split) * HEAD_DIM
+        + offs_d[None, :],
+        out,
+        mask=mask_h[:, None] & mask_d[None, :],
+    )
+    tl.store(partial_lse_ptr + partial_row * NUM_KV_SPLITS + split, lse, mask=mask_h)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
+    partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
+    o_ptr,  # [batch, num_heads, head_dim]
+    stride_o_batch,
+    stride_o_head,
+    NUM_KV_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    partial_row = (req * tl.num_programs(1) + head).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_s = offs_s < NUM_KV_SPLITS
+    mask_d = offs_d < HEAD_DIM
+    lse = tl.load(
+        partial_lse_ptr + partial_row * NUM_KV_SPLITS + offs_s, mask=mask_s, other=float("-inf")
+    )  # [BLOCK_S]
+    partial = tl.load(
+        partial_out_ptr
+        + (partial_row * NUM_KV_SPLITS + offs_s[:, None]) * HEAD_DIM
+        + offs_d[None, :],
+        mask=mask_s[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # [BLOCK_S, BLOCK_D]
+    # Split 0 is never empty for seq_len >= 1, so the max is finite.
+    weights = tl.math.exp2(lse - tl.max(lse, 0))
+    out = tl.sum(partial * weights[:, None], 0) / tl.sum(weights, 0)
+    tl.store(
+        o_ptr + req * stride_o_batch + head * stride_o_head + offs_d,
+        out.to(o_ptr.dtype.element_ty),
+        mask=mask_d,
+    )
+
+
+def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Splits so that stage 1 has about four programs per SM; a power of two, 1..MAX_KV_SPLITS.
+
+    Depends only on the batch size (not the lengths), so a CUDA graph captured for a batch size
+    stays valid for any lengths.
+    """
+    if device.type != "cuda":
+        return 4
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    wanted = triton.cdiv(4 * num_sms, max(1, batch * num_kv_heads))
+    return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
+
+
+def _default_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages); measured on the H200."""
+    if device.type != "cuda":
+        return 32, 4, 1
+    return (64, 4, 3) if head_dim <= 128 else (32, 4, 2)
+
+
+def _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens):
+    if q.dim() != 3:
+        raise ValueError(f"q must be [batch, num_heads, head_dim], got {tuple(q.shape)}")
+    batch, num_heads, head_dim = q.shape
+    for name, t in (("k_buffer", k_buffer), ("v_buffer", v_buffer)):
+        if t.dim() != 3 or t.shape[2] != head_dim or t.stride(2) != 1:
+            raise ValueError(
+                f"{name} must be [num_slots, num_kv_heads, head_dim={head_dim}] contiguous in "
+                f"head_dim, got {tuple(t.shape)}"
+            )
+    num_kv_heads = k_buffer.shape[1]
+    if v_buffer.shape[1] != num_kv_heads or num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}); "
+            f"v_buffer has {v_buffer.shape[1]} heads"
+        )
+    if q.stride(2) != 1:
+        raise ValueError("q must be contiguous in head_dim")
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"q must be float16/bfloat16/float32, got {q.dtype}")
+    if k_buffer.dtype != q.dtype or v_buffer.dtype != q.dtype:
+        raise TypeError(
+            f"k_buffer/v_buffer dtype must match q ({q.dtype}), got {k_buffer.dtype}/{v_buffer.dtype}"
+        )
+    if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
+        raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
+    for name, t in (("req_pool_indices", req_pool_indices), ("seq_lens", seq_lens)):
+        if t.shape != (batch,) or t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{name} must be an int32/int64 [batch={batch}] tensor")
+    if head_dim > 256:
+        raise ValueError(f"head_dim must be <= 256, got {head_dim}")
+
+
+def decode_attention(
+    q: torch.Tensor,  # [batch, num_heads, head_dim]
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    seq_lens: torch.Tensor,  # [batch], >= 1, history length including the current token
+    scaling: float,
+    *,
+    out: torch.Tensor | None = None,
+    num_kv_splits: int | None = None,
+    partial_out: torch.Tensor | None = None,
+    partial_lse: torch.Tensor | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:  # [batch, num_heads, head_dim]
+    """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
+
+    Args:
+        q: the query of each request's current token.
+        k_buffer, v_buffer: the layer's KV pool; position p of request i is in slot
+            `req_to_token[req_pool_indices[i], p]`. The current token's K/V must be written.
+        seq_lens: history lengths (>= 1), read on the device (no host sync).
+        out: optional output tensor like q.
+        num_kv_splits: KV splits per request; default from `default_num_kv_splits`.
+        partial_out, partial_lse: optional fp32 workspaces `[batch, num_heads, num_kv_splits,
+            head_dim]` and `[batch, num_heads, num_kv_splits]` (CUDA graphs keep them static).
+        block_n, num_warps, num_stages: tuning overrides (benchmarks).
+
+    Returns:
+        The attention output, shaped and typed like q.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must be like q {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)}")
+    if batch == 0:
+        return out
+    num_kv_splits = num_kv_splits or default_num_kv_splits(batch, num_kv_heads, q.device)
+    if not 1 <= num_kv_splits <= MAX_KV_SPLITS:
+        raise ValueError(f"num_kv_splits must be in [1, {MAX_KV_SPLITS}], got {num_kv_splits}")
+    partial_shape = (batch, num_heads, num_kv_splits, head_dim)
+    if partial_out is None:
+        partial_out = torch.empty(partial_shape, dtype=torch.float32, device=q.device)
+    if partial_lse is None:
+        partial_lse = torch.empty(partial_shape[:3], dtype=torch.float32, device=q.device)
+    if partial_out.shape != partial_shape or not partial_out.is_contiguous():
+        raise ValueError(f"partial_out must be contiguous {partial_shape}")
+    if partial_lse.shape != partial_shape[:3] or not partial_lse.is_contiguous():
+        raise ValueError(f"partial_lse must be contiguous {partial_shape[:3]}")
+
+    group_size = num_heads // num_kv_heads
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    default_n, default_warps, default_stages = _default_blocks(head_dim, q.device)
+    _decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        partial_out,
+        partial_lse,
+        scaling * LOG2_E,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        req_to_token.stride(0),
+        NUM_KV_SPLITS=num_kv_splits,
+        GROUP_SIZE=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
+        BLOCK_N=block_n or default_n,
+        num_warps=num_warps or default_warps,
+        num_stages=num_stages or default_stages,
+    )
+    _decode_merge_kernel[(batch, num_heads)](
+        partial_out,
+        partial_lse,
+        out,
+        out.stride(0),
+        out.stride(1),
+        NUM_KV_SPLITS=num_kv_splits,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_S=triton.next_power_of_2(num_kv_splits),
+        num_warps=4 if head_dim >= 128 else 2,
+    )
+    return out
+
+
+def decode_attention_ref(
+    q: torch.Tensor,  # [batch, num_heads, head_dim]
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    seq_lens: torch.Tensor,  # [batch]
+    scaling: float,
+) -> torch.Tensor:
+    """Plain-torch reference of `decode_attention` (fp32 math, one request at a time)."""
+    out = torch.empty_like(q)
+    group = q.shape[1] // k_buffer.shape[1]
+    for i in range(q.shape[0]):
+        slots = req_to_token[int(req_pool_indices[i]), : int(seq_lens[i])].long()
+        keys = k_buffer[slots].float().repeat_interleave(group, dim=1)  # [seq, num_heads, dim]
+        values = v_buffer[slots].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,khd->hk", q[i].float(), keys) * scaling
+        out[i] = torch.einsum("hk,khd->hd", scores.softmax(dim=-1), values).to(q.dtype)
+    return out

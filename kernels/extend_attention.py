@@ -1,0 +1,373 @@
+"""Extend attention: new tokens attend to their cached prefix and, causally, to themselves.
+
+Algorithm (flash-attention 2, one program per block of BLOCK_M query tokens of one request and
+one query head):
+
+1. Load the query block `[BLOCK_M, head_dim]` of the request's new tokens.
+2. Prefix stage: walk the request's cached prefix in BLOCK_N chunks. The slots of positions
+   `[n, n + BLOCK_N)` come from `req_to_token[row, n:n + BLOCK_N]`; K and V rows are gathered from
+   the paged pool `k_buffer[slot, kv_head, :]`. Every prefix token is visible to every new token.
+3. Extend stage: walk the new tokens' own K/V (contiguous in `k_new`/`v_new`). Chunks that lie
+   strictly before the query block need no mask; the chunks on the diagonal apply the causal mask
+   `key_pos <= query_pos` and the length mask.
+4. Online softmax in base 2 (the scale is folded into `log2(e) * scaling`), fp32 accumulators;
+   the output is divided by the running row sum once at the end.
+
+GQA: query head h reads KV head `h // (num_heads // num_kv_heads)`; its K/V come from L2 for the
+other heads of the group. Requests of any lengths share one launch: the grid covers the longest
+request and blocks past a request's end exit at once. The heaviest (last) query blocks of a
+request are launched first so that the causal tail does not straggle.
+
+head_dim that is not a power of two (96) is padded to the next power of two with masked loads.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _online_softmax_step(
+    acc, m_i, l_i, q, k, v, qk_scale, valid, USE_MASK: tl.constexpr
+):  # acc: [BLOCK_M, BLOCK_D] fp32; k: [BLOCK_D, BLOCK_N]; v: [BLOCK_N, BLOCK_D]
+    """Folds one K/V chunk into the running (acc, max, sum) of the online softmax."""
+    qk = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+    if USE_MASK:
+        qk = tl.where(valid, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _extend_attention_kernel(
+    q_ptr,  # [num_tokens, num_heads, head_dim]
+    k_new_ptr,  # [num_tokens, num_kv_heads, head_dim]
+    v_new_ptr,
+    o_ptr,  # [num_tokens, num_heads, head_dim]
+    k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer_ptr,
+    req_to_token_ptr,  # [rows, max_context_len] int32
+    req_pool_indices_ptr,  # [batch]
+    prefix_lens_ptr,  # [batch]
+    extend_lens_ptr,  # [batch]
+    extend_start_loc_ptr,  # [batch]
+    qk_scale,
+    stride_q_token,
+    stride_q_head,
+    stride_kn_token,
+    stride_kn_head,
+    stride_vn_token,
+    stride_vn_head,
+    stride_o_token,
+    stride_o_head,
+    stride_kb_slot,
+    stride_kb_head,
+    stride_vb_slot,
+    stride_vb_head,
+    stride_req_row,
+    NUM_M_BLOCKS,
+    GROUP_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    m_block = NUM_M_BLOCKS - 1 - tl.program_id(0)  # heaviest blocks first
+    req = tl.program_id(1)
+    head = tl.program_id(2)
+    kv_head = head // GROUP_SIZE
+
+    extend_len = tl.load(extend_lens_ptr + req).to(tl.int32)
+    m_start = m_block * BLOCK_M
+    if m_start >= extend_len:
+        return
+    prefix_len = tl.load(prefix_lens_ptr + req).to(tl.int32)
+    token_start = tl.load(extend_start_loc_ptr + req).to(tl.int64)
+    row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
+
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < extend_len
+    mask_d = offs_d < HEAD_DIM
+
+    q_ptrs = (
+        q_ptr
+        + (token_start + offs_m)[:, None] * stride_q_token
+        + head * stride_q_head
+        + offs_d[None, :]
+    )
+    q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+
+    # Stage 1: the cached prefix, gathered from the paged pool.
+    for n in range(0, prefix_len, BLOCK_N):
+        pos = n + offs_n
+        mask_n = pos < prefix_len
+        slots = tl.load(req_to_token_ptr + row * stride_req_row + pos, mask=mask_n, other=0)
+        slots = slots.to(tl.int64)
+        k = tl.load(
+            k_buffer_ptr
+            + slots[None, :] * stride_kb_slot
+            + kv_head * stride_kb_head
+            + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None],
+            other=0.0,
+        )  # [BLOCK_D, BLOCK_N]
+        v = tl.load(
+            v_buffer_ptr
+            + slots[:, None] * stride_vb_slot
+            + kv_head * stride_vb_head
+            + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # [BLOCK_N, BLOCK_D]
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, k, v, qk_scale, mask_n[None, :], USE_MASK=True
+        )
+
+    # Stage 2a: new tokens strictly before this query block: all visible, no mask needed
+    # (they are < m_start < extend_len).
+    k_new_base = k_new_ptr + token_start * stride_kn_token + kv_head * stride_kn_head
+    v_new_base = v_new_ptr + token_start * stride_vn_token + kv_head * stride_vn_head
+    for n in range(0, m_start, BLOCK_N):
+        pos = n + offs_n
+        k_ptrs = k_new_base + pos[None, :] * stride_kn_token + offs_d[:, None]
+        v_ptrs = v_new_base + pos[:, None] * stride_vn_token + offs_d[None, :]
+        if HEAD_DIM == BLOCK_D:  # the hot loop of long prefills: unmasked loads
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, k, v, qk_scale, mask_d[None, :], USE_MASK=False
+        )
+
+    # Stage 2b: the diagonal chunks, causal and length masked. The first one holds key m_start,
+    # visible to every row, so no row's running max stays -inf.
+    diag_end = tl.minimum(m_start + BLOCK_M, extend_len)
+    for n in range(m_start, diag_end, BLOCK_N):
+        pos = n + offs_n
+        mask_n = pos < extend_len
+        k = tl.load(
+            k_new_base + pos[None, :] * stride_kn_token + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_new_base + pos[:, None] * stride_vn_token + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        )
+        valid = (offs_m[:, None] >= pos[None, :]) & mask_n[None, :]
+        acc, m_i, l_i = _online_softmax_step(acc, m_i, l_i, q, k, v, qk_scale, valid, USE_MASK=True)
+
+    out = acc / l_i[:, None]
+    o_ptrs = (
+        o_ptr
+        + (token_start + offs_m)[:, None] * stride_o_token
+        + head * stride_o_head
+        + offs_d[None, :]
+    )
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+
+
+def _default_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim; measured on the H200."""
+    if device.type != "cuda":
+        return 32, 32, 4, 1  # the interpreter: few, small programs
+    if head_dim <= 64:
+        return 128, 64, 4, 3
+    if head_dim <= 128:
+        return 128, 64, 8, 3
+    return 64, 32, 4, 2  # 256: keeps the accumulators and tiles in registers/shared memory
+
+
+def _check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_request):
+    if q.dim() != 3:
+        raise ValueError(f"q must be [num_tokens, num_heads, head_dim], got {tuple(q.shape)}")
+    num_tokens, num_heads, head_dim = q.shape
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if t.dim() != 3 or t.shape[0] != num_tokens or t.shape[2] != head_dim:
+            raise ValueError(
+                f"{name} must be [num_tokens={num_tokens}, num_kv_heads, head_dim={head_dim}], "
+                f"got {tuple(t.shape)}"
+            )
+    num_kv_heads = k_new.shape[1]
+    if v_new.shape[1] != num_kv_heads or num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) "
+            f"and k_new/v_new must agree, got v_new heads {v_new.shape[1]}"
+        )
+    for name, t in (("k_buffer", k_buffer), ("v_buffer", v_buffer)):
+        if t.dim() != 3 or t.shape[1] != num_kv_heads or t.shape[2] != head_dim:
+            raise ValueError(
+                f"{name} must be [num_slots, num_kv_heads={num_kv_heads}, head_dim={head_dim}], "
+                f"got {tuple(t.shape)}"
+            )
+        if t.stride(2) != 1:
+            raise ValueError(f"{name} must be contiguous in head_dim")
+    for name, t in (("q", q), ("k_new", k_new), ("v_new", v_new)):
+        if t.stride(2) != 1:
+            raise ValueError(f"{name} must be contiguous in head_dim")
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} must be float16/bfloat16/float32, got {t.dtype}")
+    if k_buffer.dtype != q.dtype or v_buffer.dtype != q.dtype or k_new.dtype != q.dtype:
+        raise TypeError(
+            f"q, k_new, v_new, k_buffer, v_buffer must share one dtype, got q {q.dtype}, "
+            f"k_new {k_new.dtype}, k_buffer {k_buffer.dtype}, v_buffer {v_buffer.dtype}"
+        )
+    if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
+        raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
+    batch = per_request["req_pool_indices"].shape[0]
+    for name, t in per_request.items():
+        if t.shape != (batch,) or t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{name} must be an int32/int64 [batch={batch}] tensor")
+    if head_dim > 256:
+        raise ValueError(f"head_dim must be <= 256, got {head_dim}")
+
+
+def extend_attention(
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    k_new: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v_new: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    prefix_lens: torch.Tensor,  # [batch]
+    extend_lens: torch.Tensor,  # [batch]
+    extend_start_loc: torch.Tensor,  # [batch], first token of each request in q
+    max_extend_len: int,
+    scaling: float,
+    *,
+    out: torch.Tensor | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    """Attention of each request's new tokens over its cached prefix and (causally) itself.
+
+    Args:
+        q, k_new, v_new: the new tokens of all requests, packed; request i owns
+            `extend_lens[i]` tokens from `extend_start_loc[i]`.
+        k_buffer, v_buffer: the layer's KV pool; prefix position p of request i is in slot
+            `req_to_token[req_pool_indices[i], p]` for p < prefix_lens[i].
+        max_extend_len: an upper bound of extend_lens (host int, sizes the grid; no sync).
+        scaling: softmax scale, usually head_dim ** -0.5.
+        out: optional output tensor (may alias nothing read here).
+        block_m, block_n, num_warps, num_stages: tuning overrides (benchmarks).
+
+    Returns:
+        The attention output, shaped and typed like q.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    per_request = {
+        "req_pool_indices": req_pool_indices,
+        "prefix_lens": prefix_lens,
+        "extend_lens": extend_lens,
+        "extend_start_loc": extend_start_loc,
+    }
+    _check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_request)
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k_new.shape[1]
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must be like q {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)}")
+    batch = req_pool_indices.shape[0]
+    if batch == 0 or num_tokens == 0 or max_extend_len <= 0:
+        return out
+
+    default_m, default_n, default_warps, default_stages = _default_blocks(head_dim, q.device)
+    block_m = block_m or default_m
+    block_n = block_n or default_n
+    num_m_blocks = triton.cdiv(max_extend_len, block_m)
+    grid = (num_m_blocks, batch, num_heads)
+    _extend_attention_kernel[grid](
+        q,
+        k_new,
+        v_new,
+        out,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        prefix_lens,
+        extend_lens,
+        extend_start_loc,
+        scaling * LOG2_E,
+        q.stride(0),
+        q.stride(1),
+        k_new.stride(0),
+        k_new.stride(1),
+        v_new.stride(0),
+        v_new.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        req_to_token.stride(0),
+        num_m_blocks,
+        GROUP_SIZE=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps or default_warps,
+        num_stages=num_stages or default_stages,
+    )
+    return out
+
+
+def extend_attention_ref(
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    k_new: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v_new: torch.Tensor,
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    prefix_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    max_extend_len: int,
+    scaling: float,
+) -> torch.Tensor:
+    """Plain-torch reference of `extend_attention` (fp32 math, one request at a time)."""
+    del max_extend_len  # only sizes the Triton grid
+    out = torch.empty_like(q)
+    group = q.shape[1] // k_new.shape[1]
+    for i in range(req_pool_indices.shape[0]):
+        row, prefix_len = int(req_pool_indices[i]), int(prefix_lens[i])
+        start, extend_len = int(extend_start_loc[i]), int(extend_lens[i])
+        slots = req_to_token[row, :prefix_len].long()
+        keys = torch.cat((k_buffer[slots], k_new[start : start + extend_len])).float()
+        values = torch.cat((v_buffer[slots], v_new[start : start + extend_len])).float()
+        keys = keys.repeat_interleave(group, dim=1)  # [prefix + extend, num_heads, head_dim]
+        values = values.repeat_interleave(group, dim=1)
+        queries = q[start : start + extend_len].float()
+        scores = torch.einsum("qhd,khd->hqk", queries, keys) * scaling
+        query_pos = prefix_len + torch.arange(extend_len, device=q.device)
+        key_pos = torch.arange(prefix_len + extend_len, device=q.device)
+        scores.masked_fill_(key_pos[None, None, :] > query_pos[None, :, None], float("-inf"))
+        probs = scores.softmax(dim=-1)
+        out[start : start + extend_len] = torch.einsum("hqk,khd->qhd", probs, values).to(q.dtype)
+    return out
