@@ -15,8 +15,17 @@ from dataclasses import dataclass
 import torch
 
 
+def _require_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 class SlotAllocator:
     """Free list of KV slots kept in a device tensor; alloc and free are vectorised.
+
+    Freed slots are queued and merged into the free list only when an allocation needs
+    them, so `free` costs O(1) instead of copying the whole free list (which is up to
+    millions of slots) on every finished request.
 
     Args:
         num_slots: slots in the KV buffers, including the padding slot 0.
@@ -24,15 +33,19 @@ class SlotAllocator:
     """
 
     def __init__(self, num_slots: int, device: torch.device | str = "cpu"):
-        if num_slots < 2:
-            raise ValueError(f"num_slots must be >= 2 (slot 0 is padding), got {num_slots}")
+        if not isinstance(num_slots, int) or num_slots < 2:
+            raise ValueError(f"num_slots must be an int >= 2 (slot 0 is padding), got {num_slots}")
         self.num_slots = num_slots
         self.device = torch.device(device)
         self.clear()
 
     def clear(self) -> None:
+        """Make every slot but the padding slot free again."""
         # [num_free] int64; slots 1..num_slots-1, slot 0 reserved for padding.
         self.free_slots = torch.arange(1, self.num_slots, dtype=torch.int64, device=self.device)
+        # Freed but not yet merged into `free_slots`; each a 1-D int64 tensor.
+        self._released: list[torch.Tensor] = []
+        self._num_released = 0
 
     @property
     def capacity(self) -> int:
@@ -40,23 +53,47 @@ class SlotAllocator:
         return self.num_slots - 1
 
     def available_size(self) -> int:
-        return int(self.free_slots.numel())
+        """Slots that `alloc` can hand out now (host-side count, no device sync)."""
+        return int(self.free_slots.numel()) + self._num_released
 
     def alloc(self, num_tokens: int) -> torch.Tensor | None:
-        """Take `num_tokens` slots. Returns an int64 tensor, or None when too few are free."""
+        """Take `num_tokens` slots.
+
+        Returns:
+            A 1-D int64 tensor of distinct slot indices on `device`, or None (and nothing
+            taken) when fewer than `num_tokens` are free.
+        Raises:
+            ValueError: `num_tokens` is negative.
+        """
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         if num_tokens > self.free_slots.numel():
-            return None
+            if num_tokens > self.available_size():
+                return None
+            self._merge_released()
         taken = self.free_slots[:num_tokens]
         self.free_slots = self.free_slots[num_tokens:]
         return taken
 
     def free(self, slots: torch.Tensor) -> None:
-        """Give slots back. `slots` is any int tensor of slot indices (never slot 0)."""
+        """Give slots back. `slots` is any int tensor of allocated slot indices (never 0).
+
+        Raises:
+            TypeError: `slots` is not an integer tensor.
+        """
+        if not isinstance(slots, torch.Tensor) or slots.is_floating_point() or slots.is_complex():
+            raise TypeError(f"slots must be an integer torch.Tensor, got {type(slots).__name__}")
         if slots.numel() == 0:
             return
-        self.free_slots = torch.cat((self.free_slots, slots.to(self.device, torch.int64).flatten()))
+        # Copy: the caller's tensor may be a view of req_to_token that is overwritten later.
+        flat = slots.to(self.device, torch.int64, copy=True).flatten()
+        self._released.append(flat)
+        self._num_released += int(flat.numel())
+
+    def _merge_released(self) -> None:
+        self.free_slots = torch.cat([self.free_slots, *self._released])
+        self._released = []
+        self._num_released = 0
 
 
 class ReqToTokenPool:
@@ -67,10 +104,8 @@ class ReqToTokenPool:
     """
 
     def __init__(self, max_running_requests: int, max_context_len: int, device="cpu"):
-        if max_running_requests < 1:
-            raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
-        if max_context_len < 1:
-            raise ValueError(f"max_context_len must be >= 1, got {max_context_len}")
+        _require_positive("max_running_requests", max_running_requests)
+        _require_positive("max_context_len", max_context_len)
         self.size = max_running_requests
         self.max_context_len = max_context_len
         self.device = torch.device(device)
@@ -78,31 +113,47 @@ class ReqToTokenPool:
         self.req_to_token = torch.zeros(
             (max_running_requests, max_context_len), dtype=torch.int32, device=self.device
         )
-        self.free_rows: list[int] = list(range(max_running_requests))
+        self.clear()
 
     def available_size(self) -> int:
         return len(self.free_rows)
 
     def alloc(self, num_rows: int = 1) -> list[int] | None:
-        """Take `num_rows` rows, or None when too few are free."""
+        """Take `num_rows` rows, or None (and nothing taken) when too few are free."""
+        if num_rows < 0:
+            raise ValueError(f"num_rows must be >= 0, got {num_rows}")
         if num_rows > len(self.free_rows):
             return None
         rows, self.free_rows = self.free_rows[:num_rows], self.free_rows[num_rows:]
+        self._rows_in_use.update(rows)
         return rows
 
     def free(self, rows: int | list[int]) -> None:
+        """Give rows back.
+
+        Raises:
+            ValueError: a row is out of range or not currently allocated (double free).
+        """
         rows = [rows] if isinstance(rows, int) else list(rows)
+        for row in rows:
+            if row not in self._rows_in_use:
+                raise ValueError(f"rows: row {row} is not allocated (out of range or freed twice)")
+        self._rows_in_use.difference_update(rows)
         self.free_rows.extend(rows)
 
     def clear(self) -> None:
-        self.free_rows = list(range(self.size))
+        self.free_rows: list[int] = list(range(self.size))
+        self._rows_in_use: set[int] = set()
 
 
 class TokenToKVPool:
     """Per-layer K and V buffers, each `[num_slots, num_kv_heads, head_dim]`.
 
-    `kv_dtype` is the storage dtype; it may differ from the compute dtype later (fp8 KV):
-    `store_dtype` is what the buffers hold and reads are cast back to `dtype` by callers.
+    `dtype` is the compute dtype of the model. `kv_dtype` (default: `dtype`) is the storage
+    dtype, kept as `store_dtype`: this is the room left for an fp8 KV cache. `set_kv` casts
+    on write; readers that get a `store_dtype` different from `dtype` must cast (or scale)
+    on read. fp8 scales and uint8-viewed storage (index_put has no fp8 kernels on some
+    builds) are not implemented yet.
     """
 
     def __init__(
@@ -116,6 +167,15 @@ class TokenToKVPool:
         device="cpu",
         kv_dtype: torch.dtype | None = None,
     ):
+        for name, value in (
+            ("num_slots", num_slots),
+            ("num_layers", num_layers),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ):
+            _require_positive(name, value)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
         self.num_slots = num_slots
         self.num_layers = num_layers
         self.num_kv_heads = num_kv_heads
@@ -135,6 +195,7 @@ class TokenToKVPool:
         ]
 
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (k, v) of one layer, each `[num_slots, num_kv_heads, head_dim]`."""
         return self.k_buffers[layer_id], self.v_buffers[layer_id]
 
     def set_kv(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
@@ -146,7 +207,10 @@ class TokenToKVPool:
 
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        """KV bytes of one token over all layers (K and V), stored as `dtype`."""
+        return (
+            2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        )
 
 
 @dataclass(frozen=True)
@@ -158,18 +222,33 @@ class KVBudget:
     fraction_of_free_memory: float | None = None
 
     def resolve(self, *, bytes_per_token: int, device) -> int:
-        """Returns the number of token slots (including the padding slot)."""
-        given = [
-            x for x in (self.num_tokens, self.num_bytes, self.fraction_of_free_memory) if x
-        ]
+        """Returns the number of token slots (including the padding slot).
+
+        Raises:
+            ValueError: not exactly one budget is given, or it is not positive, or a memory
+                fraction is asked for on a device that cannot report its free memory.
+        """
+        given = {
+            name: value
+            for name, value in (
+                ("num_tokens", self.num_tokens),
+                ("num_bytes", self.num_bytes),
+                ("fraction_of_free_memory", self.fraction_of_free_memory),
+            )
+            if value is not None
+        }
         if len(given) != 1:
             raise ValueError(
-                "KVBudget needs exactly one of num_tokens, num_bytes, fraction_of_free_memory"
+                "KVBudget needs exactly one of num_tokens, num_bytes, fraction_of_free_memory; "
+                f"got {sorted(given) or 'none'}"
             )
+        _require_positive("bytes_per_token", bytes_per_token)
         if self.num_tokens is not None:
-            return int(self.num_tokens) + 1
+            _require_positive("num_tokens", self.num_tokens)
+            return self.num_tokens + 1
         if self.num_bytes is not None:
-            return max(2, int(self.num_bytes) // bytes_per_token)
+            _require_positive("num_bytes", self.num_bytes)
+            return max(2, self.num_bytes // bytes_per_token)
         fraction = self.fraction_of_free_memory
         if not 0.0 < fraction < 1.0:
             raise ValueError(f"fraction_of_free_memory must be in (0, 1), got {fraction}")
