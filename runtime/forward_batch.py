@@ -1,8 +1,14 @@
-"""The one dataclass that carries a batch through the model: `ForwardBatch`."""
+"""The one dataclass that carries a batch through the model, `ForwardBatch`, and its builder.
+
+`build_forward_batch` turns per-request lists (token ids, request rows, prefix lengths) plus
+the new tokens' KV slots into a `ForwardBatch`, and records those slots in the requests'
+`req_to_token` rows, so the attention backend can read every request's history.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,3 +61,111 @@ class ForwardBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @property
+    def last_token_indices(self) -> torch.Tensor:  # [batch] int64
+        """Index of each request's last new token in the packed token axis."""
+        return torch.cumsum(self.extend_lens, dim=0) - 1
+
+
+def build_forward_batch(
+    *,
+    mode: ForwardMode,
+    input_ids: Sequence[Sequence[int]],
+    req_pool_indices: Sequence[int],
+    prefix_lens: Sequence[int],
+    out_cache_loc: torch.Tensor,
+    req_to_token_pool: ReqToTokenPool,
+    token_to_kv_pool: TokenToKVPool,
+    attn_backend: AttentionBackend,
+    return_all_logits: bool = False,
+) -> ForwardBatch:
+    """Packs a batch and writes its new tokens' slots into `req_to_token`.
+
+    Request i brings the new tokens `input_ids[i]`, at positions `prefix_lens[i]` onwards,
+    in row `req_pool_indices[i]`; its first `prefix_lens[i]` positions must already be
+    filled in that row (a cached prefix). After this call, `req_to_token[row, prefix:seq]`
+    holds the request's slice of `out_cache_loc`.
+
+    Args:
+        mode: EXTEND (any number >= 1 of new tokens per request) or DECODE (exactly 1).
+        input_ids: the new token ids of each request.
+        req_pool_indices: each request's row in `req_to_token_pool`.
+        prefix_lens: tokens of each request already in the KV cache.
+        out_cache_loc: [sum of new tokens] KV slots of the new tokens, request by request.
+        req_to_token_pool, token_to_kv_pool, attn_backend: the runner's pools and backend.
+        return_all_logits: return logits for every token instead of each request's last.
+
+    Raises:
+        ValueError: mismatched lengths, a request without new tokens, a DECODE request with
+            more than one, or a sequence longer than the pool's context length.
+    """
+    if not isinstance(mode, ForwardMode):
+        raise TypeError(f"mode must be a ForwardMode, got {mode!r}")
+    batch_size = len(input_ids)
+    if batch_size == 0:
+        raise ValueError("input_ids must hold at least one request")
+    if len(req_pool_indices) != batch_size or len(prefix_lens) != batch_size:
+        raise ValueError(
+            f"input_ids ({batch_size}), req_pool_indices ({len(req_pool_indices)}) and "
+            f"prefix_lens ({len(prefix_lens)}) must have one entry per request"
+        )
+    extend_lens_cpu = [len(ids) for ids in input_ids]
+    prefix_lens_cpu = [int(n) for n in prefix_lens]
+    seq_lens_cpu = [p + e for p, e in zip(prefix_lens_cpu, extend_lens_cpu, strict=True)]
+    if min(extend_lens_cpu) < 1:
+        raise ValueError("input_ids: every request needs at least one new token")
+    if mode == ForwardMode.DECODE and max(extend_lens_cpu) != 1:
+        raise ValueError("input_ids: DECODE takes exactly one new token per request")
+    if min(prefix_lens_cpu) < 0:
+        raise ValueError(f"prefix_lens must be >= 0, got {prefix_lens_cpu}")
+    if max(seq_lens_cpu) > req_to_token_pool.max_context_len:
+        raise ValueError(
+            f"a sequence of {max(seq_lens_cpu)} tokens exceeds the context length "
+            f"{req_to_token_pool.max_context_len}"
+        )
+    num_tokens = sum(extend_lens_cpu)
+    if out_cache_loc.ndim != 1 or out_cache_loc.numel() != num_tokens:
+        raise ValueError(
+            f"out_cache_loc must be a 1-D tensor of {num_tokens} slots, "
+            f"got shape {tuple(out_cache_loc.shape)}"
+        )
+    if not 0 <= min(req_pool_indices) <= max(req_pool_indices) < req_to_token_pool.size:
+        raise ValueError(f"req_pool_indices must be rows in [0, {req_to_token_pool.size})")
+
+    device = req_to_token_pool.device
+    flat_ids = [token for ids in input_ids for token in ids]
+    input_ids_tensor = torch.tensor(flat_ids, dtype=torch.int64, device=device)
+    rows = torch.tensor(list(req_pool_indices), dtype=torch.int64, device=device)
+    prefix_lens_tensor = torch.tensor(prefix_lens_cpu, dtype=torch.int64, device=device)
+    extend_lens_tensor = torch.tensor(extend_lens_cpu, dtype=torch.int64, device=device)
+    out_cache_loc = out_cache_loc.to(device=device, dtype=torch.int64)
+
+    # Vectorised over tokens: each token's request, then its position inside the request.
+    token_request = torch.repeat_interleave(
+        torch.arange(batch_size, device=device), extend_lens_tensor, output_size=num_tokens
+    )  # [num_tokens]
+    request_starts = torch.cumsum(extend_lens_tensor, dim=0) - extend_lens_tensor  # [batch]
+    positions = (
+        torch.arange(num_tokens, device=device)
+        - request_starts[token_request]
+        + prefix_lens_tensor[token_request]
+    )  # [num_tokens]
+    req_to_token_pool.req_to_token[rows[token_request], positions] = out_cache_loc.to(torch.int32)
+    return ForwardBatch(
+        mode=mode,
+        input_ids=input_ids_tensor,
+        positions=positions,
+        req_pool_indices=rows,
+        seq_lens=prefix_lens_tensor + extend_lens_tensor,
+        prefix_lens=prefix_lens_tensor,
+        extend_lens=extend_lens_tensor,
+        out_cache_loc=out_cache_loc,
+        req_to_token_pool=req_to_token_pool,
+        token_to_kv_pool=token_to_kv_pool,
+        attn_backend=attn_backend,
+        seq_lens_cpu=seq_lens_cpu,
+        prefix_lens_cpu=prefix_lens_cpu,
+        extend_lens_cpu=extend_lens_cpu,
+        return_all_logits=return_all_logits,
+    )

@@ -1,0 +1,211 @@
+"""`ModelRunner`: the model, its KV memory and its attention backend, on one device.
+
+Built once per worker from `ServerArgs`. It owns:
+- `model`: the Llama-family decoder, loaded by `loader.load_model`;
+- `req_to_token_pool`, `token_to_kv_pool`, `slot_allocator`: the token-level KV memory;
+- `attn_backend`: "torch" (reference) or "triton" (kernels), chosen once.
+It does not schedule, tokenize or sample: callers build a `ForwardBatch` (with
+`build_forward_batch`) from requests whose rows and slots they allocated, and get logits back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+
+import torch
+from radixgen.radix_cache.memory_pool import (
+    KVBudget,
+    ReqToTokenPool,
+    SlotAllocator,
+    TokenToKVPool,
+)
+from radixgen.runtime.attention.base import AttentionBackend
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, build_forward_batch
+from radixgen.runtime.loader import load_model
+from radixgen.runtime.model_config import ModelConfig
+from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.tiny_model import resolve_model_path
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# CPU default KV size when max_total_tokens is unset: a few full contexts, within a bound
+# of slots and of bytes (CPU runs are tests and demos; RAM is shared).
+_CPU_DEFAULT_CONTEXTS = 4
+_CPU_MAX_SLOTS = 1 << 16
+_CPU_MAX_KV_BYTES = 512 << 20
+# Derived max_running_requests: one row per this many KV slots, within [min, max]. Rows cost
+# max_context_len int32 each, so the upper bound keeps req_to_token small on long contexts.
+_SLOTS_PER_REQUEST = 64
+_MIN_DERIVED_REQUESTS = 32
+_MAX_DERIVED_REQUESTS = 1024
+TRITON_BACKEND_MODULE = "radixgen.runtime.attention.triton_backend"
+
+
+def resolve_device(device: str) -> torch.device:
+    """ "auto" -> cuda if available else cpu; otherwise the named device.
+
+    Raises:
+        ValueError: an unparsable device, or cuda asked for without CUDA.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but CUDA is not available")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """ "auto" -> bfloat16 on CUDA, float32 on CPU; otherwise the named dtype."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be 'auto' or one of {list(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+class ModelRunner:
+    """Loads the model and allocates the KV pools described by `server_args`.
+
+    Attributes:
+        model_path: the resolved local checkpoint folder ("tiny" built on first use).
+        model_config, device, dtype, context_length: what was loaded, where, how long.
+        model: the decoder (`model(forward_batch) -> logits`).
+        req_to_token_pool, token_to_kv_pool, slot_allocator: KV memory.
+        max_total_num_tokens: allocatable KV slots (excluding the padding slot 0).
+        max_running_requests: rows of req_to_token.
+        attn_backend_name, attn_backend: the attention implementation in use.
+    """
+
+    def __init__(self, server_args: ServerArgs):
+        self.server_args = server_args
+        self.model_path = resolve_model_path(server_args.model_path)
+        self.device = resolve_device(server_args.device)
+        self.dtype = resolve_dtype(server_args.dtype, self.device)
+        self.model_config = ModelConfig.from_folder(self.model_path)
+        self.context_length = server_args.context_length or self.model_config.context_length
+        self.model = load_model(
+            self.model_path,
+            model_config=self.model_config,
+            dtype=self.dtype,
+            device=self.device,
+            load_format=server_args.load_format,
+            seed=server_args.seed,
+            max_positions=max(self.context_length, self.model_config.context_length),
+        )
+        self._init_memory_pools()
+        self.attn_backend_name = self._choose_attention_backend()
+        self.attn_backend = self._create_attention_backend(self.attn_backend_name)
+        logger.info(
+            "loaded %s (%s) on %s in %s: %d KV slots, %d request rows, %s attention",
+            self.model_path,
+            self.model_config.architecture,
+            self.device,
+            self.dtype,
+            self.max_total_num_tokens,
+            self.max_running_requests,
+            self.attn_backend_name,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model_config.vocab_size
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.model_config.eos_token_ids
+
+    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        """Runs the model on a batch (after the backend's per-batch metadata).
+
+        Returns:
+            float32 logits: [batch, vocab] (last token of each request), or
+            [num_tokens, vocab] when `forward_batch.return_all_logits`.
+        """
+        # no_grad rather than inference_mode: callers may modify the logits in place.
+        with torch.no_grad():
+            forward_batch.attn_backend.init_forward_metadata(forward_batch)
+            return self.model(forward_batch)
+
+    def build_forward_batch(
+        self,
+        *,
+        mode: ForwardMode,
+        input_ids: Sequence[Sequence[int]],
+        req_pool_indices: Sequence[int],
+        prefix_lens: Sequence[int],
+        out_cache_loc: torch.Tensor,
+        return_all_logits: bool = False,
+    ) -> ForwardBatch:
+        """`build_forward_batch` over this runner's pools and attention backend."""
+        return build_forward_batch(
+            mode=mode,
+            input_ids=input_ids,
+            req_pool_indices=req_pool_indices,
+            prefix_lens=prefix_lens,
+            out_cache_loc=out_cache_loc,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+            attn_backend=self.attn_backend,
+            return_all_logits=return_all_logits,
+        )
+
+    def _init_memory_pools(self) -> None:
+        config, args = self.model_config, self.server_args
+        bytes_per_token = TokenToKVPool.bytes_per_token(
+            config.num_layers, config.num_kv_heads, config.head_dim, self.dtype
+        )
+        if args.max_total_tokens is not None:
+            budget = KVBudget(num_tokens=args.max_total_tokens)
+        elif self.device.type == "cuda":
+            # After the weights are loaded: the fraction applies to what they left free.
+            budget = KVBudget(fraction_of_free_memory=args.mem_fraction_static)
+        else:
+            budget = KVBudget(
+                num_tokens=min(
+                    _CPU_DEFAULT_CONTEXTS * self.context_length,
+                    _CPU_MAX_SLOTS,
+                    _CPU_MAX_KV_BYTES // bytes_per_token,
+                )
+            )
+        num_slots = budget.resolve(bytes_per_token=bytes_per_token, device=self.device)
+        self.max_total_num_tokens = num_slots - 1  # slot 0 is padding
+        self.max_running_requests = args.max_running_requests or min(
+            max(num_slots // _SLOTS_PER_REQUEST, _MIN_DERIVED_REQUESTS), _MAX_DERIVED_REQUESTS
+        )
+        self.req_to_token_pool = ReqToTokenPool(
+            self.max_running_requests, self.context_length, device=self.device
+        )
+        self.token_to_kv_pool = TokenToKVPool(
+            num_slots=num_slots,
+            num_layers=config.num_layers,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self.slot_allocator = SlotAllocator(num_slots, device=self.device)
+
+    def _choose_attention_backend(self) -> str:
+        requested = self.server_args.attention_backend
+        if requested is not None:
+            return requested
+        if self.device.type == "cuda" and importlib.util.find_spec(TRITON_BACKEND_MODULE):
+            return "triton"
+        return "torch"
+
+    def _create_attention_backend(self, name: str) -> AttentionBackend:
+        # Imported here: the triton backend is optional and heavy to import.
+        if name == "triton":
+            from radixgen.runtime.attention.triton_backend import TritonAttentionBackend
+
+            return TritonAttentionBackend(self)
+        from radixgen.runtime.attention.torch_backend import TorchAttentionBackend
+
+        return TorchAttentionBackend(self)

@@ -1,0 +1,205 @@
+"""The Llama-family decoder: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5 and Qwen3.
+
+One module covers the family; `ModelConfig` switches the variants: GQA (num_kv_heads),
+qkv bias (Qwen2), q/k RMSNorm (Qwen3), tied embeddings, llama3 RoPE scaling.
+Attention runs through `forward_batch.attn_backend` over the paged KV pool, so the model
+itself holds no KV cache and no per-request state.
+
+Parameter names follow the HF checkpoints, except that q/k/v and gate/up projections are
+fused (`qkv_proj`, `gate_up_proj`): one matmul each instead of three and two.
+`PACKED_MODULES` tells the loader how checkpoint tensors stack into them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.model_config import ModelConfig
+from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
+from torch import nn
+
+# fused parameter -> checkpoint modules stacked (in this order) along the output dimension.
+PACKED_MODULES = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.q_size = config.q_size
+        self.kv_size = config.kv_size
+        self.scaling = config.head_dim**-0.5
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
+        )
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [num_tokens, hidden_size]
+        forward_batch: ForwardBatch,
+        rotary_emb: RotaryEmbedding,
+    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        num_tokens = hidden_states.shape[0]
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(num_tokens, self.num_heads, self.head_dim)
+        k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary_emb(forward_batch.positions, q, k)
+        # [num_tokens, num_heads, head_dim]
+        attn_output = forward_batch.attn_backend.forward(
+            q, k, v, self.layer_id, forward_batch, self.scaling
+        )
+        return self.o_proj(attn_output.reshape(num_tokens, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(
+            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
+        )
+        self.down_proj = nn.Linear(
+            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [num_tokens, hidden_size]
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int):
+        super().__init__()
+        self.self_attn = LlamaAttention(config, layer_id)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [num_tokens, hidden_size]
+        forward_batch: ForwardBatch,
+        rotary_emb: RotaryEmbedding,
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.self_attn(
+            self.input_layernorm(hidden_states), forward_batch, rotary_emb
+        )
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        return residual + hidden_states
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, max_positions: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, layer_id) for layer_id in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, max_positions, config.rope)
+
+    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:  # [num_tokens, hidden]
+        hidden_states = self.embed_tokens(forward_batch.input_ids)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, forward_batch, self.rotary_emb)
+        return self.norm(hidden_states)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Decoder + LM head. `forward(forward_batch)` returns float32 logits.
+
+    Args:
+        config: the model's shapes and variant switches.
+        max_positions: size of the RoPE table (the runtime's context length).
+    """
+
+    def __init__(self, config: ModelConfig, max_positions: int | None = None):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config, max_positions or config.context_length)
+        # Tied: the LM head reads embed_tokens.weight, so there is no second parameter to
+        # load or to keep tied after `load_state_dict(assign=True)` replaces tensors.
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:  # [vocab_size, hidden_size]
+        if self.lm_head is None:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        """Returns float32 logits: [batch, vocab] for each request's last token, or
+        [num_tokens, vocab] for every token when `forward_batch.return_all_logits`."""
+        hidden_states = self.model(forward_batch)  # [num_tokens, hidden_size]
+        if not forward_batch.return_all_logits and forward_batch.mode == ForwardMode.EXTEND:
+            hidden_states = hidden_states[forward_batch.last_token_indices]
+        return F.linear(hidden_states, self.lm_head_weight).float()
+
+
+def checkpoint_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the tensors of a HF checkpoint of this config (unfused names)."""
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    q_size, kv_size = config.q_size, config.kv_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, hidden)}
+    for layer_id in range(config.num_layers):
+        attn = f"model.layers.{layer_id}.self_attn."
+        mlp = f"model.layers.{layer_id}.mlp."
+        projections = {
+            attn + "q_proj": ((q_size, hidden), config.qkv_bias),
+            attn + "k_proj": ((kv_size, hidden), config.qkv_bias),
+            attn + "v_proj": ((kv_size, hidden), config.qkv_bias),
+            attn + "o_proj": ((hidden, q_size), config.o_proj_bias),
+            mlp + "gate_proj": ((intermediate, hidden), config.mlp_bias),
+            mlp + "up_proj": ((intermediate, hidden), config.mlp_bias),
+            mlp + "down_proj": ((hidden, intermediate), config.mlp_bias),
+        }
+        for name, (shape, has_bias) in projections.items():
+            shapes[name + ".weight"] = shape
+            if has_bias:
+                shapes[name + ".bias"] = shape[:1]
+        if config.qk_norm:
+            shapes[attn + "q_norm.weight"] = (config.head_dim,)
+            shapes[attn + "k_norm.weight"] = (config.head_dim,)
+        shapes[f"model.layers.{layer_id}.input_layernorm.weight"] = (hidden,)
+        shapes[f"model.layers.{layer_id}.post_attention_layernorm.weight"] = (hidden,)
+    shapes["model.norm.weight"] = (hidden,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocab_size, hidden)
+    return shapes
+
+
+def checkpoint_name_to_param(name: str) -> tuple[str, int, int]:
+    """Maps a checkpoint tensor name to (model parameter, shard index, number of shards).
+
+    Unfused tensors map to themselves as shard 0 of 1.
+    """
+    for fused, parts in PACKED_MODULES.items():
+        for index, part in enumerate(parts):
+            if f".{part}." in name:
+                return name.replace(f".{part}.", f".{fused}."), index, len(parts)
+    return name, 0, 1

@@ -1,0 +1,158 @@
+"""The embedded default model, `tiny`: a small random Llama built on first use.
+
+`resolve_model_path("tiny")` builds, once, a real HF checkpoint folder under
+`$RADIXGEN_CACHE/tiny` (default `~/.cache/radixgen/tiny`), which then loads through the same
+code path as any downloaded checkpoint. The build is deterministic (seeded NumPy weights, the
+committed tokenizer) and takes about a second. Concurrent first uses are safe: each builds in
+its own temporary folder and renames it into place; the loser of the race keeps the winner's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+TINY_MODEL_NAME = "tiny"
+# Bump when the recipe changes: a cached build with another version is rebuilt.
+TINY_MODEL_VERSION = "1"
+_VERSION_FILE = "radixgen_tiny_version"
+TINY_SEED = 0
+TINY_WEIGHT_STD = 0.02
+
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": True,
+    "initializer_range": TINY_WEIGHT_STD,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "torch_dtype": "bfloat16",
+}
+# ChatML: <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant's header.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+TINY_TOKENIZER_CONFIG = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": None,
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "unk_token": None,
+    "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+    "add_bos_token": False,
+    "add_eos_token": False,
+    "clean_up_tokenization_spaces": False,
+    "model_max_length": 4096,
+    "chat_template": CHAT_TEMPLATE,
+}
+# <|im_end|> ends a chat turn, <|endoftext|> a document.
+TINY_GENERATION_CONFIG = {"bos_token_id": 0, "eos_token_id": [2, 0], "pad_token_id": 0}
+
+
+def cache_root() -> Path:
+    """`$RADIXGEN_CACHE`, or `~/.cache/radixgen`."""
+    return Path(os.environ.get("RADIXGEN_CACHE") or Path.home() / ".cache" / "radixgen")
+
+
+def resolve_model_path(model_path: str) -> str:
+    """Returns a local checkpoint folder: builds `tiny` on first use; other paths as given."""
+    if model_path == TINY_MODEL_NAME:
+        return str(ensure_tiny_model(cache_root()))
+    return os.path.expanduser(model_path)
+
+
+def ensure_tiny_model(root: Path) -> Path:
+    """Returns `root/tiny`, building it first if it is missing or from another version."""
+    target = root / TINY_MODEL_NAME
+    if _is_current(target):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
+    try:
+        write_tiny_model(staging)
+        if target.exists() and not _is_current(target):
+            # A stale build: move it aside (atomic) so the rename below can take its place.
+            stale = Path(tempfile.mkdtemp(prefix=".tiny-stale-", dir=root))
+            try:
+                os.rename(target, stale / TINY_MODEL_NAME)
+            except OSError:
+                pass  # another process moved it first
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not _is_current(target):  # lost the race to a build that is not usable
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def write_tiny_model(folder: Path) -> None:
+    """Writes the complete tiny checkpoint (weights, config, tokenizer) into `folder`."""
+    from safetensors.torch import save_file
+
+    (folder / "config.json").write_text(json.dumps(TINY_CONFIG, indent=2) + "\n")
+    (folder / "generation_config.json").write_text(
+        json.dumps(TINY_GENERATION_CONFIG, indent=2) + "\n"
+    )
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(TINY_TOKENIZER_CONFIG, indent=2) + "\n"
+    )
+    assets = Path(__file__).parent / "tiny_assets"
+    shutil.copyfile(assets / "tokenizer.json", folder / "tokenizer.json")
+    save_file(tiny_weights(), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    # mkdtemp and safetensors create owner-only modes; the cache may be shared between users.
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o644)
+    # Written last: its presence marks a complete build.
+    (folder / _VERSION_FILE).write_text(TINY_MODEL_VERSION + "\n")
+
+
+def tiny_weights() -> dict:
+    """The tiny model's bf16 tensors, drawn from NumPy's seeded PCG64 generator.
+
+    NumPy rather than torch: its bit stream does not depend on the torch build, so the CPU
+    and GPU machines build the same weights.
+    """
+    import numpy as np
+    import torch
+    from radixgen.runtime.model_config import ModelConfig
+    from radixgen.runtime.models.llama import checkpoint_weight_shapes
+
+    config = ModelConfig.from_dict(TINY_CONFIG, TINY_GENERATION_CONFIG)
+    rng = np.random.default_rng(TINY_SEED)
+    weights = {}
+    for name, shape in checkpoint_weight_shapes(config).items():
+        if name.endswith("norm.weight"):
+            values = np.ones(shape, dtype=np.float32)
+        else:
+            values = rng.standard_normal(shape, dtype=np.float32) * np.float32(TINY_WEIGHT_STD)
+        weights[name] = torch.from_numpy(values).to(torch.bfloat16)
+    return weights
+
+
+def _is_current(folder: Path) -> bool:
+    version_file = folder / _VERSION_FILE
+    return version_file.is_file() and version_file.read_text().strip() == TINY_MODEL_VERSION

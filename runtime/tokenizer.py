@@ -1,0 +1,25 @@
+"""Loads a checkpoint's tokenizer from its local folder through transformers (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def load_tokenizer(path: str | Path):
+    """Returns the transformers tokenizer stored in the folder `path` (local files only).
+
+    `path` "tiny" resolves to the embedded default model (built on first use).
+
+    Raises:
+        FileNotFoundError: the folder does not exist or holds no tokenizer files.
+    """
+    from radixgen.runtime.tiny_model import resolve_model_path
+    from transformers import AutoTokenizer
+
+    folder = Path(resolve_model_path(str(path)))
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer path {str(path)!r} is not a folder")
+    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    if not any((folder / name).is_file() for name in tokenizer_files):
+        raise FileNotFoundError(f"tokenizer path {str(path)!r} has none of {list(tokenizer_files)}")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
