@@ -90,6 +90,12 @@ class SlotAllocator:
         self._released.append(flat)
         self._num_released += int(flat.numel())
 
+    def free_slot_indices(self) -> torch.Tensor:
+        """Every free slot, [available_size()] int64 (for integrity checks, not hot paths)."""
+        if self._released:
+            self._merge_released()
+        return self.free_slots
+
     def _merge_released(self) -> None:
         self.free_slots = torch.cat([self.free_slots, *self._released])
         self._released = []
