@@ -1,0 +1,135 @@
+"""`radixgen bench serving|offline|latency|hf`: argument parsing for the benchmark modes.
+
+Each mode's options are generated from its dataclass (`ServingArgs`, `DatasetArgs`,
+`LatencyArgs`, `HFBenchArgs`), and the model options of `offline` and `latency` from
+`ServerArgs`, so flags never drift from the code that uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from radixgen.runtime.bench.datasets import DatasetArgs
+from radixgen.runtime.bench.hf_peer import HFBenchArgs
+from radixgen.runtime.bench.latency import LatencyArgs
+from radixgen.runtime.bench.offline import OfflineArgs
+from radixgen.runtime.bench.serving import ServingArgs
+from radixgen.runtime.server_args import ServerArgs
+
+# Server options that make sense for an in-process benchmark run.
+_ENGINE_FIELDS = (
+    "model_path",
+    "tokenizer_path",
+    "dtype",
+    "load_format",
+    "device",
+    "context_length",
+    "seed",
+    "mem_fraction_static",
+    "max_total_tokens",
+    "max_running_requests",
+    "max_prefill_tokens",
+    "chunked_prefill_size",
+    "schedule_policy",
+    "disable_radix_cache",
+    "attention_backend",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+)
+
+
+def _add_dataclass_flags(parser, cls, only=None, skip=(), prefix_dest: str = "") -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if (only is not None and f.name not in only) or f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        dest = prefix_dest + f.name
+        origin = typing.get_origin(hint)
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if hint is bool:
+            parser.add_argument(flag, dest=dest, action="store_true", default=default)
+        elif origin is typing.Literal or (args and typing.get_origin(args[0]) is typing.Literal):
+            choices = typing.get_args(hint if origin is typing.Literal else args[0])
+            parser.add_argument(flag, dest=dest, choices=choices, default=default)
+        elif origin is tuple:
+            parser.add_argument(flag, dest=dest, type=int, nargs="+", default=list(default))
+        else:
+            base = args[0] if args else hint
+            convert = base if base in (int, float, str) else str
+            parser.add_argument(flag, dest=dest, type=convert, default=default)
+
+
+def _take(namespace, cls, prefix: str = ""):
+    values = {}
+    for f in dataclasses.fields(cls):
+        if hasattr(namespace, prefix + f.name):
+            value = getattr(namespace, prefix + f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
+
+
+def add_bench_parser(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks: serving, offline, latency, hf")
+    modes = bench.add_subparsers(dest="bench_mode", required=True)
+
+    serving = modes.add_parser("serving", help="load a running server (radixgen or OpenAI API)")
+    _add_dataclass_flags(serving, ServingArgs)
+    _add_dataclass_flags(serving, DatasetArgs, skip=("seed",), prefix_dest="dataset_")
+    serving.add_argument("--output-json", default=None)
+
+    offline = modes.add_parser("offline", help="the in-process Engine, all prompts at once")
+    _add_dataclass_flags(offline, ServerArgs, only=_ENGINE_FIELDS)
+    _add_dataclass_flags(offline, DatasetArgs, skip=("seed",), prefix_dest="dataset_")
+    _add_dataclass_flags(offline, OfflineArgs)
+    offline.add_argument("--output-json", default=None)
+
+    latency = modes.add_parser("latency", help="one static batch: prefill ms, decode ms/token")
+    _add_dataclass_flags(latency, ServerArgs, only=_ENGINE_FIELDS)
+    _add_dataclass_flags(latency, LatencyArgs, skip=("seed",))
+    latency.add_argument("--output-json", default=None)
+
+    hf = modes.add_parser("hf", help="the same workload through transformers' generate")
+    _add_dataclass_flags(hf, HFBenchArgs)
+    hf.add_argument("--output-json", default=None)
+
+
+def run_bench(namespace: argparse.Namespace) -> None:
+    mode = namespace.bench_mode
+    if mode == "serving":
+        from radixgen.runtime.bench.serving import main_serving
+
+        dataset = _take(namespace, DatasetArgs, prefix="dataset_")
+        serving = _take(namespace, ServingArgs)
+        main_serving(serving, dataclasses.replace(dataset, seed=serving.seed), namespace.output_json)
+    elif mode == "offline":
+        from radixgen.runtime.bench.offline import main_offline
+
+        server_args = _take(namespace, ServerArgs)
+        dataset = _take(namespace, DatasetArgs, prefix="dataset_")
+        main_offline(server_args, dataset, _take(namespace, OfflineArgs), namespace.output_json)
+    elif mode == "latency":
+        from radixgen.runtime.bench.latency import main_latency
+
+        main_latency(_take(namespace, ServerArgs), _take(namespace, LatencyArgs), namespace.output_json)
+    elif mode == "hf":
+        from radixgen.runtime.bench.hf_peer import main_hf
+
+        main_hf(_take(namespace, HFBenchArgs), namespace.output_json)
+    else:  # argparse's `required=True` makes this unreachable from the CLI
+        raise ValueError(f"unknown bench mode {mode!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m radixgen.runtime.bench.cli ...` (same as `radixgen bench ...`)."""
+    parser = argparse.ArgumentParser(prog="radixgen")
+    add_bench_parser(parser.add_subparsers(dest="command", required=True))
+    run_bench(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Synthetic benchmark workloads, built offline and deterministically from a seed.
+
+Each workload is a list of `BenchRequest`s: token ids (or text) plus the output length to
+force. Nothing is downloaded: prompts are random token ids, as in the usual serving
+benchmarks' `random` datasets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+DatasetName = Literal["random-ids", "generated-shared-prefix", "multi-turn", "json"]
+
+# Token ids below this are left out of random prompts: they are often special or control
+# tokens in real vocabularies (and byte tokens in byte-level BPE).
+_FIRST_ORDINARY_ID = 300
+
+
+@dataclass
+class BenchRequest:
+    input_ids: list[int] | None  # the prompt as ids (None for text prompts)
+    output_len: int  # tokens to generate (ignore_eos forces exactly this many)
+    text: str | None = None
+    json_schema: dict | None = None
+    # multi-turn: conversation index and turn; later turns are built from earlier answers.
+    conversation: int | None = None
+    turn: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids) if self.input_ids is not None else 0
+
+
+@dataclass(frozen=True)
+class DatasetArgs:
+    """Every knob of every workload; defaults follow the common serving benchmarks."""
+
+    dataset: DatasetName = "random-ids"
+    num_prompts: int = 1000
+    vocab_size: int = 32000
+    seed: int = 0
+    # random-ids
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 1.0  # lengths drawn uniformly from [ratio * len, len]
+    # generated-shared-prefix
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+    # multi-turn
+    num_conversations: int = 32
+    num_turns: int = 4
+    turn_input_len: int = 128
+    turn_output_len: int = 64
+    # json
+    json_output_len: int = 128
+
+    def __post_init__(self):
+        if not 0.0 < self.random_range_ratio <= 1.0:
+            raise ValueError(f"random_range_ratio must be in (0, 1], got {self.random_range_ratio}")
+        if self.vocab_size <= _FIRST_ORDINARY_ID:
+            raise ValueError(f"vocab_size must be > {_FIRST_ORDINARY_ID}, got {self.vocab_size}")
+
+
+def _lengths(rng: np.random.Generator, length: int, ratio: float, count: int) -> np.ndarray:
+    low = max(1, int(length * ratio))
+    return rng.integers(low, length + 1, size=count)
+
+
+def _ids(rng: np.random.Generator, vocab_size: int, count: int) -> list[int]:
+    return rng.integers(_FIRST_ORDINARY_ID, vocab_size, size=count).tolist()
+
+
+def random_ids(args: DatasetArgs) -> list[BenchRequest]:
+    rng = np.random.default_rng(args.seed)
+    in_lens = _lengths(rng, args.random_input_len, args.random_range_ratio, args.num_prompts)
+    out_lens = _lengths(rng, args.random_output_len, args.random_range_ratio, args.num_prompts)
+    return [
+        BenchRequest(input_ids=_ids(rng, args.vocab_size, int(n_in)), output_len=int(n_out))
+        for n_in, n_out in zip(in_lens, out_lens)
+    ]
+
+
+def generated_shared_prefix(args: DatasetArgs) -> list[BenchRequest]:
+    """`num_groups` system prompts, each shared by `prompts_per_group` questions.
+
+    Requests are shuffled so that a cache-unaware scheduler sees groups interleaved.
+    """
+    rng = np.random.default_rng(args.seed)
+    requests = []
+    for _group in range(args.gsp_num_groups):
+        system = _ids(rng, args.vocab_size, args.gsp_system_prompt_len)
+        for _ in range(args.gsp_prompts_per_group):
+            question = _ids(rng, args.vocab_size, args.gsp_question_len)
+            requests.append(BenchRequest(input_ids=system + question, output_len=args.gsp_output_len))
+    order = rng.permutation(len(requests))
+    return [requests[i] for i in order]
+
+
+def multi_turn(args: DatasetArgs) -> list[BenchRequest]:
+    """Turn t of a conversation = all earlier prompts and answers + a new user message.
+
+    Only each turn's *new* user message is stored here; the client prepends the history
+    (with the answers the server really gave) when it sends the turn.
+    """
+    rng = np.random.default_rng(args.seed)
+    return [
+        BenchRequest(
+            input_ids=_ids(rng, args.vocab_size, args.turn_input_len),
+            output_len=args.turn_output_len,
+            conversation=conversation,
+            turn=turn,
+        )
+        for conversation in range(args.num_conversations)
+        for turn in range(args.num_turns)
+    ]
+
+
+JSON_BENCH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 32},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 4},
+        "active": {"type": "boolean"},
+    },
+    "required": ["name", "age", "active"],
+    "additionalProperties": False,
+}
+
+
+def json_workload(args: DatasetArgs) -> list[BenchRequest]:
+    rng = np.random.default_rng(args.seed)
+    subjects = ["customer", "employee", "student", "patient", "author", "driver"]
+    return [
+        BenchRequest(
+            input_ids=None,
+            text=(
+                f"Describe a fictional {subjects[i % len(subjects)]} number "
+                f"{int(rng.integers(1, 10_000))} as a JSON object: "
+            ),
+            output_len=args.json_output_len,
+            json_schema=JSON_BENCH_SCHEMA,
+        )
+        for i in range(args.num_prompts)
+    ]
+
+
+def build_dataset(args: DatasetArgs) -> list[BenchRequest]:
+    builders = {
+        "random-ids": random_ids,
+        "generated-shared-prefix": generated_shared_prefix,
+        "multi-turn": multi_turn,
+        "json": json_workload,
+    }
+    if args.dataset not in builders:
+        raise ValueError(f"dataset must be one of {sorted(builders)}, got {args.dataset!r}")
+    return builders[args.dataset](args)
+
+
+def describe(requests: list[BenchRequest]) -> str:
+    in_lens = [r.prompt_len for r in requests]
+    out_lens = [r.output_len for r in requests]
+    return json.dumps(
+        {
+            "requests": len(requests),
+            "input_tokens": int(sum(in_lens)),
+            "output_tokens": int(sum(out_lens)),
+        }
+    )
