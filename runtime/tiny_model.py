@@ -38,7 +38,7 @@ TINY_CONFIG = {
     "hidden_act": "silu",
     "attention_bias": False,
     "mlp_bias": False,
-    "tie_word_embeddings": True,
+    "tie_word_embeddings": False,
     "initializer_range": TINY_WEIGHT_STD,
     "bos_token_id": 0,
     "eos_token_id": 2,

@@ -1,0 +1,37 @@
+"""Shared fixtures. The suite builds the `tiny` model once, into a temporary cache.
+
+Unless RADIXGEN_CACHE is already set, the session points it at a temporary folder (inherited by
+any subprocess a test starts), so tests never touch ~/.cache and always use a fresh build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_SESSION_CACHE_KEY = "_radixgen_session_cache"
+
+
+def pytest_configure(config):
+    if not os.environ.get("RADIXGEN_CACHE"):
+        cache = tempfile.mkdtemp(prefix="radixgen-test-cache-")
+        os.environ["RADIXGEN_CACHE"] = cache
+        setattr(config, _SESSION_CACHE_KEY, cache)
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, _SESSION_CACHE_KEY, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop("RADIXGEN_CACHE", None)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> str:
+    """The local folder of the `tiny` checkpoint (built on first use in the session cache)."""
+    from radixgen.runtime.tiny_model import resolve_model_path
+
+    return resolve_model_path("tiny")
