@@ -35,3 +35,15 @@ def tiny_model_path() -> str:
     from radixgen.runtime.tiny_model import resolve_model_path
 
     return resolve_model_path("tiny")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.gpu` tests need CUDA: skipped on CPU machines (CI), run on the H200."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run on the H200)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
