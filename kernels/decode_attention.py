@@ -19,6 +19,8 @@ on the device. Splitting fills the GPU when batch * num_kv_heads is small and co
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -45,7 +47,7 @@ def _decode_split_kernel(
     stride_vb_slot,
     stride_vb_head,
     stride_req_row,
-    NUM_KV_SPLITS: tl.constexpr,
+    num_kv_splits,  # runtime: tuning it does not recompile
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -58,7 +60,7 @@ def _decode_split_kernel(
 
     seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
     row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
-    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_KV_SPLITS), BLOCK_N) * BLOCK_N
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N
     split_start = split * split_len
     split_end = tl.minimum(split_start + split_len, seq_len)
 
@@ -114,12 +116,12 @@ def _decode_split_kernel(
         out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     tl.store(
         partial_out_ptr
-        + (partial_row[:, None] * NUM_KV_SPLITS + split) * HEAD_DIM
+        + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
         + offs_d[None, :],
         out,
         mask=mask_h[:, None] & mask_d[None, :],
     )
-    tl.store(partial_lse_ptr + partial_row * NUM_KV_SPLITS + split, lse, mask=mask_h)
+    tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
 
 
 @triton.jit
@@ -161,6 +163,12 @@ def _decode_merge_kernel(
     )
 
 
+@functools.cache
+def _multiprocessor_count(device_index: int | None) -> int:
+    # Cached: querying the properties costs microseconds on every decode step otherwise.
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
     """Splits so that stage 1 has about four programs per SM; a power of two, 1..MAX_KV_SPLITS.
 
@@ -169,7 +177,7 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     """
     if device.type != "cuda":
         return 4
-    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    num_sms = _multiprocessor_count(device.index)
     wanted = triton.cdiv(4 * num_sms, max(1, batch * num_kv_heads))
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
@@ -292,7 +300,7 @@ def decode_attention(
         v_buffer.stride(0),
         v_buffer.stride(1),
         req_to_token.stride(0),
-        NUM_KV_SPLITS=num_kv_splits,
+        num_kv_splits,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -1,0 +1,188 @@
+"""Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
+
+    python -m radixgen.kernels.benchmark [--quick] [--sweep]
+
+Prints one table per kernel:
+- copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
+- decode: achieved bandwidth of decode_attention (bytes of K/V read / time), Llama-3.1-8B heads
+  (32 query, 8 KV, head_dim 128), batch x context grid, history in contiguous slots (and one
+  shuffled-slot row: a fragmented pool);
+- extend: TFLOP/s of extend_attention for one causal prefill (prefix 0) of 1k..8k tokens, and one
+  4k-prefix + 4k-extend case; torch SDPA (flash) beside it for scale;
+- vocab mask: apply_token_bitmask_ on 64 rows x 128256 tokens against the torch reference.
+Times are medians of triton.testing.do_bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+import triton
+from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
+from radixgen.kernels.extend_attention import extend_attention
+from radixgen.kernels.vocab_mask import apply_token_bitmask_, apply_token_bitmask_ref_
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128  # Llama-3.1-8B
+DTYPE = torch.bfloat16
+
+
+def median_ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def bench_copy() -> float:
+    src = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / ms / 1e9  # TB/s
+
+
+def decode_case(batch: int, context: int, shuffled: bool):
+    num_slots = batch * context + 1
+    k_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
+    v_buffer = torch.randn_like(k_buffer)
+    slots = torch.arange(1, num_slots, device="cuda", dtype=torch.int32)
+    if shuffled:
+        slots = slots[torch.randperm(num_slots - 1, device="cuda")]
+    req_to_token = slots.view(batch, context).contiguous()
+    return dict(
+        q=torch.randn(batch, NUM_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        req_to_token=req_to_token,
+        req_pool_indices=torch.arange(batch, device="cuda"),
+        seq_lens=torch.full((batch,), context, device="cuda"),
+        scaling=HEAD_DIM**-0.5,
+    )
+
+
+def bench_decode(batch: int, context: int, shuffled: bool = False, **tuning) -> tuple[float, float]:
+    args = decode_case(batch, context, shuffled)
+    ms = median_ms(lambda: decode_attention(**args, **tuning))
+    kv_bytes = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * DTYPE.itemsize
+    return ms * 1e3, kv_bytes / ms / 1e9  # us, TB/s
+
+
+def extend_case(prefix_len: int, extend_len: int):
+    num_slots = prefix_len + 1
+    k_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
+    req_to_token = torch.arange(1, num_slots + extend_len, device="cuda", dtype=torch.int32)[None]
+
+    def randn(heads):
+        return torch.randn(extend_len, heads, HEAD_DIM, device="cuda", dtype=DTYPE)
+
+    return dict(
+        q=randn(NUM_HEADS),
+        k_new=randn(NUM_KV_HEADS),
+        v_new=randn(NUM_KV_HEADS),
+        k_buffer=k_buffer,
+        v_buffer=torch.randn_like(k_buffer),
+        req_to_token=req_to_token,
+        req_pool_indices=torch.zeros(1, device="cuda", dtype=torch.int64),
+        prefix_lens=torch.tensor([prefix_len], device="cuda"),
+        extend_lens=torch.tensor([extend_len], device="cuda"),
+        extend_start_loc=torch.zeros(1, device="cuda", dtype=torch.int64),
+        max_extend_len=extend_len,
+        scaling=HEAD_DIM**-0.5,
+    )
+
+
+def extend_flops(prefix_len: int, extend_len: int) -> float:
+    # Two matmuls (QK^T, PV), 2 flops per multiply-add, over the visible (causal) pairs.
+    pairs = extend_len * prefix_len + extend_len * (extend_len + 1) / 2
+    return 4 * pairs * NUM_HEADS * HEAD_DIM
+
+
+def bench_extend(prefix_len: int, extend_len: int, **tuning) -> tuple[float, float]:
+    args = extend_case(prefix_len, extend_len)
+    ms = median_ms(lambda: extend_attention(**args, **tuning))
+    return ms * 1e3, extend_flops(prefix_len, extend_len) / ms / 1e9  # us, TFLOP/s
+
+
+def bench_sdpa(extend_len: int) -> float:
+    q = torch.randn(1, NUM_HEADS, extend_len, HEAD_DIM, device="cuda", dtype=DTYPE)
+    k = torch.randn(1, NUM_KV_HEADS, extend_len, HEAD_DIM, device="cuda", dtype=DTYPE)
+    v = torch.randn_like(k)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ms = median_ms(lambda: sdpa(q, k, v, is_causal=True, enable_gqa=True))
+    return extend_flops(0, extend_len) / ms / 1e9
+
+
+def bench_vocab_mask(batch: int = 64, vocab: int = 128256) -> tuple[float, float]:
+    logits = torch.randn(batch, vocab, device="cuda", dtype=torch.float32)
+    words = math.ceil(vocab / 32)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (batch, words), device="cuda", dtype=torch.int32)
+    rows = torch.arange(batch, device="cuda")
+    triton_ms = median_ms(lambda: apply_token_bitmask_(logits, bitmask, rows))
+    ref_ms = median_ms(lambda: apply_token_bitmask_ref_(logits, bitmask, rows))
+    return triton_ms * 1e3, ref_ms * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes")
+    parser.add_argument("--sweep", action="store_true", help="also sweep tuning parameters")
+    args = parser.parse_args()
+    device = torch.cuda.get_device_name()
+    print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
+    copy_tbs = bench_copy()
+    print(f"copy bandwidth: {copy_tbs:.2f} TB/s (read + write)")
+
+    print("\n## decode attention (32 q / 8 kv heads, d=128, bf16): us, TB/s of K/V read")
+    batches = (1, 16, 64, 256) if not args.quick else (1, 64)
+    contexts = (1024, 4096, 16384) if not args.quick else (4096,)
+    print("batch | context | splits | us | TB/s | % of 4.3 TB/s")
+    for batch in batches:
+        for context in contexts:
+            splits = default_num_kv_splits(batch, NUM_KV_HEADS, torch.device("cuda"))
+            us, tbs = bench_decode(batch, context)
+            print(f"{batch} | {context} | {splits} | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}%")
+    us, tbs = bench_decode(64, 4096, shuffled=True)
+    print(f"64 | 4096 shuffled slots | - | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}%")
+
+    if args.sweep:
+        print("\n### decode sweep: block_n, warps, stages, splits")
+        for batch, context in ((64, 4096), (1, 16384)):
+            for block_n, num_warps, num_stages, splits in (
+                (32, 4, 2, None), (64, 4, 2, None), (64, 8, 3, None), (128, 4, 3, None),
+                (128, 8, 3, None), (64, 4, 3, 1), (64, 4, 3, 2), (64, 4, 3, 8), (64, 4, 3, 16),
+            ):  # fmt: skip
+                us, tbs = bench_decode(
+                    batch, context, block_n=block_n, num_warps=num_warps,
+                    num_stages=num_stages, num_kv_splits=splits,
+                )  # fmt: skip
+                print(f"{batch}x{context} n{block_n} w{num_warps} s{num_stages} "
+                      f"splits {splits}: {us:.1f} us {tbs:.2f} TB/s")  # fmt: skip
+
+    print("\n## extend attention (causal prefill, batch 1, 32/8 heads, d=128, bf16)")
+    print("prefix | extend | us | TFLOP/s | SDPA TFLOP/s")
+    for extend_len in (1024, 2048, 4096, 8192) if not args.quick else (8192,):
+        us, tflops = bench_extend(0, extend_len)
+        print(f"0 | {extend_len} | {us:.1f} | {tflops:.0f} | {bench_sdpa(extend_len):.0f}")
+    us, tflops = bench_extend(4096, 4096)
+    print(f"4096 | 4096 | {us:.1f} | {tflops:.0f} | -")
+
+    if args.sweep:
+        print("\n### extend sweep at 8192 causal: block_m, block_n, warps, stages")
+        for block_m, block_n, num_warps, num_stages in (
+            (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2),
+            (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 4, 3), (128, 64, 8, 4),
+        ):  # fmt: skip
+            try:
+                us, tflops = bench_extend(
+                    0, 8192, block_m=block_m, block_n=block_n, num_warps=num_warps,
+                    num_stages=num_stages,
+                )  # fmt: skip
+                print(f"m{block_m} n{block_n} w{num_warps} s{num_stages}: {tflops:.0f} TFLOP/s")
+            except Exception as error:  # out of shared memory for a config: report, go on
+                print(f"m{block_m} n{block_n} w{num_warps} s{num_stages}: failed {error!r:.80}")
+
+    triton_us, ref_us = bench_vocab_mask()
+    print("\n## vocab mask (64 rows x 128256, fp32 logits)")
+    print(f"triton {triton_us:.1f} us | torch reference {ref_us:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
