@@ -60,6 +60,12 @@ def generate(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if not prompts or any(len(prompt) == 0 for prompt in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token lists")
+    longest = max(len(prompt) for prompt in prompts) + max_new_tokens
+    if longest > runner.context_length:
+        raise ValueError(
+            f"prompt + max_new_tokens ({longest} tokens) exceeds the context length "
+            f"{runner.context_length}"
+        )
     stop_ids = set(runner.eos_token_ids if stop_token_ids is None else stop_token_ids)
     generator = torch.Generator(device=runner.device).manual_seed(seed)
 

@@ -1,0 +1,143 @@
+"""ModelRunner set-up, the ForwardBatch builder, and the minimal generation loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from radixgen.runtime.attention.torch_backend import TorchAttentionBackend
+from radixgen.runtime.forward_batch import ForwardMode
+from radixgen.runtime.model_runner import ModelRunner, resolve_device, resolve_dtype
+from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.simple_generate import generate
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_model_path) -> ModelRunner:
+    return ModelRunner(ServerArgs(model_path=tiny_model_path, device="cpu", max_total_tokens=600))
+
+
+def test_runner_setup(runner):
+    assert runner.device == torch.device("cpu") and runner.dtype == torch.float32
+    assert runner.attn_backend_name == "torch"
+    assert isinstance(runner.attn_backend, TorchAttentionBackend)
+    assert runner.max_total_num_tokens == 600
+    assert runner.slot_allocator.available_size() == 600
+    assert runner.token_to_kv_pool.k_buffers[0].shape == (601, 4, 32)
+    assert runner.req_to_token_pool.req_to_token.shape == (runner.max_running_requests, 4096)
+    assert runner.context_length == 4096 and runner.vocab_size == 32000
+    assert runner.eos_token_ids == (2, 0)
+
+
+def test_default_sizes_and_overrides(tiny_model_path):
+    default = ModelRunner(ServerArgs(model_path=tiny_model_path, device="cpu"))
+    assert default.max_total_num_tokens == 4 * 4096  # a few contexts on CPU
+    assert default.max_running_requests == (4 * 4096 + 1) // 64
+    small = ModelRunner(
+        ServerArgs(
+            model_path=tiny_model_path,
+            device="cpu",
+            context_length=256,
+            max_total_tokens=100,
+            max_running_requests=3,
+        )
+    )
+    assert small.req_to_token_pool.req_to_token.shape == (3, 256)
+
+
+def test_device_and_dtype_resolution():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu:what")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+        assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_builder_fills_positions_and_req_to_token(runner):
+    rows = runner.req_to_token_pool.alloc(2)
+    slots = runner.slot_allocator.alloc(7)
+    # Request 0: 3 cached tokens + 4 new; request 1: no prefix, 3 new.
+    runner.req_to_token_pool.req_to_token[rows[0], :3] = torch.tensor([9, 8, 7])
+    batch = runner.build_forward_batch(
+        mode=ForwardMode.EXTEND,
+        input_ids=[[1, 2, 3, 4], [5, 6, 7]],
+        req_pool_indices=rows,
+        prefix_lens=[3, 0],
+        out_cache_loc=slots,
+    )
+    assert batch.positions.tolist() == [3, 4, 5, 6, 0, 1, 2]
+    assert batch.seq_lens.tolist() == [7, 3] and batch.seq_lens_cpu == [7, 3]
+    assert batch.extend_lens_cpu == [4, 3] and batch.prefix_lens_cpu == [3, 0]
+    assert batch.last_token_indices.tolist() == [3, 6]
+    table = runner.req_to_token_pool.req_to_token
+    assert table[rows[0], :7].tolist() == [9, 8, 7, *slots[:4].tolist()]
+    assert table[rows[1], :3].tolist() == slots[4:].tolist()
+    runner.slot_allocator.free(slots)
+    runner.req_to_token_pool.free(rows)
+
+
+def test_builder_rejects_bad_batches(runner):
+    common = dict(req_pool_indices=[0], prefix_lens=[0], out_cache_loc=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="exactly one new token"):
+        runner.build_forward_batch(mode=ForwardMode.DECODE, input_ids=[[1, 2]], **common)
+    with pytest.raises(ValueError, match="out_cache_loc"):
+        runner.build_forward_batch(mode=ForwardMode.EXTEND, input_ids=[[1, 2, 3]], **common)
+    with pytest.raises(ValueError, match="at least one new token"):
+        runner.build_forward_batch(
+            mode=ForwardMode.EXTEND,
+            input_ids=[[]],
+            req_pool_indices=[0],
+            prefix_lens=[0],
+            out_cache_loc=torch.tensor([], dtype=torch.int64),
+        )
+    with pytest.raises(ValueError, match="one entry per request"):
+        runner.build_forward_batch(
+            mode=ForwardMode.EXTEND,
+            input_ids=[[1], [2]],
+            **common,
+        )
+    with pytest.raises(ValueError, match="context length"):
+        runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=[[1]],
+            req_pool_indices=[0],
+            prefix_lens=[4096],
+            out_cache_loc=torch.tensor([1]),
+        )
+    with pytest.raises(ValueError, match="req_pool_indices"):
+        runner.build_forward_batch(
+            mode=ForwardMode.EXTEND, input_ids=[[1, 2]], **dict(common, req_pool_indices=[10**6])
+        )
+    with pytest.raises(TypeError, match="ForwardMode"):
+        runner.build_forward_batch(mode="extend", input_ids=[[1, 2]], **common)
+
+
+def test_batched_generation_equals_one_by_one(runner):
+    prompts = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33]]
+    together = generate(runner, prompts, max_new_tokens=6, stop_token_ids=[])
+    alone = [generate(runner, [p], max_new_tokens=6, stop_token_ids=[])[0] for p in prompts]
+    assert together == alone
+    # Everything given back: slots and rows.
+    assert runner.slot_allocator.available_size() == runner.max_total_num_tokens
+    assert runner.req_to_token_pool.available_size() == runner.max_running_requests
+
+
+def test_stop_tokens_and_sampling(runner):
+    prompt = [[40, 41, 42]]
+    greedy = generate(runner, prompt, max_new_tokens=5, stop_token_ids=[])[0]
+    stopped = generate(runner, prompt, max_new_tokens=5, stop_token_ids=[greedy[1]])[0]
+    assert stopped == greedy[: greedy.index(greedy[1]) + 1]
+    sampled = generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=3)
+    assert sampled == generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=3)
+    assert sampled != generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=4)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(runner, prompt, temperature=-1.0)
+    with pytest.raises(ValueError, match="KV slots"):
+        generate(runner, prompt, max_new_tokens=1000)
+    with pytest.raises(ValueError, match="context length"):
+        generate(runner, prompt, max_new_tokens=5000)
+    assert runner.req_to_token_pool.available_size() == runner.max_running_requests

@@ -1,0 +1,111 @@
+"""The embedded `tiny` model: deterministic build, real-checkpoint layout, same load path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from radixgen.runtime.model_config import ModelConfig
+from radixgen.runtime.model_runner import ModelRunner
+from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.simple_generate import generate
+from radixgen.runtime.tiny_model import ensure_tiny_model, resolve_model_path
+from radixgen.runtime.tokenizer import load_tokenizer
+
+CHECKPOINT_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
+
+
+def test_two_builds_are_byte_identical(tmp_path):
+    first = ensure_tiny_model(tmp_path / "a")
+    second = ensure_tiny_model(tmp_path / "b")
+    names = {p.name for p in first.iterdir()}
+    assert CHECKPOINT_FILES <= names
+    assert names == {p.name for p in second.iterdir()}
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    # No staging folders left behind.
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["tiny"]
+
+
+def test_cached_build_is_reused_and_stale_build_replaced(tmp_path):
+    folder = ensure_tiny_model(tmp_path)
+    weights = folder / "model.safetensors"
+    mtime = weights.stat().st_mtime_ns
+    assert ensure_tiny_model(tmp_path) == folder
+    assert weights.stat().st_mtime_ns == mtime
+    (folder / "radixgen_tiny_version").write_text("0\n")
+    (folder / "leftover.txt").write_text("from an older recipe")
+    rebuilt = ensure_tiny_model(tmp_path)
+    assert not (rebuilt / "leftover.txt").exists()
+    assert CHECKPOINT_FILES <= {p.name for p in rebuilt.iterdir()}
+
+
+def test_resolve_model_path_uses_radixgen_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
+    assert resolve_model_path("tiny") == str(tmp_path / "tiny")
+    assert resolve_model_path("/some/hf/folder") == "/some/hf/folder"
+
+
+def test_config_matches_the_spec(tiny_model_path):
+    config = ModelConfig.from_folder(tiny_model_path)
+    assert config.architecture == "LlamaForCausalLM"
+    assert (config.hidden_size, config.num_layers, config.num_heads, config.num_kv_heads) == (
+        256,
+        4,
+        8,
+        4,
+    )
+    assert config.vocab_size == 32000 and config.context_length == 4096
+    raw = json.loads((Path(tiny_model_path) / "config.json").read_text())
+    assert raw["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_tokenizer_and_chat_template(tiny_model_path):
+    tokenizer = load_tokenizer(tiny_model_path)
+    assert len(tokenizer) == 32000
+    text = "def greet(name):\n    return f'hello {name}'  # ünïcode"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert len(ids) < len(text) / 2  # BPE trained on Python merges this code well
+    assert tokenizer.eos_token == "<|im_end|>"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert prompt == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    special = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    assert tokenizer(prompt, add_special_tokens=False)["input_ids"][0] == special[1]
+    config = ModelConfig.from_folder(tiny_model_path)
+    assert set(config.eos_token_ids) == {special[2], special[0]}
+
+
+def test_tiny_loads_through_the_runner_and_generates(tiny_model_path):
+    runner = ModelRunner(ServerArgs(model_path="tiny", device="cpu", max_total_tokens=512))
+    assert runner.model_path == tiny_model_path
+    tokenizer = load_tokenizer("tiny")
+    prompt = tokenizer("import os\nprint(", add_special_tokens=False)["input_ids"]
+    first = generate(runner, [prompt], max_new_tokens=8, stop_token_ids=[])
+    second = generate(runner, [prompt], max_new_tokens=8, stop_token_ids=[])
+    assert first == second and len(first[0]) == 8
+    assert all(0 <= token < 32000 for token in first[0])
+    # Random weights, but not a constant map: different prompts get different continuations.
+    other = generate(runner, [prompt[:-1]], max_new_tokens=8, stop_token_ids=[])
+    assert other != first
+
+
+def test_tokenizer_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        load_tokenizer(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        load_tokenizer(tmp_path)
