@@ -1,0 +1,126 @@
+"""Incremental detokenization that never emits a broken character, with stop strings trimmed.
+
+Byte-level BPE splits multi-byte UTF-8 characters across tokens; decoding a prefix of such a
+split yields U+FFFD. We decode a short window of recent tokens and hold back any text that
+ends in U+FFFD until the following tokens complete it. Text that could be the start of a
+stop string is also held back, so streamed text is never retracted when the stop string
+completes; once a stop string appears, the text is cut right before it.
+
+Used by the Engine (per request), the server's detokenizer process, and the scheduler (to
+detect stop strings that span token boundaries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REPLACEMENT_CHAR = "\ufffd"
+# Prompt tokens decoded ahead of the output, so tokenizers that drop a leading space when a
+# sequence starts (SentencePiece) decode the first output token as in context.
+PROMPT_CONTEXT_TOKENS = 4
+
+
+def find_stop(text: str, stop_strings: list[str], start: int = 0) -> tuple[int, str] | None:
+    """Earliest (position, stop string) with position >= start, or None."""
+    best = None
+    for stop in stop_strings:
+        position = text.find(stop, start)
+        if position != -1 and (best is None or position < best[0]):
+            best = (position, stop)
+    return best
+
+
+def partial_stop_suffix_len(text: str, stop_strings: list[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    longest = 0
+    for stop in stop_strings:
+        for length in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:length]):
+                longest = length
+                break
+    return longest
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of output token ids into text deltas.
+
+    Args:
+        tokenizer: a HF tokenizer (anything with `decode(ids, skip_special_tokens=...)`).
+        prompt_ids: the prompt, for decoding context (only its last few tokens are used).
+        skip_special_tokens: drop special tokens from the text.
+        stop_strings: generation text ends right before the first of these.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_ids: list[int] | None = None,
+        *,
+        skip_special_tokens: bool = True,
+        stop_strings: list[str] | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.stop_strings = list(stop_strings or [])
+        context = list(prompt_ids or [])[-PROMPT_CONTEXT_TOKENS:]
+        self.ids: list[int] = context
+        # ids[prefix_offset:read_offset] is the window already turned into text; decoding
+        # from prefix_offset keeps word-boundary spaces right.
+        self.prefix_offset = 0
+        self.read_offset = len(context)
+        self.decoded_text = ""  # all output text decoded so far (stop strings not trimmed)
+        self.emitted_len = 0  # how much of the output text was handed out
+        self.stopped_at: int | None = None  # text position of the matched stop string
+        self.matched_stop: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The output text handed out so far."""
+        return self.decoded_text[: self.emitted_len]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def add_tokens(self, new_ids: list[int], finished: bool = False) -> str:
+        """Appends output tokens; returns the text newly safe to emit.
+
+        When `finished`, everything left is flushed (a dangling partial character included).
+        After a stop string has matched, further tokens add no text.
+        """
+        if self.stopped_at is None:
+            self.ids.extend(new_ids)
+            self._decode_new_text(flush=finished)
+            stop_search_start = max(0, self.emitted_len - self._max_stop_len())
+            match = find_stop(self.decoded_text, self.stop_strings, stop_search_start)
+            if match is not None:
+                self.stopped_at, self.matched_stop = match
+        return self._emit(finished)
+
+    def _decode_new_text(self, flush: bool) -> None:
+        prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        window_text = self._decode(self.ids[self.prefix_offset :])
+        if len(window_text) <= len(prefix_text) and not flush:
+            return
+        if window_text.endswith(REPLACEMENT_CHAR) and not flush:
+            # A multi-byte character is still incomplete: wait for its remaining bytes.
+            return
+        self.decoded_text += window_text[len(prefix_text) :]
+        self.prefix_offset = self.read_offset
+        self.read_offset = len(self.ids)
+
+    def _emit(self, finished: bool) -> str:
+        if self.stopped_at is not None:
+            safe_len = self.stopped_at
+        elif finished:
+            safe_len = len(self.decoded_text)
+        else:
+            held = partial_stop_suffix_len(self.decoded_text, self.stop_strings)
+            safe_len = len(self.decoded_text) - held
+        if safe_len <= self.emitted_len:
+            return ""
+        delta = self.decoded_text[self.emitted_len : safe_len]
+        self.emitted_len = safe_len
+        return delta
+
+    def _max_stop_len(self) -> int:
+        return max((len(s) for s in self.stop_strings), default=0)

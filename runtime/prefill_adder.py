@@ -1,0 +1,88 @@
+"""`PrefillAdder`: admits waiting requests into one extend batch under the token budgets.
+
+Budgets, per extend batch:
+- KV: new tokens plus decode headroom must fit in the obtainable slots (free + evictable).
+  Every running or admitted request reserves `ceil(remaining_new_tokens * new_token_ratio)`
+  slots for its future decode steps; the ratio is an over-commit, corrected by retraction.
+- `max_prefill_tokens`: new tokens computed by one extend forward.
+- `chunked_prefill_size`: a prompt longer than what is left of the chunk budget is cut;
+  the rest follows in later extend batches (one chunked request at a time).
+- request rows of `req_to_token`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+from radixgen.runtime.kv_cache_manager import KVCacheManager
+from radixgen.runtime.req import Req
+
+
+class AddResult(enum.Enum):
+    ADDED = "added"  # keep offering requests
+    BUDGET_FULL = "budget_full"  # stop: no room for this one (or the chunk budget is used up)
+
+
+def decode_headroom(req: Req, new_token_ratio: float) -> int:
+    """Slots reserved for req's future decode steps."""
+    return math.ceil(max(req.remaining_new_tokens, 0) * new_token_ratio)
+
+
+class PrefillAdder:
+    def __init__(
+        self,
+        kv: KVCacheManager,
+        *,
+        running_reqs: list[Req],
+        new_token_ratio: float,
+        max_prefill_tokens: int,
+        chunked_prefill_size: int | None,
+    ):
+        self.kv = kv
+        self.new_token_ratio = new_token_ratio
+        self.rem_input_tokens = max_prefill_tokens
+        self.rem_chunk_tokens = chunked_prefill_size  # None: no chunking
+        self.reserved_tokens = sum(decode_headroom(r, new_token_ratio) for r in running_reqs)
+        self.planned_tokens = 0  # slots the admitted requests will allocate for this batch
+        self.admitted: list[Req] = []
+        self.chunked_req: Req | None = None  # the admitted request whose prefill continues
+
+    def _remaining_total(self) -> int:
+        return self.kv.available_size() - self.planned_tokens - self.reserved_tokens
+
+    def add(self, req: Req) -> AddResult:
+        """Offers `req` (waiting, or the chunked request continuing its prefill)."""
+        is_new = req.req_pool_idx is None
+        if is_new and not self.kv.admit(req):
+            return AddResult.BUDGET_FULL  # no request row free
+        extend_len = len(req.fill_ids) - req.kv_committed_len
+        budget = self.rem_input_tokens
+        if self.rem_chunk_tokens is not None:
+            budget = min(budget, self.rem_chunk_tokens)
+        if extend_len > budget:
+            if self.rem_chunk_tokens is not None and budget > 0:
+                extend_len = budget  # chunk it
+            elif self.admitted or budget <= 0:
+                return self._reject(req, is_new)
+            # else: the first request of the batch always goes, however long.
+        headroom = decode_headroom(req, self.new_token_ratio)
+        if extend_len + headroom > self._remaining_total():
+            return self._reject(req, is_new)
+        req.extend_input_len = extend_len
+        req.is_chunked = req.kv_committed_len + extend_len < len(req.fill_ids)
+        self.planned_tokens += extend_len
+        self.reserved_tokens += headroom
+        self.rem_input_tokens -= extend_len
+        if self.rem_chunk_tokens is not None:
+            self.rem_chunk_tokens -= extend_len
+        self.admitted.append(req)
+        if req.is_chunked:
+            self.chunked_req = req
+            return AddResult.BUDGET_FULL
+        return AddResult.ADDED
+
+    def _reject(self, req: Req, is_new: bool) -> AddResult:
+        if is_new:
+            self.kv.release(req)  # unlock the prefix it matched and free its row
+        return AddResult.BUDGET_FULL

@@ -1,0 +1,107 @@
+"""`Req`: one sequence being generated (one of a request's `n` samples) and its KV state."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from radixgen.runtime.detokenizer import IncrementalDetokenizer
+from radixgen.runtime.io_struct import TokenLogprob
+from radixgen.runtime.sampling_params import SamplingParams
+
+
+@dataclass
+class Req:
+    """A sequence in the scheduler.
+
+    KV invariant: positions `[0, kv_committed_len)` of `fill_ids` have their KV slots in
+    row `req_pool_idx` of `req_to_token`; the first `len(prefix_indices)` of them belong to
+    the radix cache (locked through `last_node`), the rest to this request.
+    """
+
+    rid: str
+    index: int  # which of the request's n samples
+    origin_input_ids: list[int]
+    sampling_params: SamplingParams
+    sampling_seed: int  # seed of the counter-based sampler (seed + index, or drawn)
+    eos_token_ids: frozenset[int]
+    return_logprob: bool = False
+    logprob_start_len: int | None = None
+    top_logprobs_num: int = 0
+    arrival_time_s: float = field(default_factory=time.monotonic)
+
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: dict[str, Any] | None = None
+    error: str | None = None
+
+    # KV state (None / 0 while waiting).
+    req_pool_idx: int | None = None
+    prefix_indices: torch.Tensor | None = None  # [prefix_len] int64 slots owned by the cache
+    last_node: Any = None  # radix node locked on behalf of this request
+    kv_committed_len: int = 0
+    # Tokens whose KV this request's next extend forward computes (a chunk of fill_ids).
+    extend_input_len: int = 0
+    is_chunked: bool = False  # its prefill is not complete yet
+
+    # Accounting.
+    cached_tokens: int = 0  # prefix reused at first admission (what the user sees)
+    admitted_once: bool = False
+    num_retractions: int = 0
+    num_sent_tokens: int = 0  # output tokens already reported
+    stop_checker: IncrementalDetokenizer | None = None  # only when stop strings are set
+    grammar: Any = None  # constrained-decoding matcher (radixgen.constrained), if any
+    grammar_ready: bool = True  # False while its constraint compiles
+    # n > 1: the sibling whose prefill must put the prompt in the cache before this one
+    # is admitted, so the prompt is computed once.
+    prefill_gate: Req | None = None
+    prompt_published: bool = False  # its prompt is fully computed (and cached)
+
+    # Logprobs, accumulated; the `sent` counters say what was reported.
+    input_token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    input_top_logprobs: list[list[TokenLogprob] | None] = field(default_factory=list)
+    input_logprobs_done: bool = False
+    input_logprobs_sent: bool = False
+    output_token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    output_top_logprobs: list[list[TokenLogprob]] = field(default_factory=list)
+
+    @property
+    def fill_ids(self) -> list[int]:
+        """Every token whose KV must exist before the next token is sampled."""
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seqlen(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def wants_input_logprobs(self) -> bool:
+        return (
+            self.return_logprob
+            and self.logprob_start_len is not None
+            and not self.input_logprobs_done
+        )
+
+    @property
+    def max_prefix_len(self) -> int:
+        """How much of fill_ids may come from the cache.
+
+        At least one token is always computed (its logits give the next token); prompt
+        logprobs from position s need the logits at positions s-1 onwards.
+        """
+        limit = len(self.fill_ids) - 1
+        if self.wants_input_logprobs:
+            limit = min(limit, max(self.logprob_start_len - 1, 0))
+        return max(limit, 0)
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        return self.sampling_params.max_new_tokens - len(self.output_ids)
+
+    def wait_time_s(self, now_s: float) -> float:
+        return now_s - self.arrival_time_s

@@ -1,0 +1,125 @@
+"""Batched sampling on the device: masks, penalties, temperature, top-k/top-p/min-p.
+
+Randomness is counter-based: the noise for (request seed, output step, token id) is a hash,
+so a request draws the same token whatever batch it is in and whenever it runs (after a
+retraction, a resumed request re-draws exactly what it would have drawn). Sampling uses the
+exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. picks token i with probability p_i,
+and needs no normalisation, so masked probabilities can stay unnormalised.
+
+Logprobs are those of the model's raw distribution (log_softmax of the logits before
+penalties, masks and temperature), as SGLang reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class SampleOutput:
+    next_token_ids: torch.Tensor  # [batch] int64
+    logprobs: torch.Tensor | None = None  # [batch, vocab] float32 raw log-probabilities
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer ("lowbias32") on int64 tensors holding values in [0, 2**32).
+
+    int64 products may wrap; masking to the low 32 bits afterwards keeps the result exact,
+    because wrapping arithmetic preserves the low bits.
+    """
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Exp(1) noise that depends only on (seed, step, token id).
+
+    seeds, steps: [batch] int64. Returns [batch, vocab] float32, strictly positive.
+    """
+    row_keys = hash32(hash32(seeds) ^ hash32(steps * 0x9E3779B1 + (seeds >> 32)))  # [batch]
+    token_ids = torch.arange(vocab_size, dtype=torch.int64, device=seeds.device)
+    bits = hash32(row_keys.unsqueeze(1) ^ (token_ids.unsqueeze(0) * 0x85EBCA77))
+    # 24 random bits -> uniform in (0, 1), exactly representable in float32.
+    uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(uniform)
+
+
+def apply_vocab_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Sets logits of disallowed tokens to -inf, in place.
+
+    logits: [batch, vocab]; bitmask: [batch, ceil(vocab / 32)] int32, bit j of word w
+    allows token 32 * w + j.
+    """
+    vocab_size = logits.shape[1]
+    token_ids = torch.arange(vocab_size, device=logits.device)
+    words = bitmask.to(logits.device, torch.int64)[:, token_ids // 32]  # [batch, vocab]
+    allowed = ((words >> (token_ids % 32)) & 1).bool()
+    logits.masked_fill_(~allowed, float("-inf"))
+
+
+def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
+    """Repetition (prompt and output tokens), frequency and presence (output) penalties."""
+    repetition = info.repetition_penalties  # [batch, 1]
+    penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
+    logits.copy_(torch.where(info.seen_tokens, penalised, logits))
+    counts = info.output_counts.to(logits.dtype)
+    logits -= info.frequency_penalties * counts
+    logits -= info.presence_penalties * (counts > 0).to(logits.dtype)
+
+
+def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
+    """Zeroes tokens outside top-k, top-p and min-p. probs: [batch, vocab], normalised."""
+    if info.need_min_p:
+        max_probs = probs.max(dim=-1, keepdim=True).values
+        probs = probs.masked_fill(probs < info.min_ps.unsqueeze(1) * max_probs, 0.0)
+    if info.need_top_k_or_p:
+        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
+        ranks = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
+        drop = ranks >= info.top_ks.unsqueeze(1)
+        # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass
+        # before it already reaches top_p (the first token is always kept).
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop |= mass_before >= info.top_ps.unsqueeze(1) * sorted_probs.sum(-1, keepdim=True)
+        drop[:, 0] = False
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs)
+    return probs
+
+
+class Sampler:
+    """Samples one token per row from `[batch, vocab]` logits."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,  # [batch, vocab] float32
+        info: SamplingBatchInfo,
+        steps: torch.Tensor,  # [batch] int64, each row's output length so far
+        return_logprobs: bool = False,
+    ) -> SampleOutput:
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
+        processed = logits.clone()
+        if info.vocab_bitmask is not None:
+            apply_vocab_bitmask(processed, info.vocab_bitmask)
+        if info.banned_rows is not None:
+            processed[info.banned_rows, info.banned_token_ids] = float("-inf")
+        if info.has_penalties:
+            apply_penalties(processed, info)
+        greedy_ids = processed.argmax(dim=-1)
+        if info.all_greedy:
+            return SampleOutput(next_token_ids=greedy_ids, logprobs=logprobs)
+        probs = torch.softmax(processed / info.temperatures, dim=-1)
+        probs = filter_probs(probs, info)
+        noise = exponential_noise(info.seeds, steps, probs.shape[1])
+        sampled_ids = (probs / noise).argmax(dim=-1)
+        next_ids = torch.where(info.greedy, greedy_ids, sampled_ids)
+        return SampleOutput(next_token_ids=next_ids, logprobs=logprobs)

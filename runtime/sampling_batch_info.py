@@ -1,0 +1,186 @@
+"""`SamplingBatchInfo`: the per-batch sampling tensors, kept on the device.
+
+The running decode batch keeps one instance across steps: `filter` drops finished rows,
+`merge` appends newly prefilled requests, and `record_sampled` updates the penalty counts
+on the device after each step, so penalties never re-upload the whole output history.
+A batch built from scratch (`from_reqs`) rebuilds the counts from each request's output ids,
+which is what makes a retracted request resume with the same penalties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from radixgen.runtime.sampling_params import GREEDY_TEMPERATURE_EPS
+
+if TYPE_CHECKING:
+    from radixgen.runtime.req import Req
+
+
+@dataclass
+class SamplingBatchInfo:
+    temperatures: torch.Tensor  # [batch, 1] float32; 1.0 for greedy rows (unused there)
+    top_ps: torch.Tensor  # [batch] float32
+    top_ks: torch.Tensor  # [batch] int64; vocab_size where top-k is off
+    min_ps: torch.Tensor  # [batch] float32
+    greedy: torch.Tensor  # [batch] bool
+    seeds: torch.Tensor  # [batch] int64, each request's sampling seed
+    vocab_size: int
+    all_greedy: bool
+    need_top_k_or_p: bool
+    need_min_p: bool
+    # Penalties: allocated only when some row uses them.
+    frequency_penalties: torch.Tensor | None = None  # [batch, 1] float32
+    presence_penalties: torch.Tensor | None = None  # [batch, 1] float32
+    repetition_penalties: torch.Tensor | None = None  # [batch, 1] float32
+    output_counts: torch.Tensor | None = None  # [batch, vocab] int32, output token counts
+    seen_tokens: torch.Tensor | None = None  # [batch, vocab] bool, prompt or output tokens
+    # Per-step vocab-mask hook, set by the scheduler before sampling:
+    # packed allowed-token bits, bit j of word w <-> token 32*w + j (constrained rows;
+    # unconstrained rows are all ones).
+    vocab_bitmask: torch.Tensor | None = None  # [batch, ceil(vocab / 32)] int32
+    # (row, token) pairs banned this step, e.g. EOS before min_new_tokens.
+    banned_rows: torch.Tensor | None = None  # [num_bans] int64
+    banned_token_ids: torch.Tensor | None = None  # [num_bans] int64
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.top_ps.shape[0])
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.output_counts is not None
+
+    @classmethod
+    def from_reqs(cls, reqs: list[Req], vocab_size: int, device: torch.device) -> SamplingBatchInfo:
+        """Builds the tensors for `reqs`; penalty counts come from their output ids so far."""
+        params = [req.sampling_params for req in reqs]
+        greedy = [p.temperature <= GREEDY_TEMPERATURE_EPS for p in params]
+        top_ks = [p.top_k if p.top_k > 0 else vocab_size for p in params]
+        info = cls(
+            temperatures=torch.tensor(
+                [[1.0 if g else p.temperature] for p, g in zip(params, greedy)],
+                dtype=torch.float32,
+                device=device,
+            ),
+            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            top_ks=torch.tensor(top_ks, dtype=torch.int64, device=device),
+            min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
+            seeds=torch.tensor(
+                [req.sampling_seed for req in reqs], dtype=torch.int64, device=device
+            ),
+            vocab_size=vocab_size,
+            all_greedy=all(greedy),
+            need_top_k_or_p=any(
+                not g and (p.top_p < 1.0 or k < vocab_size)
+                for p, g, k in zip(params, greedy, top_ks)
+            ),
+            need_min_p=any(not g and p.min_p > 0.0 for p, g in zip(params, greedy)),
+        )
+        if any(_uses_penalties(p) for p in params):
+            info._build_penalties(reqs, device)
+        return info
+
+    def _build_penalties(self, reqs: list[Req], device: torch.device) -> None:
+        params = [req.sampling_params for req in reqs]
+        self.frequency_penalties = _column([p.frequency_penalty for p in params], device)
+        self.presence_penalties = _column([p.presence_penalty for p in params], device)
+        self.repetition_penalties = _column([p.repetition_penalty for p in params], device)
+        batch = len(reqs)
+        self.output_counts = torch.zeros((batch, self.vocab_size), dtype=torch.int32, device=device)
+        self.seen_tokens = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=device)
+        # One upload of every request's ids, then two vectorised scatters.
+        output_rows, output_ids, seen_rows, seen_ids = [], [], [], []
+        for row, req in enumerate(reqs):
+            output_rows += [row] * len(req.output_ids)
+            output_ids += req.output_ids
+            seen_rows += [row] * (len(req.origin_input_ids) + len(req.output_ids))
+            seen_ids += req.origin_input_ids + req.output_ids
+        if output_ids:
+            rows = torch.tensor(output_rows, dtype=torch.int64, device=device)
+            ids = torch.tensor(output_ids, dtype=torch.int64, device=device)
+            self.output_counts.index_put_(
+                (rows, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True
+            )
+        if seen_ids:
+            rows = torch.tensor(seen_rows, dtype=torch.int64, device=device)
+            ids = torch.tensor(seen_ids, dtype=torch.int64, device=device)
+            self.seen_tokens[rows, ids] = True
+
+    def record_sampled(self, next_token_ids: torch.Tensor) -> None:
+        """Counts the tokens just sampled (next_token_ids: [batch] int64) for the penalties."""
+        if self.output_counts is None:
+            return
+        rows = torch.arange(self.batch_size, device=next_token_ids.device)
+        self.output_counts[rows, next_token_ids] += 1
+        self.seen_tokens[rows, next_token_ids] = True
+
+    def filter(self, keep: list[int]) -> None:
+        """Keeps only rows `keep` (indices into the current batch), in that order."""
+        index = torch.tensor(keep, dtype=torch.int64, device=self.top_ps.device)
+        for name in _ROW_TENSORS:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value[index])
+        self._refresh_flags()
+
+    def merge(self, other: SamplingBatchInfo) -> None:
+        """Appends `other`'s rows after this batch's rows."""
+        if self.has_penalties != other.has_penalties:
+            self._ensure_penalties()
+            other._ensure_penalties()
+        for name in _ROW_TENSORS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine is not None:
+                setattr(self, name, torch.cat((mine, theirs)))
+        self._refresh_flags()
+
+    def _ensure_penalties(self) -> None:
+        """Neutral penalty tensors (no effect) so a penalised batch can merge with this one."""
+        if self.has_penalties:
+            return
+        batch, device = self.batch_size, self.top_ps.device
+        self.frequency_penalties = torch.zeros((batch, 1), dtype=torch.float32, device=device)
+        self.presence_penalties = torch.zeros((batch, 1), dtype=torch.float32, device=device)
+        self.repetition_penalties = torch.ones((batch, 1), dtype=torch.float32, device=device)
+        self.output_counts = torch.zeros((batch, self.vocab_size), dtype=torch.int32, device=device)
+        self.seen_tokens = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=device)
+
+    def _refresh_flags(self) -> None:
+        # Host syncs, but only when the batch composition changes (not every step).
+        not_greedy = ~self.greedy
+        self.all_greedy = not bool(not_greedy.any())
+        self.need_top_k_or_p = bool(
+            (not_greedy & ((self.top_ps < 1.0) | (self.top_ks < self.vocab_size))).any()
+        )
+        self.need_min_p = bool((not_greedy & (self.min_ps > 0.0)).any())
+
+
+_ROW_TENSORS = (
+    "temperatures",
+    "top_ps",
+    "top_ks",
+    "min_ps",
+    "greedy",
+    "seeds",
+    "frequency_penalties",
+    "presence_penalties",
+    "repetition_penalties",
+    "output_counts",
+    "seen_tokens",
+)
+
+
+def _uses_penalties(params) -> bool:
+    return (
+        params.frequency_penalty != 0.0
+        or params.presence_penalty != 0.0
+        or params.repetition_penalty != 1.0
+    )
+
+
+def _column(values: list[float], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)

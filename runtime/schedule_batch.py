@@ -1,0 +1,80 @@
+"""`ScheduleBatch`: the requests of one forward, and how they become a `ForwardBatch`.
+
+The running decode batch is one long-lived `ScheduleBatch`: finished and retracted requests
+are filtered out, newly prefilled ones merged in; its `SamplingBatchInfo` follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.kv_cache_manager import KVCacheManager
+from radixgen.runtime.req import Req
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+
+
+@dataclass
+class ScheduleBatch:
+    mode: ForwardMode
+    reqs: list[Req]
+    # Decode batches keep theirs across steps; extend batches build one for the rows that
+    # sample after the forward.
+    sampling_info: SamplingBatchInfo | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def wants_all_logits(self) -> bool:
+        return self.mode == ForwardMode.EXTEND and any(r.wants_input_logprobs for r in self.reqs)
+
+    def new_token_counts(self) -> list[int]:
+        if self.mode == ForwardMode.DECODE:
+            return [1] * len(self.reqs)
+        return [r.extend_input_len for r in self.reqs]
+
+    def prepare_forward(self, kv: KVCacheManager, runner) -> ForwardBatch:
+        """Allocates the new tokens' KV slots and packs the batch.
+
+        Raises:
+            RuntimeError: the slots cannot be allocated (the scheduler checks before).
+        """
+        counts = self.new_token_counts()
+        out_cache_loc = kv.alloc_slots(sum(counts))
+        if out_cache_loc is None:
+            raise RuntimeError(
+                f"out of KV slots for {sum(counts)} tokens; admission or retraction is wrong"
+            )
+        input_ids = []
+        for req, count in zip(self.reqs, counts):
+            start = req.kv_committed_len
+            input_ids.append(req.fill_ids[start : start + count])
+        return runner.build_forward_batch(
+            mode=self.mode,
+            input_ids=input_ids,
+            req_pool_indices=[r.req_pool_idx for r in self.reqs],
+            prefix_lens=[r.kv_committed_len for r in self.reqs],
+            out_cache_loc=out_cache_loc,
+            return_all_logits=self.wants_all_logits,
+        )
+
+    def filter(self, keep: list[int]) -> None:
+        """Keeps rows `keep` (indices into `reqs`)."""
+        self.reqs = [self.reqs[i] for i in keep]
+        if self.sampling_info is not None:
+            self.sampling_info.filter(keep)
+
+    def merge(self, other: ScheduleBatch) -> None:
+        self.reqs.extend(other.reqs)
+        if self.sampling_info is None:
+            self.sampling_info = other.sampling_info
+        elif other.sampling_info is not None:
+            self.sampling_info.merge(other.sampling_info)
+
+
+def last_token_rows(counts: list[int], device: torch.device) -> torch.Tensor:
+    """Index of each request's last new token in the packed token axis: [batch] int64."""
+    return torch.tensor(counts, dtype=torch.int64, device=device).cumsum(0) - 1

@@ -1,0 +1,421 @@
+"""`Scheduler`: continuous batching over the model runner, one forward per `step()`.
+
+Each step either runs an extend batch (new prompts, or the next chunk of a long one; cached
+prefixes come from the radix cache, so only uncached tokens are computed) or one decode step
+of the running batch. Extend goes first when something can be admitted. When a decode step
+finds no free KV slot, the cache is evicted first, then running requests are retracted:
+their KV goes to the cache and they wait to resume with the same output.
+
+Used in-process by `Engine` (on a background thread) and by the server's scheduler process.
+Not thread-safe: one caller drives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import torch
+from radixgen.radix_cache.radix_cache import RadixCache
+from radixgen.runtime.finish_checker import check_finished, make_stop_checker
+from radixgen.runtime.forward_batch import ForwardMode
+from radixgen.runtime.grammar_hook import GrammarHook
+from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
+from radixgen.runtime.kv_cache_manager import KVCacheManager
+from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
+from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
+from radixgen.runtime.req import Req
+from radixgen.runtime.req_output import make_req_output
+from radixgen.runtime.request_validation import validate_request
+from radixgen.runtime.sampler import Sampler
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+from radixgen.runtime.schedule_batch import ScheduleBatch, last_token_rows
+from radixgen.runtime.schedule_policy import SchedulePolicy
+from radixgen.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# After a retraction the decode headroom ratio jumps by this much, then decays back to the
+# configured value by RATIO_DECAY per decode step.
+RATIO_BUMP_ON_RETRACT = 0.1
+RATIO_DECAY = 0.002
+
+
+class Scheduler:
+    """Args:
+    server_args: the runtime options.
+    model_runner: a ready `ModelRunner` (built from server_args when None).
+    tokenizer: for stop strings and constraints (loaded from the model folder when None).
+    """
+
+    def __init__(self, server_args: ServerArgs, model_runner=None, tokenizer: Any = None):
+        if model_runner is None:
+            from radixgen.runtime.model_runner import ModelRunner
+
+            model_runner = ModelRunner(server_args)
+        if tokenizer is None:
+            from radixgen.runtime.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(server_args.tokenizer_path or model_runner.model_path)
+        self.server_args = server_args
+        self.runner = model_runner
+        self.tokenizer = tokenizer
+        self.device = model_runner.device
+        self.vocab_size = model_runner.model_config.vocab_size
+        self.context_length = model_runner.context_length
+        self.eos_token_ids = frozenset(model_runner.model_config.eos_token_ids)
+        tree = RadixCache(model_runner.slot_allocator, disabled=server_args.disable_radix_cache)
+        self.kv = KVCacheManager(model_runner.req_to_token_pool, model_runner.slot_allocator, tree)
+        self.policy = SchedulePolicy(
+            server_args.schedule_policy, server_args.schedule_max_wait_s, self.kv
+        )
+        self.sampler = Sampler()
+        self.grammar = GrammarHook(
+            tokenizer, self.vocab_size, server_args.constrained_compile_timeout_s
+        )
+        self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
+        self.new_token_ratio = server_args.new_token_ratio
+
+        self.waiting: list[Req] = []
+        self.running = ScheduleBatch(ForwardMode.DECODE, [])
+        self.chunked_req: Req | None = None
+        self.reqs_by_rid: dict[str, list[Req]] = {}
+        self.pending_outputs: list[ReqOutput] = []
+        self.counters = dict.fromkeys(
+            (
+                "prompt_tokens",
+                "cached_tokens",
+                "generated_tokens",
+                "computed_prefill_tokens",
+                "forward_steps",
+                "retractions",
+                "finished_reqs",
+            ),
+            0,
+        )
+
+    # ---- public interface ----------------------------------------------------------------
+
+    def add_request(self, request: TokenizedGenerateReq) -> None:
+        """Queues a request. A bad request is not raised but answered with an error output
+        from the next `step()`, so one client cannot break the loop."""
+        error = validate_request(
+            request,
+            vocab_size=self.vocab_size,
+            context_length=self.context_length,
+            kv_capacity=self.kv.capacity,
+            num_queued=len(self.waiting),
+            max_queued=self.server_args.max_queued_requests,
+        )
+        if error is None and request.rid in self.reqs_by_rid:
+            error = f"duplicate request id {request.rid!r}"
+        params = request.sampling_params
+        if error is not None:
+            for index in range(params.n if isinstance(params.n, int) else 1):
+                self.pending_outputs.append(_error_output(request, index, error))
+            return
+        base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)
+        reqs = [
+            Req(
+                rid=request.rid,
+                index=index,
+                origin_input_ids=list(request.input_ids),
+                sampling_params=params,
+                sampling_seed=base_seed + index,
+                eos_token_ids=self.eos_token_ids,
+                return_logprob=request.return_logprob,
+                logprob_start_len=request.logprob_start_len,
+                top_logprobs_num=request.top_logprobs_num,
+            )
+            for index in range(params.n)
+        ]
+        for req in reqs:
+            req.stop_checker = make_stop_checker(req, self.tokenizer)
+            if params.has_constraint:
+                error = self.grammar.start_compile(req)
+                if error is not None:
+                    for failed in reqs:
+                        self.pending_outputs.append(_error_output(request, failed.index, error))
+                    return
+        if len(reqs) > 1 and not self.kv.tree.disabled:
+            # Samples 1..n-1 wait until sample 0 has put the prompt in the cache.
+            for req in reqs[1:]:
+                req.prefill_gate = reqs[0]
+        self.reqs_by_rid[request.rid] = reqs
+        self.waiting.extend(reqs)
+
+    def abort_request(self, rid: str) -> None:
+        """Aborts every sample of `rid`; its KV is freed by the next `step()`."""
+        for req in self.reqs_by_rid.get(rid, []):
+            if not req.finished:
+                req.finish_reason = {"type": "abort", "message": "aborted"}
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running.reqs or self.chunked_req or self.pending_outputs)
+
+    def step(self) -> list[ReqOutput]:
+        """Runs at most one forward. Returns the outputs produced (possibly none)."""
+        outputs, self.pending_outputs = self.pending_outputs, []
+        outputs += self._drop_aborted_and_failed()
+        batch = self._get_next_batch()
+        if batch is None:
+            return outputs
+        forward_batch = batch.prepare_forward(self.kv, self.runner)
+        logits = self.runner.forward(forward_batch)
+        self.counters["forward_steps"] += 1
+        if batch.mode == ForwardMode.EXTEND:
+            outputs += self._process_extend(batch, logits)
+        else:
+            outputs += self._process_decode(batch, logits)
+        return outputs
+
+    def flush_cache(self) -> bool:
+        """Empties the radix cache; refused (False) while requests are queued or running."""
+        if self.has_work():
+            return False
+        self.kv.flush()
+        return True
+
+    def check_integrity(self) -> None:
+        """Asserts that no KV slot or row leaked: free + cached + in use == total."""
+        live = list(self.running.reqs) + ([self.chunked_req] if self.chunked_req else [])
+        self.kv.check_integrity(live)
+
+    def get_stats(self) -> SchedulerStats:
+        capacity = self.kv.capacity
+        free = self.kv.free_size()
+        cached = self.kv.tree.total_size()
+        counters = self.counters
+        return SchedulerStats(
+            num_running_reqs=len(self.running.reqs) + (1 if self.chunked_req else 0),
+            num_queued_reqs=len(self.waiting),
+            kv_total_slots=capacity,
+            kv_free_slots=free,
+            kv_cached_slots=cached,
+            kv_used_slots=capacity - free - cached,
+            kv_usage=(capacity - free) / capacity,
+            cache_hit_rate=counters["cached_tokens"] / max(counters["prompt_tokens"], 1),
+            num_prompt_tokens=counters["prompt_tokens"],
+            num_cached_tokens=counters["cached_tokens"],
+            num_generated_tokens=counters["generated_tokens"],
+            num_computed_prefill_tokens=counters["computed_prefill_tokens"],
+            num_forward_steps=counters["forward_steps"],
+            num_retractions=counters["retractions"],
+            num_finished_reqs=counters["finished_reqs"],
+            max_total_tokens=capacity,
+            context_length=self.context_length,
+        )
+
+    # ---- scheduling ------------------------------------------------------------------------
+
+    def _drop_aborted_and_failed(self) -> list[ReqOutput]:
+        outputs = []
+        still_waiting = []
+        for req in self.waiting:
+            ready, error = self.grammar.poll(req)
+            if error is not None:
+                req.error = error
+                req.finish_reason = {"type": "abort", "message": error}
+            if req.finished:
+                self.grammar.forget(req)
+                outputs.append(self._finish(req))
+            else:
+                req.grammar_ready = ready
+                still_waiting.append(req)
+        self.waiting = still_waiting
+        if self.chunked_req is not None and self.chunked_req.finished:
+            outputs.append(self._finish(self.chunked_req))
+            self.chunked_req = None
+        keep = [i for i, req in enumerate(self.running.reqs) if not req.finished]
+        if len(keep) < len(self.running.reqs):
+            outputs += [self._finish(r) for r in self.running.reqs if r.finished]
+            self.running.filter(keep)
+        return outputs
+
+    def _get_next_batch(self) -> ScheduleBatch | None:
+        batch = self._get_prefill_batch()
+        if batch is not None:
+            return batch
+        if not self.running.reqs:
+            return None
+        self._ensure_decode_slots()
+        return self.running
+
+    def _is_ready(self, req: Req) -> bool:
+        gate = req.prefill_gate
+        gate_open = gate is None or gate.prompt_published or gate.finished
+        return gate_open and req.grammar_ready
+
+    def _get_prefill_batch(self) -> ScheduleBatch | None:
+        max_running = self.runner.max_running_requests
+        num_running = len(self.running.reqs)
+        if self.chunked_req is None and (not self.waiting or num_running >= max_running):
+            return None
+        adder = PrefillAdder(
+            self.kv,
+            running_reqs=self.running.reqs,
+            new_token_ratio=self.new_token_ratio,
+            max_prefill_tokens=self.server_args.max_prefill_tokens,
+            chunked_prefill_size=self.server_args.effective_chunked_prefill_size,
+        )
+        if self.chunked_req is not None:
+            adder.add(self.chunked_req)
+            if self.chunked_req not in adder.admitted:
+                return None  # the continuing prefill waits for room; nothing overtakes it
+            num_running += 1
+        if adder.chunked_req is None:
+            ready = [r for r in self.waiting if self._is_ready(r)]
+            for req in self.policy.order(ready, time.monotonic()):
+                if num_running + len(adder.admitted) >= max_running:
+                    break
+                if adder.add(req) == AddResult.BUDGET_FULL:
+                    break
+        self.chunked_req = adder.chunked_req
+        if not adder.admitted:
+            return None
+        admitted_ids = {id(r) for r in adder.admitted}
+        self.waiting = [r for r in self.waiting if id(r) not in admitted_ids]
+        for req in adder.admitted:
+            if not req.admitted_once:
+                req.admitted_once = True
+                req.cached_tokens = req.kv_committed_len
+                self.counters["prompt_tokens"] += len(req.origin_input_ids)
+                self.counters["cached_tokens"] += req.kv_committed_len
+            self.counters["computed_prefill_tokens"] += req.extend_input_len
+        return ScheduleBatch(ForwardMode.EXTEND, list(adder.admitted))
+
+    def _ensure_decode_slots(self) -> None:
+        """Makes room for one new token per running request: evict, then retract."""
+        while self.kv.available_size() < len(self.running.reqs) and len(self.running.reqs) > 1:
+            # Cheapest to redo: the fewest generated tokens (then the longest prompt, which
+            # is most likely to be found in the cache again).
+            victim_row = min(
+                range(len(self.running.reqs)),
+                key=lambda i: (
+                    len(self.running.reqs[i].output_ids),
+                    -len(self.running.reqs[i].origin_input_ids),
+                ),
+            )
+            victim = self.running.reqs[victim_row]
+            self.running.filter([i for i in range(len(self.running.reqs)) if i != victim_row])
+            self.kv.release(victim)
+            victim.is_chunked = False
+            victim.num_retractions += 1
+            self.waiting.insert(0, victim)
+            self.counters["retractions"] += 1
+            self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
+            logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
+
+    # ---- results -----------------------------------------------------------------------------
+
+    def _process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
+        reqs = batch.reqs
+        counts = batch.new_token_counts()
+        prefix_lens = [r.kv_committed_len for r in reqs]
+        if batch.wants_all_logits:
+            starts = [0]
+            for count in counts[:-1]:
+                starts.append(starts[-1] + count)
+            record_input_logprobs(reqs, logits, starts, prefix_lens)
+            logits = logits[last_token_rows(counts, logits.device)]  # [batch, vocab]
+        outputs = []
+        sample_rows = []
+        for row, (req, count) in enumerate(zip(reqs, counts)):
+            req.kv_committed_len += count
+            if req.is_chunked:
+                self.kv.cache_unfinished(req)
+            elif req.remaining_new_tokens <= 0:
+                # max_new_tokens=0: a prefill only (prompt logprobs, cache warm-up).
+                req.finish_reason = {"type": "length", "length": 0}
+                outputs.append(self._finish(req))
+            else:
+                if any(s.prefill_gate is req for s in self.reqs_by_rid.get(req.rid, [])):
+                    self.kv.cache_unfinished(req)  # publish the prompt to its siblings
+                req.prompt_published = True
+                sample_rows.append(row)
+        if not sample_rows:
+            return outputs
+        sampled_reqs = [reqs[i] for i in sample_rows]
+        info = SamplingBatchInfo.from_reqs(sampled_reqs, self.vocab_size, self.device)
+        logits = logits[torch.tensor(sample_rows, device=logits.device)]
+        outputs += self._sample_and_advance(sampled_reqs, logits, info)
+        keep = [i for i, req in enumerate(sampled_reqs) if not req.finished]
+        if keep:
+            new_running = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
+            new_running.filter(keep)
+            self.running.merge(new_running)
+        return outputs
+
+    def _process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
+        for req in batch.reqs:
+            req.kv_committed_len += 1
+        outputs = self._sample_and_advance(batch.reqs, logits, batch.sampling_info)
+        keep = [i for i, req in enumerate(batch.reqs) if not req.finished]
+        if len(keep) < batch.batch_size:
+            batch.filter(keep)
+        base = self.server_args.new_token_ratio
+        self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
+        return outputs
+
+    def _sample_and_advance(
+        self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
+    ) -> list[ReqOutput]:
+        """Samples one token per request, appends it, checks finish; returns outputs."""
+        info.vocab_bitmask = self.grammar.fill_bitmask(reqs, self.device)
+        _set_min_token_bans(reqs, info, self.device)
+        steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
+        want_logprobs = any(r.return_logprob for r in reqs)
+        result = self.sampler(logits, info, steps.to(self.device), return_logprobs=want_logprobs)
+        info.record_sampled(result.next_token_ids)
+        if want_logprobs:
+            record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
+        next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
+        self.counters["generated_tokens"] += len(next_ids)
+        outputs = []
+        for req, token_id in zip(reqs, next_ids):
+            req.output_ids.append(token_id)
+            self.grammar.accept(req, token_id)
+            check_finished(req, [token_id], self.context_length)
+            outputs.append(self._finish(req) if req.finished else make_req_output(req))
+        return outputs
+
+    def _finish(self, req: Req) -> ReqOutput:
+        """Releases a finished request's KV to the cache and builds its last output."""
+        self.kv.release(req)
+        siblings = self.reqs_by_rid.get(req.rid, [])
+        if all(s.finished for s in siblings):
+            self.reqs_by_rid.pop(req.rid, None)
+        self.counters["finished_reqs"] += 1
+        return make_req_output(req)
+
+
+def _set_min_token_bans(reqs: list[Req], info: SamplingBatchInfo, device: torch.device) -> None:
+    """Bans EOS and stop ids for requests still below min_new_tokens."""
+    rows, token_ids = [], []
+    for row, req in enumerate(reqs):
+        params = req.sampling_params
+        if len(req.output_ids) < params.min_new_tokens:
+            banned = set(params.stop_token_ids or ())
+            if not params.ignore_eos:
+                banned |= req.eos_token_ids
+            rows += [row] * len(banned)
+            token_ids += sorted(banned)
+    if rows:
+        info.banned_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        info.banned_token_ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
+    else:
+        info.banned_rows = info.banned_token_ids = None
+
+
+def _error_output(request: TokenizedGenerateReq, index: int, message: str) -> ReqOutput:
+    return ReqOutput(
+        rid=request.rid,
+        index=index,
+        new_token_ids=[],
+        finished=True,
+        finish_reason={"type": "abort", "message": message},
+        prompt_tokens=len(request.input_ids) if isinstance(request.input_ids, list) else 0,
+        error=message,
+    )
