@@ -1,0 +1,136 @@
+"""Compiles constraints off the scheduler's critical path, with an LRU cache and timeouts.
+
+outlines-core builds its index with the GIL released, so a thread pool lets the scheduler keep
+stepping other requests while a large schema compiles. Requests for the same constraint share one
+compilation (the cache holds futures). A per-request timeout fails only that request's future;
+the compilation itself runs on and still fills the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+
+class CompileTimeoutError(TimeoutError):
+    """A constraint did not compile within the request's timeout."""
+
+
+class CompileCache:
+    """LRU of compilation futures keyed by a hashable key, compiled on a thread pool.
+
+    Args:
+        compile_fn: key -> compiled object (runs on a worker thread).
+        max_entries: in-memory entries kept (least recently used evicted).
+        max_workers: concurrent compilations.
+    """
+
+    def __init__(
+        self, compile_fn: Callable[[Hashable], Any], *, max_entries: int = 128, max_workers: int = 2
+    ) -> None:
+        if max_entries <= 0 or max_workers <= 0:
+            raise ValueError(f"max_entries={max_entries}, max_workers={max_workers} must be > 0")
+        self._compile_fn = compile_fn
+        self._max_entries = max_entries
+        self._futures: OrderedDict[Hashable, Future] = OrderedDict()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="grammar-compile")
+
+    def submit(self, key: Hashable, timeout_s: float | None = None) -> Future:
+        """A future of the compiled `key`: cached, shared with concurrent requests.
+
+        Args:
+            timeout_s: if set, the returned future fails with `CompileTimeoutError` after this
+                many seconds; other requests and the cache are unaffected.
+        """
+        with self._lock:
+            shared = self._futures.get(key)
+            if shared is None:
+                shared = self._executor.submit(self._compile_fn, key)
+                self._futures[key] = shared
+                shared.add_done_callback(lambda done, key=key: self._forget_if_failed(key, done))
+                while len(self._futures) > self._max_entries:
+                    self._futures.popitem(last=False)
+            else:
+                self._futures.move_to_end(key)
+        if timeout_s is None or shared.done():
+            return shared
+        return _with_timeout(shared, timeout_s, key)
+
+    def _forget_if_failed(self, key: Hashable, future: Future) -> None:
+        # Failures are not cached: a later request may succeed (e.g. after a transient error).
+        if future.exception() is not None:
+            with self._lock:
+                if self._futures.get(key) is future:
+                    del self._futures[key]
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _with_timeout(shared: Future, timeout_s: float, key: Hashable) -> Future:
+    """A future mirroring `shared` that fails with CompileTimeoutError after `timeout_s`."""
+    request_future: Future = Future()
+    request_future.set_running_or_notify_cancel()
+
+    def expire() -> None:
+        message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
+        _settle(request_future, error=CompileTimeoutError(message))
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+
+    def mirror(done: Future) -> None:
+        timer.cancel()
+        error = done.exception()
+        _settle(request_future, error=error, result=None if error else done.result())
+
+    timer.start()
+    shared.add_done_callback(mirror)
+    return request_future
+
+
+def _settle(future: Future, *, error: BaseException | None = None, result: Any = None) -> None:
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except Exception:  # already settled by the other of timer and completion
+        pass
+
+
+class DiskCache:
+    """Pickled compiled artefacts in a directory, named by a hash of their key."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: Hashable) -> Path:
+        return self.directory / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".pkl")
+
+    def load(self, key: Hashable) -> Any | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        try:
+            stored_key, value = pickle.loads(path.read_bytes())
+        except Exception:  # a truncated or stale file is a miss, not an error
+            return None
+        return value if stored_key == key else None
+
+    def store(self, key: Hashable, value: Any) -> None:
+        path = self._path(key)
+        temporary = path.with_suffix(f".{threading.get_ident()}.tmp")
+        temporary.write_bytes(pickle.dumps((key, value)))
+        temporary.replace(path)  # atomic: concurrent readers see the old file or the new one

@@ -1,0 +1,82 @@
+"""A compiled constraint: the token automaton plus per-state allowed-token bitmasks.
+
+One `CompiledGrammar` is shared (through the compile cache) by every request with the same
+constraint; each request gets its own cheap `Matcher` from `new_matcher()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from radixgen.constrained.char_automaton import CharAutomaton
+from radixgen.constrained.regex_index import TokenAutomaton
+from radixgen.constrained.retokenize import BoundaryTokenizer
+from radixgen.constrained.vocabulary import TokenVocabulary
+
+
+def bitmask_num_words(vocab_size: int) -> int:
+    """int32 words per bitmask row: one bit per token."""
+    return (vocab_size + 31) // 32
+
+
+def pack_token_bitmask(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Packs allowed token ids into one int32 bitmask row (bit j of word w allows 32*w+j)."""
+    allowed = np.zeros(bitmask_num_words(vocab_size) * 32, dtype=np.bool_)
+    allowed[token_ids] = True
+    return np.packbits(allowed, bitorder="little").view(np.int32)  # [num_words]
+
+
+@dataclass
+class CompiledGrammar:
+    """A constraint compiled for one vocabulary.
+
+    Attributes:
+        automaton: the token-level DFA (outlines-core index without its end-of-match defect).
+        vocab: the tokenizer's byte vocabulary (EOS ids, sizes).
+        char_automaton: the character-level FSM, for jump-forward.
+        boundary_tokenizer: re-tokenises jump-forward boundaries; None disables jump-forward.
+        source: a short description of the constraint, for errors and logs.
+    """
+
+    automaton: TokenAutomaton
+    vocab: TokenVocabulary
+    boundary_tokenizer: BoundaryTokenizer | None = None
+    source: str = ""
+    char_automaton: CharAutomaton = field(init=False)
+    _mask_by_state: dict = field(default_factory=dict, repr=False)
+    _mask_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.char_automaton = CharAutomaton(self.automaton.char_fsm)
+        self._eos_ids = np.asarray(self.vocab.eos_token_ids, dtype=np.int64)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.vocab_size
+
+    def token_mask(self, state: int):
+        """The packed allowed-token row of `state` as a CPU int32 torch tensor [num_words].
+
+        Computed once per state (one numpy pass over the allowed ids, no Python loop over the
+        vocabulary) and cached: decoding revisits the same few states.
+        """
+        mask = self._mask_by_state.get(state)
+        if mask is None:
+            import torch
+
+            allowed = self.automaton.allowed_token_ids(state)
+            if self.automaton.is_accepting(state):
+                allowed = np.concatenate([allowed, self._eos_ids])
+            mask = torch.from_numpy(pack_token_bitmask(allowed, self.vocab_size))
+            with self._mask_lock:
+                mask = self._mask_by_state.setdefault(state, mask)
+        return mask
+
+    def new_matcher(self):
+        """A fresh per-request matcher at the start of the output."""
+        from radixgen.constrained.matcher import Matcher
+
+        return Matcher(self)

@@ -1,0 +1,139 @@
+"""Jump-forward: append forced text without sampling it, keeping the tokenizer's own token ids.
+
+When the constraint admits exactly one continuation (a JSON key, punctuation, a const tail), the
+engine can append it in one extend step instead of one decode step per token. Two things can go
+wrong, and both made SGLang remove its jump-forward; here they are ruled out by construction:
+
+1. Text must never change. The forced text comes from the character automaton and stops at the
+   first choice (`CharAutomaton.forced_text`), so a number's digits, an optional space or the end
+   of the output are never decided here. Retracted tokens are only re-tokenised, never re-worded:
+   the new tokens spell exactly the retracted text followed by forced text.
+2. Token ids must be the tokenizer's own. Appending `encode(forced)` after the emitted tokens can
+   give ids the tokenizer would never produce (`"` + `name` where it writes `"name`), and the
+   model then continues from an unfamiliar boundary. So the boundary is re-tokenised: the tail of
+   the output plus the forced text is encoded together, tokens that differ from the emitted ones
+   are retracted, and only tokens that no later text can change are appended: those ending
+   before the last pre-token, confirmed by encoding the text followed by each character that may
+   come next. The rest of the forced text is left to the (masked) model, which may merge it with
+   the free text that follows exactly as the tokenizer would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
+
+# Re-tokenise at most this many trailing output tokens: bounds the cost of a jump-forward.
+MAX_WINDOW_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class JumpForward:
+    """A jump-forward for the engine to apply in one extend step.
+
+    Attributes:
+        retract_tokens: how many trailing output tokens to remove (their KV entries too).
+        append_ids: token ids to append after the retraction; they spell the retracted text
+            followed by `appended_text`.
+        appended_text: the text added to the output (already emitted text is unchanged).
+    """
+
+    retract_tokens: int
+    append_ids: tuple[int, ...]
+    appended_text: str
+
+
+def _common_prefix_length(first: list[int], second: list[int]) -> int:
+    length = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def plan_jump_forward(
+    grammar,
+    output_ids: list[int],
+    char_state: int | None,
+    state_before: Callable[[int], int],
+) -> JumpForward | None:
+    """Finds a jump-forward at the end of `output_ids`, or None.
+
+    Args:
+        grammar: the request's `CompiledGrammar`.
+        output_ids: the regular token ids emitted so far.
+        char_state: the character-automaton state after them (None: mid-character or unknown).
+        state_before: i -> the token-automaton state before `output_ids[i]` (i == len: current).
+    """
+    chars, tokenizer, vocab = grammar.char_automaton, grammar.boundary_tokenizer, grammar.vocab
+    forced = chars.forced_text(char_state)
+    if not forced or tokenizer is None:
+        return None
+    window_start = max(0, len(output_ids) - MAX_WINDOW_TOKENS)
+    window_ids = output_ids[window_start:]
+    try:
+        emitted = vocab.decode(window_ids).decode("utf-8")
+    except UnicodeDecodeError:  # the window starts inside a character
+        return None
+    text = emitted + forced
+    text_bytes = text.encode()
+    ids = tokenizer.encode(text)
+    if any(token_id not in vocab.token_bytes for token_id in ids):
+        return None  # a special token appeared in the text
+    token_ends = list(accumulate(len(vocab.token_bytes[t]) for t in ids))
+    if not token_ends or token_ends[-1] != len(text_bytes) or vocab.decode(ids) != text_bytes:
+        return None  # the tokenizer does not round-trip this text (normaliser, prefix space)
+
+    stable_length = _stable_token_count(text, ids, token_ends, char_state, forced, grammar)
+    kept = _common_prefix_length(ids[:stable_length], window_ids)
+    if window_start > 0 and kept == 0:
+        return None  # the window does not start at a boundary the tokenizer agrees with
+    emitted_length = len(emitted.encode())
+    stable_end = token_ends[stable_length - 1] if stable_length else 0
+    if stable_end <= emitted_length:
+        return None  # nothing new would be appended
+    append_ids = ids[kept:stable_length]
+
+    state = state_before(window_start + kept)
+    for token_id in append_ids:
+        state = grammar.automaton.next_state(state, token_id)
+        if state is None:
+            return None  # the automata disagree (should not happen); sample instead
+    return JumpForward(
+        retract_tokens=len(window_ids) - kept,
+        append_ids=tuple(append_ids),
+        appended_text=text_bytes[emitted_length:stable_end].decode("utf-8"),
+    )
+
+
+def _stable_token_count(
+    text: str, ids: list[int], token_ends: list[int], char_state, forced: str, grammar
+) -> int:
+    """How many leading tokens of `ids` no continuation of `text` can re-tokenise."""
+    chars, tokenizer = grammar.char_automaton, grammar.boundary_tokenizer
+    end_state = chars.step_text(char_state, forced)
+    if chars.is_terminal(end_state):
+        return len(ids)  # nothing may follow: every token is final
+    probes = chars.probe_continuations(end_state)
+
+    starts = tokenizer.pre_token_starts(text)
+    if starts is None:
+        cut_bytes = token_ends[-2] if len(ids) > 1 else 0  # drop the last token
+    else:
+        cut_chars = max((s for s in starts if s < len(text)), default=0)
+        for probe in probes:
+            probe_starts = tokenizer.pre_token_starts(text + probe) or [0]
+            cut_chars = min(cut_chars, max(s for s in probe_starts if s <= len(text)))
+        cut_bytes = len(text[:cut_chars].encode())
+
+    char_boundaries = set(accumulate((len(c.encode()) for c in text), initial=0))
+    stable = 0
+    while stable < len(ids) and token_ends[stable] <= cut_bytes:
+        stable += 1
+    for probe in probes:
+        stable = _common_prefix_length(ids[:stable], tokenizer.encode(text + probe))
+    while stable and token_ends[stable - 1] not in char_boundaries:
+        stable -= 1  # never end a jump inside a character
+    return stable

@@ -1,0 +1,130 @@
+"""The per-request matcher: which tokens may come next, and where the request stands."""
+
+from __future__ import annotations
+
+import codecs
+
+from radixgen.constrained.grammar import CompiledGrammar, bitmask_num_words
+from radixgen.constrained.jump_forward import JumpForward, plan_jump_forward
+
+
+class Matcher:
+    """Follows one request's output through a `CompiledGrammar`.
+
+    The engine calls, each step: `fill_bitmask(bitmask, row)` before sampling, `accept_token(id)`
+    after it, and optionally `find_jump_forward()` / `apply_jump_forward(plan)`. EOS ids are
+    allowed only where the constraint may end.
+    """
+
+    def __init__(self, grammar: CompiledGrammar) -> None:
+        self.grammar = grammar
+        automaton = grammar.automaton
+        # _states[i]: token-automaton state before output token i; _states[-1] is the current one.
+        self._states: list[int] = [automaton.initial_state]
+        self._output_ids: list[int] = []
+        # _char_checkpoints[i]: (char-automaton state, undecoded trailing bytes) after i tokens;
+        # extended lazily, only when jump-forward is asked for.
+        self._char_checkpoints: list[tuple[int | None, bytes]] = [
+            (grammar.char_automaton.initial_state, b"")
+        ]
+        self._eos_accepted = False
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        """The regular token ids accepted so far (EOS excluded)."""
+        return tuple(self._output_ids)
+
+    def fill_bitmask(self, bitmask, row: int) -> None:
+        """Writes the allowed-token bits of the next step into `bitmask[row]`.
+
+        Args:
+            bitmask: int32 tensor [batch, ceil(vocab_size / 32)] (see `allocate_token_bitmask`).
+            row: this request's row.
+        """
+        num_words = bitmask_num_words(self.grammar.vocab_size)
+        if bitmask.dim() != 2 or bitmask.shape[1] != num_words:
+            raise ValueError(
+                f"bitmask must have shape [batch, {num_words}], got {tuple(bitmask.shape)}"
+            )
+        if not 0 <= row < bitmask.shape[0]:
+            raise ValueError(f"row {row} is outside the bitmask's {bitmask.shape[0]} rows")
+        bitmask[row].copy_(self.grammar.token_mask(self._states[-1]), non_blocking=True)
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advances on the sampled token; False (and no change) if the token is not allowed."""
+        if self._eos_accepted:
+            return False
+        if token_id in self.grammar.vocab.eos_token_ids:
+            if not self.is_accepting():
+                return False
+            self._eos_accepted = True
+            return True
+        next_state = self.grammar.automaton.next_state(self._states[-1], token_id)
+        if next_state is None or token_id >= self.grammar.vocab_size:
+            return False
+        self._states.append(next_state)
+        self._output_ids.append(token_id)
+        return True
+
+    def is_accepting(self) -> bool:
+        """Whether the output so far is a complete match (EOS allowed now)."""
+        return self.grammar.automaton.is_accepting(self._states[-1])
+
+    def is_terminated(self) -> bool:
+        """Whether generation must stop: EOS was accepted, or the match is complete and no
+        regular token can extend it."""
+        if self._eos_accepted:
+            return True
+        state = self._states[-1]
+        automaton = self.grammar.automaton
+        return automaton.is_accepting(state) and automaton.allowed_token_ids(state).size == 0
+
+    def find_jump_forward(self) -> JumpForward | None:
+        """A jump-forward the engine may apply now, or None (then sample as usual).
+
+        Does not change the matcher; call `apply_jump_forward(plan)` once the engine applies it.
+        """
+        if self._eos_accepted:
+            return None
+        return plan_jump_forward(
+            self.grammar,
+            self._output_ids,
+            self._char_state_at_end(),
+            lambda position: self._states[position],
+        )
+
+    def apply_jump_forward(self, plan: JumpForward) -> None:
+        """Retracts `plan.retract_tokens` tokens and accepts `plan.append_ids`.
+
+        Raises:
+            ValueError: the plan does not fit this matcher (it was made for another state).
+        """
+        keep = len(self._output_ids) - plan.retract_tokens
+        if plan.retract_tokens < 0 or keep < 0:
+            raise ValueError(f"plan.retract_tokens={plan.retract_tokens} is out of range")
+        automaton, state = self.grammar.automaton, self._states[keep]
+        for token_id in plan.append_ids:  # validate before changing anything
+            state = automaton.next_state(state, token_id)
+            if state is None:
+                raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
+        del self._states[keep + 1 :], self._output_ids[keep:]
+        del self._char_checkpoints[keep + 1 :]
+        for token_id in plan.append_ids:
+            self.accept_token(token_id)
+
+    def _char_state_at_end(self) -> int | None:
+        """The character-automaton state after the output; None if it ends inside a character."""
+        chars, token_bytes = self.grammar.char_automaton, self.grammar.vocab.token_bytes
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        while len(self._char_checkpoints) <= len(self._output_ids):
+            char_state, pending = self._char_checkpoints[-1]
+            token_id = self._output_ids[len(self._char_checkpoints) - 1]
+            decoder.setstate((pending, 0))
+            try:
+                text = decoder.decode(token_bytes[token_id])
+                pending = decoder.getstate()[0]
+            except UnicodeDecodeError:
+                char_state, text, pending = None, "", b""
+            self._char_checkpoints.append((chars.step_text(char_state, text), pending))
+        char_state, pending = self._char_checkpoints[-1]
+        return None if pending else char_state

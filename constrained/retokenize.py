@@ -1,0 +1,42 @@
+"""Tokenises text at a jump-forward boundary the way the model's tokenizer does.
+
+Only two questions are asked of the tokenizer: the ids of a text (no special tokens), and where
+its last pre-token starts. Pre-tokens (the tokenizer's regex split into words, numbers,
+punctuation runs, whitespace) are the units BPE merges within; text appended later can only
+change the last pre-token of a text, so token boundaries before it are final.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BoundaryTokenizer:
+    """`encode` and `pre_token_starts` over a transformers or `tokenizers` tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from tokenizers import Tokenizer
+
+        if isinstance(tokenizer, Tokenizer):
+            backend = tokenizer
+        else:
+            backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = backend
+        self._slow_tokenizer = tokenizer if backend is None else None
+        # The pre-tokenizer sees text before normalisation; with a normaliser its offsets would
+        # not be ours, so boundaries then fall back to "all but the last token".
+        self._pre_tokenizer = (
+            backend.pre_tokenizer if backend is not None and backend.normalizer is None else None
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without special tokens."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return list(self._slow_tokenizer.encode(text, add_special_tokens=False))
+
+    def pre_token_starts(self, text: str) -> list[int] | None:
+        """Character offsets where the pre-tokens of `text` start; None if unknown."""
+        if self._pre_tokenizer is None:
+            return None
+        return [start for _, (start, _) in self._pre_tokenizer.pre_tokenize_str(text)]
