@@ -20,7 +20,7 @@ def top_logprob_lists(
         return [[] for _ in nums]
     values, ids = logprobs.topk(max_num, dim=-1)
     values, ids = values.tolist(), ids.tolist()  # host sync, once per batch
-    return [list(zip(values[i][:n], ids[i][:n])) for i, n in enumerate(nums)]
+    return [list(zip(values[i][:n], ids[i][:n], strict=True)) for i, n in enumerate(nums)]
 
 
 def record_output_logprobs(
@@ -36,7 +36,7 @@ def record_output_logprobs(
     chosen_ids = next_token_ids[index]
     chosen = logprobs[index].gather(1, chosen_ids.unsqueeze(1)).squeeze(1).tolist()
     tops = top_logprob_lists(logprobs[index], [reqs[i].top_logprobs_num for i in rows])
-    for row, value, token_id, top in zip(rows, chosen, chosen_ids.tolist(), tops):
+    for row, value, token_id, top in zip(rows, chosen, chosen_ids.tolist(), tops, strict=True):
         req = reqs[row]
         req.output_token_logprobs.append((value, token_id))
         if req.top_logprobs_num:
@@ -50,7 +50,7 @@ def record_input_logprobs(
     prefix_lens: list[int],  # each request's KV length before this forward
 ) -> None:
     """Adds this forward's prompt logprobs to the requests that want them."""
-    for req, start_row, prefix_len in zip(reqs, extend_starts, prefix_lens):
+    for req, start_row, prefix_len in zip(reqs, extend_starts, prefix_lens, strict=True):
         if not req.wants_input_logprobs:
             continue
         prompt_len = len(req.origin_input_ids)
@@ -68,7 +68,7 @@ def record_input_logprobs(
             targets = torch.tensor(req.origin_input_ids[lo:hi], device=logits.device)
             logprobs = torch.log_softmax(logits[rows].float(), dim=-1)  # [hi - lo, vocab]
             values = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
-            req.input_token_logprobs.extend(zip(values, req.origin_input_ids[lo:hi]))
+            req.input_token_logprobs.extend(zip(values, req.origin_input_ids[lo:hi], strict=True))
             if req.top_logprobs_num:
                 tops = top_logprob_lists(logprobs, [req.top_logprobs_num] * (hi - lo))
                 req.input_top_logprobs.extend(tops)

@@ -61,7 +61,7 @@ class SamplingBatchInfo:
         top_ks = [p.top_k if p.top_k > 0 else vocab_size for p in params]
         info = cls(
             temperatures=torch.tensor(
-                [[1.0 if g else p.temperature] for p, g in zip(params, greedy)],
+                [[1.0 if g else p.temperature] for p, g in zip(params, greedy, strict=True)],
                 dtype=torch.float32,
                 device=device,
             ),
@@ -76,9 +76,9 @@ class SamplingBatchInfo:
             all_greedy=all(greedy),
             need_top_k_or_p=any(
                 not g and (p.top_p < 1.0 or k < vocab_size)
-                for p, g, k in zip(params, greedy, top_ks)
+                for p, g, k in zip(params, greedy, top_ks, strict=True)
             ),
-            need_min_p=any(not g and p.min_p > 0.0 for p, g in zip(params, greedy)),
+            need_min_p=any(not g and p.min_p > 0.0 for p, g in zip(params, greedy, strict=True)),
         )
         if any(_uses_penalties(p) for p in params):
             info._build_penalties(reqs, device)

@@ -49,7 +49,7 @@ class ScheduleBatch:
                 f"out of KV slots for {sum(counts)} tokens; admission or retraction is wrong"
             )
         input_ids = []
-        for req, count in zip(self.reqs, counts):
+        for req, count in zip(self.reqs, counts, strict=True):
             start = req.kv_committed_len
             input_ids.append(req.fill_ids[start : start + count])
         return runner.build_forward_batch(

@@ -322,7 +322,7 @@ class Scheduler:
             logits = logits[last_token_rows(counts, logits.device)]  # [batch, vocab]
         outputs = []
         sample_rows = []
-        for row, (req, count) in enumerate(zip(reqs, counts)):
+        for row, (req, count) in enumerate(zip(reqs, counts, strict=True)):
             req.kv_committed_len += count
             if req.is_chunked:
                 self.kv.cache_unfinished(req)
@@ -374,7 +374,7 @@ class Scheduler:
         next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
         self.counters["generated_tokens"] += len(next_ids)
         outputs = []
-        for req, token_id in zip(reqs, next_ids):
+        for req, token_id in zip(reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
             self.grammar.accept(req, token_id)
             check_finished(req, [token_id], self.context_length)
