@@ -1,0 +1,158 @@
+"""The `radixgen` command line: `radixgen serve ...` (and more subcommands as they land).
+
+The server flags are generated from the `ServerArgs` dataclass, so a new runtime option is a
+new flag without touching this file: `chunked_prefill_size` becomes `--chunked-prefill-size`,
+a `bool` becomes a `store_true` switch, a `Literal` becomes `choices`.
+
+A subcommand is a function `add_<name>_command(subparsers)` that builds its parser and sets
+`handler=` (a function taking the parsed namespace and returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+
+from radixgen.runtime.server_args import ServerArgs
+
+# One-line help for the flags users reach for first; the rest show their default only.
+_FLAG_HELP = {
+    "model_path": "model folder, or 'tiny' for the project's built-in tiny model",
+    "tokenizer_path": "tokenizer folder (default: the model path)",
+    "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
+    "load_format": "'dummy' builds random weights from the config (no checkpoint read)",
+    "device": "'auto' picks cuda when available, else cpu",
+    "context_length": "maximum prompt + output length (default: the model config's)",
+    "served_model_name": "model name reported by /v1/models (default: the model path)",
+    "mem_fraction_static": "fraction of free GPU memory for weights and the KV cache",
+    "max_total_tokens": "number of KV cache slots; overrides --mem-fraction-static",
+    "max_running_requests": "cap on requests decoding at once (default: from the KV size)",
+    "max_prefill_tokens": "token budget of one prefill batch",
+    "chunked_prefill_size": "split prompts longer than this into chunks (<= 0: off)",
+    "schedule_policy": "order of the waiting queue",
+    "max_queued_requests": "requests waiting beyond this get HTTP 503",
+    "disable_radix_cache": "turn the prefix cache off",
+    "attention_backend": "attention implementation (default: triton on CUDA, torch on CPU)",
+    "host": "address to bind (127.0.0.1 keeps the server local)",
+    "port": "TCP port of the HTTP server",
+    "api_key": "require 'Authorization: Bearer KEY' on every endpoint except /health",
+    "log_level": "logging level of every process",
+}
+
+
+def flag_name(field_name: str) -> str:
+    """`chunked_prefill_size` -> `--chunked-prefill-size`."""
+    return "--" + field_name.replace("_", "-")
+
+
+def _strip_optional(annotation) -> tuple[object, bool]:
+    """Returns (the annotation without `None`, whether `None` was allowed)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1:
+            return members[0], len(members) != len(typing.get_args(annotation))
+    return annotation, False
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """Adds one flag per `ServerArgs` field to `parser`.
+
+    Every flag defaults to `argparse.SUPPRESS`, so `server_args_from_namespace` only passes
+    the options the user gave and the dataclass defaults stay the single source of truth.
+    """
+    hints = typing.get_type_hints(ServerArgs)
+    group = parser.add_argument_group("server options (ServerArgs)")
+    for field in dataclasses.fields(ServerArgs):
+        annotation, optional = _strip_optional(hints[field.name])
+        help_text = _FLAG_HELP.get(field.name, "")
+        # Help that already explains the default ("default: from the KV size") keeps it.
+        default_note = "" if "default" in help_text else f"(default: {field.default})"
+        kwargs: dict = {
+            "dest": field.name,
+            "default": argparse.SUPPRESS,
+            "help": f"{help_text} {default_note}".strip(),
+        }
+        if annotation is bool:
+            # A switch turns an off-by-default feature on; a True default needs no flag to keep.
+            kwargs["action"] = "store_true"
+        elif typing.get_origin(annotation) is typing.Literal:
+            kwargs["choices"] = list(typing.get_args(annotation))
+            kwargs["metavar"] = "{" + ",".join(map(str, kwargs["choices"])) + "}"
+        elif annotation in (int, float, str):
+            kwargs["type"] = annotation
+            kwargs["metavar"] = field.name.upper()
+        else:
+            raise TypeError(
+                f"ServerArgs.{field.name} has type {annotation!r}, which the CLI cannot parse; "
+                "use bool, int, float, str, a Literal, or one of them | None"
+            )
+        if optional and "type" in kwargs:
+            kwargs["help"] += "; 'none' unsets it"
+            kwargs["type"] = _none_or(kwargs["type"])
+        group.add_argument(flag_name(field.name), **kwargs)
+
+
+def _none_or(convert: Callable[[str], object]) -> Callable[[str], object]:
+    def parse(text: str) -> object:
+        return None if text.lower() == "none" else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def server_args_from_namespace(namespace: argparse.Namespace) -> ServerArgs:
+    """Builds `ServerArgs` from the flags the user gave (validated by the dataclass)."""
+    given = {
+        name: getattr(namespace, name)
+        for name in ServerArgs.field_names()
+        if hasattr(namespace, name)
+    }
+    return ServerArgs(**given)
+
+
+def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="start the HTTP server (native and OpenAI-compatible APIs)",
+        description="Start the radixgen HTTP server: native /generate plus the OpenAI API.",
+    )
+    add_server_args(parser)
+    parser.set_defaults(handler=_run_serve)
+
+
+def _run_serve(namespace: argparse.Namespace) -> int:
+    # Imported here: the server pulls in FastAPI, ZeroMQ and (in its children) torch.
+    from radixgen.runtime.server.launch import launch_server
+
+    try:
+        server_args = server_args_from_namespace(namespace)
+    except (ValueError, TypeError) as error:
+        # Bad option values (validated by ServerArgs) read as usage errors, not tracebacks.
+        print(f"radixgen serve: error: {error}", file=sys.stderr)
+        return 2
+    return launch_server(server_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="radixgen", description="radixgen: a structured-generation LLM runtime."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_serve_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `radixgen` console script; returns the process exit code."""
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    return namespace.handler(namespace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

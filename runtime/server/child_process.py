@@ -1,0 +1,31 @@
+"""What the scheduler and detokenizer processes share: start-up reports and lifetime rules.
+
+A child reports once on its pipe to the launcher, `ProcessReady` or `ProcessFailed` (see
+`messages.py`), then serves until its parent dies or
+it is terminated. Children ignore SIGINT: a Ctrl+C in the terminal reaches the whole process
+group, and the launcher, not each child, decides the order of shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+
+def setup_child_process(name: str, log_level: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging(name, log_level)
+
+
+def configure_logging(process_name: str, log_level: str) -> None:
+    logging.basicConfig(
+        level=log_level.upper(),
+        format=f"[%(asctime)s {process_name}] %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def parent_is_alive(parent_pid: int) -> bool:
+    # A dead parent re-parents us (to init or a subreaper), changing getppid().
+    return os.getppid() == parent_pid

@@ -1,0 +1,212 @@
+"""Starts the server: the scheduler and detokenizer processes, then HTTP in this process.
+
+Lifetime rules:
+- `/health` answers only once both children reported ready (the model is loaded).
+- SIGINT / SIGTERM: uvicorn drains, then every child is terminated; exit code 0.
+- A child that dies (at start-up or later) is logged with its exit code; the server fails
+  the requests in flight with 503, stops, and exits with code 1. It never hangs.
+- Children exit on their own if this process is killed (they watch their parent's pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from radixgen.runtime.server.child_process import configure_logging
+from radixgen.runtime.server.detokenizer_process import run_detokenizer_process
+from radixgen.runtime.server.ipc import IpcPaths
+from radixgen.runtime.server.messages import ProcessFailed, ProcessReady, ServedModelInfo
+from radixgen.runtime.server.scheduler_process import run_scheduler_process
+from radixgen.runtime.server_args import ServerArgs
+
+logger = logging.getLogger("radixgen.server")
+
+# How often the HTTP process checks that its children are alive.
+WATCHDOG_INTERVAL_S = 0.5
+# Seconds a child gets to exit after SIGTERM before it is killed.
+CHILD_STOP_TIMEOUT_S = 5.0
+# Seconds uvicorn waits for open connections (streams) at shutdown.
+GRACEFUL_SHUTDOWN_S = 3
+
+
+class ShutdownRequested(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+class ChildProcessDied(Exception):
+    """A child process exited (or failed to start)."""
+
+
+@dataclass
+class ChildProcess:
+    name: str
+    process: multiprocessing.process.BaseProcess
+    ready_reader: Connection
+
+
+def launch_server(server_args: ServerArgs) -> int:
+    """Runs the server until a signal (returns 0) or a child's death (returns 1)."""
+    configure_logging("server", server_args.log_level)
+    ipc_paths = IpcPaths.create()
+    children: list[ChildProcess] = []
+    try:
+        with _signals_raise_shutdown():
+            children = _start_children(server_args, ipc_paths)
+            ready = _wait_until_ready(children)
+            model_info = ServedModelInfo(**ready["scheduler"].info)
+            logger.info(
+                "model %s loaded: context length %d, %d KV slots",
+                model_info.model_path,
+                model_info.context_length,
+                model_info.max_total_tokens,
+            )
+            _serve_http(server_args, ipc_paths, model_info, children)
+        return 0
+    except ShutdownRequested:
+        logger.info("shutting down on a signal")
+        return 0
+    except ChildProcessDied as error:
+        logger.error("%s; the server stops", error)
+        return 1
+    finally:
+        _stop_children(children)
+        ipc_paths.remove()
+
+
+@contextmanager
+def _signals_raise_shutdown():
+    # Outside uvicorn's own handling (start-up, and after it re-raises the signal it caught),
+    # a signal unwinds the launcher so that the `finally` above stops the children.
+    def handler(signum, frame):
+        raise ShutdownRequested(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildProcess]:
+    # spawn: a fresh interpreter, so no CUDA or thread state is inherited from this process.
+    context = multiprocessing.get_context("spawn")
+    children = []
+    for name, target in (
+        ("scheduler", run_scheduler_process),
+        ("detokenizer", run_detokenizer_process),
+    ):
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(
+            target=target,
+            args=(server_args, ipc_paths, writer, os.getpid()),
+            name=f"radixgen-{name}",
+            daemon=True,
+        )
+        process.start()
+        writer.close()  # the child holds the only writer: its death means EOF here
+        children.append(ChildProcess(name, process, reader))
+    return children
+
+
+def _wait_until_ready(children: list[ChildProcess]) -> dict[str, ProcessReady]:
+    ready: dict[str, ProcessReady] = {}
+    while len(ready) < len(children):
+        waiting = [child for child in children if child.name not in ready]
+        handles = [child.ready_reader for child in waiting]
+        handles += [child.process.sentinel for child in waiting]
+        signalled = wait(handles)
+        for child in waiting:
+            if child.ready_reader in signalled:
+                try:
+                    message = child.ready_reader.recv()
+                except EOFError:
+                    message = None
+            elif child.process.sentinel in signalled:
+                message = None
+            else:
+                continue
+            if isinstance(message, ProcessFailed):
+                raise ChildProcessDied(
+                    f"the {child.name} process failed to start:\n{message.traceback}"
+                )
+            if not isinstance(message, ProcessReady):
+                child.process.join(1.0)
+                raise ChildProcessDied(
+                    f"the {child.name} process exited during start-up "
+                    f"(exit code {child.process.exitcode})"
+                )
+            ready[child.name] = message
+    return ready
+
+
+def _serve_http(
+    server_args: ServerArgs,
+    ipc_paths: IpcPaths,
+    model_info: ServedModelInfo,
+    children: list[ChildProcess],
+) -> None:
+    import uvicorn
+    from radixgen.runtime.server.http_server import create_app
+    from radixgen.runtime.server.metrics import ServerMetrics
+    from radixgen.runtime.server.tokenizer_manager import TokenizerManager
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path)
+    manager = TokenizerManager(server_args, model_info, ipc_paths, tokenizer, ServerMetrics())
+    process_ids = {"server": os.getpid(), **{c.name: c.process.pid for c in children}}
+    app = create_app(manager, api_key=server_args.api_key, process_ids=process_ids)
+    config = uvicorn.Config(
+        app,
+        host=server_args.host,
+        port=server_args.port,
+        log_level=server_args.log_level.lower(),
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    server = uvicorn.Server(config)
+    crash = asyncio.run(_serve_with_watchdog(server, manager, children))
+    if crash is not None:
+        raise ChildProcessDied(crash)
+
+
+async def _serve_with_watchdog(server, manager, children: list[ChildProcess]) -> str | None:
+    """Serves HTTP until shutdown; returns why a child died, or None."""
+    crash: str | None = None
+
+    async def watch_children() -> None:
+        nonlocal crash
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            for child in children:
+                if child.process.exitcode is not None:
+                    crash = f"the {child.name} process died (exit code {child.process.exitcode})"
+                    logger.error("%s; failing requests in flight and shutting down", crash)
+                    manager.fail_all(crash)
+                    server.should_exit = True
+                    return
+
+    watchdog = asyncio.create_task(watch_children())
+    try:
+        await server.serve()
+    finally:
+        watchdog.cancel()
+    return crash
+
+
+def _stop_children(children: list[ChildProcess]) -> None:
+    for child in children:
+        if child.process.is_alive():
+            child.process.terminate()
+    for child in children:
+        child.process.join(CHILD_STOP_TIMEOUT_S)
+        if child.process.is_alive():
+            logger.warning("the %s process ignored SIGTERM; killing it", child.name)
+            child.process.kill()
+            child.process.join()

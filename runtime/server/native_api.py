@@ -1,0 +1,208 @@
+"""The native API: `POST /generate` (SGLang's shape), health, info, cache flush and metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import radixgen
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict
+from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.server.errors import RequestError, parse_json_body
+from radixgen.runtime.server.streaming import (
+    SampleResult,
+    StreamEvent,
+    collect,
+    collect_all,
+    merge_streams,
+    run_while_connected,
+    sse_response,
+)
+from radixgen.runtime.server.tokenizer_manager import GenerateInput, TokenizerManager
+
+router = APIRouter()
+
+
+class GenerateRequest(BaseModel):
+    """Body of `POST /generate`. Unknown fields are refused, so a typo is a 400."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    stream: bool = False
+    return_logprob: bool = False
+    logprob_start_len: int | None = None
+    top_logprobs_num: int = 0
+    rid: str | list[str] | None = None
+
+
+def build_sampling_params(params: dict[str, Any] | None, vocab_size: int) -> SamplingParams:
+    """SamplingParams from a request dict; bad values become a 400 naming the field."""
+    try:
+        sampling_params = SamplingParams.from_dict(dict(params or {}))
+        sampling_params.validate(vocab_size)
+    except (TypeError, ValueError) as error:
+        raise RequestError(str(error), param="sampling_params") from None
+    return sampling_params
+
+
+def _to_inputs(
+    manager: TokenizerManager, body: GenerateRequest
+) -> tuple[list[GenerateInput], bool]:
+    """Returns the prompts of the request and whether it was a batch (a list)."""
+    if (body.text is None) == (body.input_ids is None):
+        raise RequestError("give exactly one of 'text' and 'input_ids'", param="text")
+    if body.text is not None:
+        is_batch = isinstance(body.text, list)
+        texts = body.text if is_batch else [body.text]
+        prompts = [manager.encode(text) for text in texts]
+    else:
+        is_batch = bool(body.input_ids) and isinstance(body.input_ids[0], list)
+        prompts = body.input_ids if is_batch else [body.input_ids]
+    if not prompts:
+        raise RequestError("the batch is empty", param="text")
+    params = body.sampling_params
+    if isinstance(params, list):
+        if len(params) != len(prompts):
+            raise RequestError(
+                f"sampling_params has {len(params)} entries for {len(prompts)} prompts",
+                param="sampling_params",
+            )
+    else:
+        params = [params] * len(prompts)
+    rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
+    if body.rid is not None and (len(rids) != len(prompts) or len(set(rids)) != len(rids)):
+        raise RequestError("rid must give one distinct id per prompt", param="rid")
+    vocab_size = manager.model_info.vocab_size
+    inputs = [
+        GenerateInput(
+            input_ids=list(prompt),
+            sampling_params=build_sampling_params(prompt_params, vocab_size),
+            rid=rid,
+            return_logprob=body.return_logprob,
+            logprob_start_len=body.logprob_start_len,
+            top_logprobs_num=body.top_logprobs_num,
+            stream=body.stream,
+        )
+        for prompt, prompt_params, rid in zip(prompts, params, rids, strict=True)
+    ]
+    return inputs, is_batch
+
+
+def _sample_json(sample: SampleResult, return_logprob: bool) -> dict:
+    meta_info: dict[str, Any] = {
+        "id": sample.rid,
+        "prompt_tokens": sample.prompt_tokens,
+        "completion_tokens": sample.completion_tokens,
+        "cached_tokens": sample.cached_tokens,
+        "finish_reason": sample.finish_reason,
+    }
+    if return_logprob:
+        meta_info["input_token_logprobs"] = sample.input_token_logprobs
+        meta_info["input_top_logprobs"] = sample.input_top_logprobs
+        meta_info["output_token_logprobs"] = sample.output_token_logprobs
+        meta_info["output_top_logprobs"] = sample.output_top_logprobs
+    return {"text": sample.text, "output_ids": sample.output_ids, "meta_info": meta_info}
+
+
+@router.post("/generate")
+async def generate(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    body = await parse_json_body(request, GenerateRequest)
+    inputs, is_batch = _to_inputs(manager, body)
+    num_samples = [item.sampling_params.n for item in inputs]
+    if body.stream:
+        # Cumulative text per sample, as SGLang streams it: the last chunk is the answer.
+        samples: dict[tuple[int, int], SampleResult] = {}
+
+        def to_payloads(item: tuple[int, StreamEvent]):
+            prompt_index, event = item
+            key = (prompt_index, event.output.index)
+            sample = samples.setdefault(key, SampleResult())
+            sample.add(event)
+            chunk = _sample_json(sample, body.return_logprob)
+            chunk["index"] = sum(num_samples[:prompt_index]) + event.output.index
+            yield chunk
+
+        return await sse_response(request, merge_streams(manager, inputs), to_payloads)
+    if len(inputs) == 1:
+        results = [await run_while_connected(request, collect(manager, inputs[0]))]
+    else:
+        results = await run_while_connected(request, collect_all(manager, inputs))
+    flat = [_sample_json(sample, body.return_logprob) for group in results for sample in group]
+    return flat if is_batch or len(flat) > 1 else flat[0]
+
+
+@router.get("/health")
+async def health(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    if manager.failure is not None:
+        raise RequestError(manager.failure, status_code=503)
+    return {"status": "ok"}
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request):
+    """Healthy only if the model produces a token now."""
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    probe = GenerateInput(
+        input_ids=manager.encode("ping")[-1:] or [0],
+        sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0),
+    )
+    samples = await run_while_connected(request, collect(manager, probe))
+    return {"status": "ok", "completion_tokens": samples[0].completion_tokens}
+
+
+@router.get("/get_model_info")
+async def get_model_info(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    info = dataclasses.asdict(manager.model_info)
+    info["tokenizer_path"] = manager.server_args.tokenizer_path or manager.server_args.model_path
+    info["is_generation"] = True
+    return info
+
+
+@router.get("/get_server_info")
+async def get_server_info(request: Request):
+    """Server options, model, scheduler counters and KV accounting (for leak checks)."""
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    stats = await manager.get_stats()
+    server_args = dataclasses.asdict(manager.server_args)
+    server_args["api_key"] = None if server_args["api_key"] is None else "<set>"
+    return {
+        "version": radixgen.__version__,
+        "server_args": server_args,
+        "model_info": dataclasses.asdict(manager.model_info),
+        "scheduler": dataclasses.asdict(stats),
+        "kv_usage": stats.kv_usage,
+        "cache_hit_rate": stats.cache_hit_rate,
+        "cache_stats": {
+            "matched_tokens": stats.num_cached_tokens,
+            "lookup_tokens": stats.num_prompt_tokens,
+        },
+        "num_requests_in_flight": manager.num_requests_in_flight,
+        "process_ids": request.app.state.process_ids,
+    }
+
+
+@router.post("/flush_cache")
+async def flush_cache(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    result = await manager.flush_cache()
+    if not result.success:
+        raise RequestError(
+            f"the cache was not flushed: {result.message or 'requests are in flight'}"
+        )
+    return {"success": True, "message": result.message}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    manager.metrics.observe_scheduler(await manager.get_stats())
+    return Response(manager.metrics.render(), media_type=CONTENT_TYPE_LATEST)

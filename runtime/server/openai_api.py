@@ -1,0 +1,211 @@
+"""The OpenAI-compatible API: `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
+
+Requests become `GenerateInput`s (OpenAI names mapped to SamplingParams, `response_format`
+mapped to a JSON-schema constraint); outputs are rendered by `openai_render`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from radixgen.runtime.server.errors import RequestError, parse_json_body
+from radixgen.runtime.server.native_api import build_sampling_params
+from radixgen.runtime.server.openai_protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    SamplingExtras,
+)
+from radixgen.runtime.server.openai_render import ChatRenderer, CompletionRenderer
+from radixgen.runtime.server.streaming import (
+    collect,
+    collect_all,
+    merge_streams,
+    run_while_connected,
+    sse_response,
+)
+from radixgen.runtime.server.tokenizer_manager import GenerateInput, TokenizerManager
+
+router = APIRouter(prefix="/v1")
+
+# JSON mode (`response_format: {"type": "json_object"}`) constrains output to any JSON object.
+JSON_OBJECT_SCHEMA = {"type": "object"}
+
+
+def _reject_unsupported(body: SamplingExtras) -> None:
+    if body.tools:
+        raise RequestError("tools are not supported", param="tools")
+    if body.logit_bias:
+        raise RequestError("logit_bias is not supported", param="logit_bias")
+    if body.best_of is not None and body.best_of != body.n:
+        raise RequestError("best_of other than n is not supported", param="best_of")
+
+
+def _constraint_schema(body: SamplingExtras) -> str | dict | None:
+    """The JSON schema that `response_format` asks for, or the extra-body one."""
+    response_format = body.response_format
+    if response_format is None or response_format.type == "text":
+        return body.json_schema
+    if body.json_schema is not None:
+        raise RequestError(
+            "give either response_format or json_schema, not both", param="response_format"
+        )
+    if response_format.type == "json_object":
+        return JSON_OBJECT_SCHEMA
+    if response_format.json_schema is None or response_format.json_schema.schema_ is None:
+        raise RequestError(
+            "response_format of type json_schema needs json_schema.schema",
+            param="response_format",
+        )
+    return response_format.json_schema.schema_
+
+
+def _to_input(
+    manager: TokenizerManager,
+    body: SamplingExtras,
+    input_ids: list[int],
+    *,
+    max_tokens: int | None,
+    top_logprobs_num: int | None,
+) -> GenerateInput:
+    if max_tokens is None:
+        # No limit given: whatever room the context leaves (at least 1, so a too-long
+        # prompt still reaches the length check and gets its own message).
+        max_tokens = max(1, manager.model_info.context_length - len(input_ids))
+    params: dict[str, Any] = {
+        "max_new_tokens": max_tokens,
+        "min_new_tokens": body.min_tokens,
+        "n": body.n,
+        "stop": body.stop,
+        "seed": body.seed,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "repetition_penalty": body.repetition_penalty,
+        "ignore_eos": body.ignore_eos,
+        "skip_special_tokens": body.skip_special_tokens,
+        "stop_token_ids": body.stop_token_ids,
+        "regex": body.regex,
+        "json_schema": _constraint_schema(body),
+        "choices": body.choices,
+    }
+    if body.temperature is not None:
+        params["temperature"] = body.temperature
+    if body.top_p is not None:
+        params["top_p"] = body.top_p
+    return GenerateInput(
+        input_ids=input_ids,
+        sampling_params=build_sampling_params(params, manager.model_info.vocab_size),
+        return_logprob=top_logprobs_num is not None,
+        top_logprobs_num=top_logprobs_num or 0,
+        stream=body.stream,
+    )
+
+
+def _served_name(manager: TokenizerManager) -> str:
+    return manager.model_info.served_model_name
+
+
+@router.get("/models")
+async def list_models(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    card = ModelCard(
+        id=_served_name(manager),
+        root=manager.model_info.model_path,
+        max_model_len=manager.model_info.context_length,
+    )
+    return ModelList(data=[card]).model_dump()
+
+
+def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        return [manager.encode(prompt)]
+    if not prompt:
+        raise RequestError("the prompt is empty", param="prompt")
+    if isinstance(prompt[0], str):
+        return [manager.encode(text) for text in prompt]
+    if isinstance(prompt[0], int):
+        return [list(prompt)]
+    return [list(ids) for ids in prompt]
+
+
+@router.post("/completions")
+async def completions(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    body = await parse_json_body(request, CompletionRequest)
+    _reject_unsupported(body)
+    if body.echo:
+        raise RequestError("echo is not supported", param="echo")
+    if body.suffix:
+        raise RequestError("suffix is not supported", param="suffix")
+    inputs = [
+        _to_input(manager, body, ids, max_tokens=body.max_tokens, top_logprobs_num=body.logprobs)
+        for ids in _completion_prompts(manager, body.prompt)
+    ]
+    renderer = CompletionRenderer(
+        response_id=f"cmpl-{uuid.uuid4().hex}",
+        model=_served_name(manager),
+        num_samples=body.n,
+        decode_token=manager.decode_token,
+    )
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await sse_response(
+            request,
+            merge_streams(manager, inputs),
+            renderer.stream_chunks,
+            lambda: renderer.usage_chunks(include_usage),
+        )
+    results = await run_while_connected(request, collect_all(manager, inputs))
+    return renderer.response(results)
+
+
+def _chat_messages(body: ChatCompletionRequest) -> list[dict]:
+    messages = []
+    for position, message in enumerate(body.messages):
+        content = message.content
+        if isinstance(content, list):
+            if any(part.type != "text" for part in content):
+                raise RequestError(
+                    f"messages[{position}]: only text content parts are supported",
+                    param="messages",
+                )
+            content = "".join(part.text or "" for part in content)
+        messages.append({"role": message.role, "content": content or ""})
+    return messages
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request):
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    body = await parse_json_body(request, ChatCompletionRequest)
+    _reject_unsupported(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
+    input_ids = manager.apply_chat_template(_chat_messages(body))
+    max_tokens = (
+        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    )
+    top_logprobs_num = (body.top_logprobs or 0) if body.logprobs else None
+    generate_input = _to_input(
+        manager, body, input_ids, max_tokens=max_tokens, top_logprobs_num=top_logprobs_num
+    )
+    renderer = ChatRenderer(
+        response_id=f"chatcmpl-{uuid.uuid4().hex}",
+        model=_served_name(manager),
+        decode_token=manager.decode_token,
+    )
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await sse_response(
+            request,
+            merge_streams(manager, [generate_input]),
+            renderer.stream_chunks,
+            lambda: renderer.usage_chunks(include_usage),
+        )
+    samples = await run_while_connected(request, collect(manager, generate_input))
+    return renderer.response(samples)

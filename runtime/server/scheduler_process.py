@@ -1,0 +1,154 @@
+"""Process 2: owns the model and the scheduler; steps the batch while there is work.
+
+The loop reads every waiting message, then runs one scheduler step. It blocks in `poll()` only
+when idle, so a busy scheduler never waits on the network, and an idle one costs no CPU.
+An exception in `step()` is a bug or a device fault: the process logs it and exits non-zero,
+and the launcher turns that into a clean, non-zero exit of the whole server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from multiprocessing.connection import Connection
+
+import zmq
+from radixgen.runtime.io_struct import (
+    AbortReq,
+    BatchTokenOutput,
+    FlushCacheOutput,
+    FlushCacheReq,
+    GetStatsReq,
+    ReqOutput,
+    TokenizedGenerateReq,
+)
+from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
+from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain
+from radixgen.runtime.server.messages import (
+    DetokenizeSpec,
+    ProcessFailed,
+    ProcessReady,
+    ServedModelInfo,
+)
+from radixgen.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# Idle wait between checks that the parent is alive; a new request wakes poll() at once.
+POLL_INTERVAL_MS = 200
+# Prompt tokens the detokenizer needs as decoding context (see runtime/detokenizer.py).
+DETOKENIZE_CONTEXT_TOKENS = 8
+
+
+class SchedulerLoop:
+    """Feeds the scheduler from the request socket and ships its outputs downstream."""
+
+    def __init__(
+        self,
+        scheduler,
+        *,
+        requests: zmq.Socket,
+        to_detokenizer: zmq.Socket,
+        to_tokenizer: zmq.Socket,
+        parent_pid: int,
+    ):
+        self.scheduler = scheduler
+        self.requests = requests
+        self.to_detokenizer = to_detokenizer
+        self.to_tokenizer = to_tokenizer
+        self.parent_pid = parent_pid
+
+    def run(self) -> None:
+        while parent_is_alive(self.parent_pid):
+            if not self.scheduler.has_work():
+                self.requests.poll(POLL_INTERVAL_MS)
+            for message in drain(self.requests):
+                self._handle(message)
+            if self.scheduler.has_work():
+                outputs = self.scheduler.step()
+                if outputs:
+                    self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=outputs))
+        logger.info("parent process is gone; scheduler exits")
+
+    def _handle(self, message: object) -> None:
+        if isinstance(message, TokenizedGenerateReq):
+            self._add_request(message)
+        elif isinstance(message, AbortReq):
+            self.scheduler.abort_request(message.rid)
+            # The detokenizer drops the request's decoding state too.
+            self.to_detokenizer.send_pyobj(message)
+        elif isinstance(message, FlushCacheReq):
+            self.to_tokenizer.send_pyobj(_as_flush_output(self.scheduler.flush_cache()))
+        elif isinstance(message, GetStatsReq):
+            self.to_tokenizer.send_pyobj(self.scheduler.get_stats())
+        else:
+            logger.error("scheduler: unexpected message %r", type(message).__name__)
+
+    def _add_request(self, request: TokenizedGenerateReq) -> None:
+        params = request.sampling_params
+        self.to_detokenizer.send_pyobj(
+            DetokenizeSpec(
+                rid=request.rid,
+                num_samples=params.n,
+                prompt_tail_ids=request.input_ids[-DETOKENIZE_CONTEXT_TOKENS:],
+                skip_special_tokens=params.skip_special_tokens,
+                stop_strings=params.stop_strings,
+            )
+        )
+        try:
+            self.scheduler.add_request(request)
+        except (ValueError, TypeError) as error:
+            # Rejected (e.g. an invalid constraint): tell the client; the scheduler is intact.
+            rejection = ReqOutput(
+                rid=request.rid,
+                index=0,
+                new_token_ids=[],
+                finished=True,
+                finish_reason={"type": "abort", "message": str(error)},
+                prompt_tokens=len(request.input_ids),
+                error=str(error),
+            )
+            self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=[rejection]))
+
+
+def _as_flush_output(result: object) -> FlushCacheOutput:
+    if isinstance(result, FlushCacheOutput):
+        return result
+    return FlushCacheOutput(success=bool(result))
+
+
+def describe_model(server_args: ServerArgs, scheduler) -> ServedModelInfo:
+    return ServedModelInfo(
+        model_path=server_args.model_path,
+        served_model_name=server_args.served_model_name or server_args.model_path,
+        context_length=scheduler.context_length,
+        vocab_size=scheduler.vocab_size,
+        max_total_tokens=scheduler.kv.capacity,
+        max_running_requests=scheduler.runner.max_running_requests,
+    )
+
+
+def run_scheduler_process(
+    server_args: ServerArgs, ipc_paths: IpcPaths, ready_writer: Connection, parent_pid: int
+) -> None:
+    """Entry point of the scheduler process (spawned by the launcher)."""
+    setup_child_process("scheduler", server_args.log_level)
+    try:
+        from radixgen.runtime.scheduler import Scheduler
+
+        scheduler = Scheduler(server_args)
+        model_info = describe_model(server_args, scheduler)
+    except Exception:
+        ready_writer.send(ProcessFailed("scheduler", traceback.format_exc()))
+        raise SystemExit(1) from None
+    context = zmq.Context()
+    loop = SchedulerLoop(
+        scheduler,
+        requests=bind_pull(context, ipc_paths.scheduler_input),
+        to_detokenizer=connect_push(context, ipc_paths.detokenizer_input),
+        to_tokenizer=connect_push(context, ipc_paths.tokenizer_input),
+        parent_pid=parent_pid,
+    )
+    ready_writer.send(ProcessReady("scheduler", info=dataclasses.asdict(model_info)))
+    loop.run()

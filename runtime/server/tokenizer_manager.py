@@ -1,0 +1,320 @@
+"""The front end's core, in the HTTP process: tokenizes, admits, sends requests to the scheduler
+and hands each request's outputs back to the handler awaiting them.
+
+One asyncio task reads the detokenizer's `BatchStrOutput`s (and the scheduler's control
+replies) and routes each output to its request's queue by rid. A handler iterates
+`generate()`; leaving the iteration early (client gone, error) aborts the request, which
+frees its KV in the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+from radixgen.runtime.io_struct import (
+    AbortReq,
+    FlushCacheOutput,
+    FlushCacheReq,
+    GetStatsReq,
+    ReqOutput,
+    SchedulerStats,
+    TokenizedGenerateReq,
+)
+from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.server.errors import RequestError
+from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
+from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo
+from radixgen.runtime.server.metrics import ServerMetrics
+from radixgen.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# A stats or flush reply slower than this means the scheduler is wedged: answer 503.
+CONTROL_REPLY_TIMEOUT_S = 30.0
+# Upper bound of top_logprobs_num, as OpenAI's (20) with some headroom.
+MAX_TOP_LOGPROBS = 32
+
+
+@dataclass
+class GenerateInput:
+    """One prompt of a generation request, tokenized, with validated sampling parameters."""
+
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    rid: str | None = None  # None: the manager picks a unique one
+    return_logprob: bool = False
+    logprob_start_len: int | None = None
+    top_logprobs_num: int = 0
+    stream: bool = False
+
+
+@dataclass
+class StreamEvent:
+    """One output of one sample: the scheduler's `ReqOutput` plus its new text."""
+
+    output: ReqOutput
+    text_delta: str
+
+
+@dataclass
+class _RequestState:
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    created_s: float = field(default_factory=time.perf_counter)
+    first_token_s: float | None = None
+
+
+class TokenizerManager:
+    """Tokenizes and admits requests, and streams their outputs back.
+
+    Args:
+        server_args: the server's options (queue limit, model name).
+        model_info: what the scheduler reported once the model was loaded.
+        ipc_paths: socket addresses of this server instance.
+        tokenizer: a HF tokenizer (the same files the detokenizer loaded).
+        metrics: the server's Prometheus metrics.
+    """
+
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        model_info: ServedModelInfo,
+        ipc_paths: IpcPaths,
+        tokenizer,
+        metrics: ServerMetrics,
+    ):
+        self.server_args = server_args
+        self.model_info = model_info
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        # Sends never block (unbounded queue), so a plain socket is safe inside the event
+        # loop and usable from `finally` blocks that must not await.
+        self._sync_context = zmq.Context()
+        self._to_scheduler = connect_push(self._sync_context, ipc_paths.scheduler_input)
+        self._async_context = zmq.asyncio.Context()
+        self._from_workers = bind_pull(self._async_context, ipc_paths.tokenizer_input)
+        self._states: dict[str, _RequestState] = {}
+        self._stats_waiters: deque[asyncio.Future] = deque()
+        self._flush_waiters: deque[asyncio.Future] = deque()
+        self._rid_prefix = f"{os.getpid():x}-{uuid.uuid4().hex[:8]}"
+        self._rid_counter = itertools.count()
+        self._receive_task: asyncio.Task | None = None
+        self.failure: str | None = None  # set once a child process died: refuse new work
+        self.max_requests_in_flight = (
+            model_info.max_running_requests + server_args.max_queued_requests
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts reading outputs; call from inside the running event loop."""
+        self._receive_task = asyncio.get_running_loop().create_task(self._receive_loop())
+
+    async def stop(self) -> None:
+        if self._receive_task is not None:
+            self._receive_task.cancel()
+        self._to_scheduler.close()
+        self._from_workers.close()
+
+    def fail_all(self, message: str) -> None:
+        """A child died: every waiting handler gets a 503 and new requests are refused."""
+        self.failure = message
+        for state in self._states.values():
+            state.events.put_nowait(RequestError(message, status_code=503))
+        for waiter in (*self._stats_waiters, *self._flush_waiters):
+            if not waiter.done():
+                waiter.set_exception(RequestError(message, status_code=503))
+
+    @property
+    def num_requests_in_flight(self) -> int:
+        return len(self._states)
+
+    # ---- tokenization ----------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise RequestError("this model's tokenizer has no chat template", param="messages")
+        try:
+            prompt = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as error:  # the template raises on roles or content it rejects
+            raise RequestError(f"chat template failed: {error}", param="messages") from None
+        # The template writes the special tokens (BOS...) itself.
+        return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+
+    def decode_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def check_lengths(self, input_ids: list[int], max_new_tokens: int) -> None:
+        """Raises RequestError (400) if the prompt or its output cannot fit the context."""
+        context_length = self.model_info.context_length
+        if not input_ids:
+            raise RequestError("the prompt is empty", param="prompt")
+        if len(input_ids) >= context_length:
+            raise RequestError(
+                f"the prompt has {len(input_ids)} tokens; the model's context length is "
+                f"{context_length}",
+                param="prompt",
+            )
+        if len(input_ids) + max_new_tokens > context_length:
+            raise RequestError(
+                f"the prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) "
+                f"exceeds the model's context length ({context_length})",
+                param="max_tokens",
+            )
+
+    def _admit(self, request: GenerateInput) -> str:
+        if self.failure is not None:
+            raise RequestError(self.failure, status_code=503)
+        if self.num_requests_in_flight >= self.max_requests_in_flight:
+            raise RequestError(
+                f"the server is at capacity ({self.num_requests_in_flight} requests in "
+                "flight); retry later",
+                status_code=503,
+            )
+        vocab_size = self.model_info.vocab_size
+        if any(not 0 <= token < vocab_size for token in request.input_ids):
+            raise RequestError(f"input_ids must be in [0, {vocab_size})", param="input_ids")
+        self.check_lengths(request.input_ids, request.sampling_params.max_new_tokens)
+        if not 0 <= request.top_logprobs_num <= MAX_TOP_LOGPROBS:
+            raise RequestError(
+                f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num"
+            )
+        start = request.logprob_start_len
+        if start is not None and not 0 <= start < len(request.input_ids):
+            raise RequestError(
+                f"logprob_start_len must be in [0, {len(request.input_ids)})",
+                param="logprob_start_len",
+            )
+        rid = request.rid or f"{self._rid_prefix}-{next(self._rid_counter)}"
+        if rid in self._states:
+            raise RequestError(f"request id {rid!r} is already in use", param="rid")
+        return rid
+
+    async def generate(self, request: GenerateInput) -> AsyncIterator[StreamEvent]:
+        """Submits one prompt and yields its outputs until all `n` samples finish.
+
+        Raises:
+            RequestError: 400 for bad input (also a constraint the scheduler rejected),
+                503 when the server is at capacity or a child process died.
+        """
+        rid = self._admit(request)
+        state = _RequestState()
+        self._states[rid] = state
+        unfinished_samples = request.sampling_params.n
+        self._to_scheduler.send_pyobj(
+            TokenizedGenerateReq(
+                rid=rid,
+                input_ids=request.input_ids,
+                sampling_params=request.sampling_params,
+                return_logprob=request.return_logprob,
+                logprob_start_len=request.logprob_start_len,
+                top_logprobs_num=request.top_logprobs_num,
+                stream=request.stream,
+            )
+        )
+        try:
+            while unfinished_samples > 0:
+                item = await state.events.get()
+                if isinstance(item, RequestError):
+                    unfinished_samples = 0  # the scheduler is gone; nothing to abort
+                    raise item
+                output = item.output
+                if output.error is not None:
+                    unfinished_samples = 0  # the scheduler dropped the request itself
+                    self.metrics.requests.labels(outcome="rejected").inc()
+                    raise RequestError(output.error)
+                if output.finished:
+                    unfinished_samples -= 1
+                    if unfinished_samples == 0:
+                        self.metrics.requests.labels(outcome="finished").inc()
+                self._observe(state, output)
+                yield item
+        finally:
+            del self._states[rid]
+            if unfinished_samples > 0:
+                # The consumer left early (client disconnect, cancelled task): free the KV.
+                self._to_scheduler.send_pyobj(AbortReq(rid=rid))
+                self.metrics.requests.labels(outcome="aborted").inc()
+
+    def _observe(self, state: _RequestState, output: ReqOutput) -> None:
+        now = time.perf_counter()
+        if output.new_token_ids and state.first_token_s is None:
+            state.first_token_s = now
+            self.metrics.time_to_first_token_s.observe(now - state.created_s)
+        self.metrics.generation_tokens.inc(len(output.new_token_ids))
+        if not output.finished:
+            return
+        if output.index == 0:
+            self.metrics.prompt_tokens.inc(output.prompt_tokens)
+            self.metrics.cached_tokens.inc(output.cached_tokens)
+        self.metrics.e2e_latency_s.observe(now - state.created_s)
+        if state.first_token_s is not None and output.completion_tokens > 1:
+            decode_s = now - state.first_token_s
+            self.metrics.time_per_output_token_s.observe(decode_s / (output.completion_tokens - 1))
+
+    # ---- control ---------------------------------------------------------------------------
+
+    async def get_stats(self) -> SchedulerStats:
+        return await self._control(GetStatsReq(), self._stats_waiters)
+
+    async def flush_cache(self) -> FlushCacheOutput:
+        return await self._control(FlushCacheReq(), self._flush_waiters)
+
+    async def _control(self, message: object, waiters: deque[asyncio.Future]):
+        if self.failure is not None:
+            raise RequestError(self.failure, status_code=503)
+        future = asyncio.get_running_loop().create_future()
+        waiters.append(future)
+        self._to_scheduler.send_pyobj(message)
+        try:
+            return await asyncio.wait_for(future, CONTROL_REPLY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise RequestError("the scheduler did not answer in time", status_code=503) from None
+
+    # ---- output routing --------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        while True:
+            message = await self._from_workers.recv_pyobj()
+            try:
+                self._dispatch(message)
+            except Exception:  # a routing bug must not silence every later output
+                logger.exception("failed to route %s", type(message).__name__)
+
+    def _dispatch(self, message: object) -> None:
+        if isinstance(message, BatchStrOutput):
+            for output, text_delta in zip(message.outputs, message.text_deltas, strict=True):
+                state = self._states.get(output.rid)
+                if state is not None:  # None: aborted while this output was on its way
+                    state.events.put_nowait(StreamEvent(output=output, text_delta=text_delta))
+        elif isinstance(message, SchedulerStats):
+            _resolve_oldest(self._stats_waiters, message)
+        elif isinstance(message, FlushCacheOutput):
+            _resolve_oldest(self._flush_waiters, message)
+        else:
+            logger.error("unexpected message %r", type(message).__name__)
+
+
+def _resolve_oldest(waiters: deque[asyncio.Future], reply: object) -> None:
+    # Replies come back in request order; waiters that timed out are skipped.
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(reply)
+            return
