@@ -113,7 +113,10 @@ class Scheduler:
             error = f"duplicate request id {request.rid!r}"
         params = request.sampling_params
         if error is not None:
-            for index in range(params.n if isinstance(params.n, int) else 1):
+            num_samples = getattr(params, "n", 1)
+            if not isinstance(num_samples, int) or num_samples < 1:
+                num_samples = 1
+            for index in range(num_samples):
                 self.pending_outputs.append(_error_output(request, index, error))
             return
         base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)

@@ -1,0 +1,308 @@
+"""`Engine`: the in-process runtime, `radixgen.Engine`.
+
+    engine = radixgen.Engine(model_path="tiny")            # any ServerArgs field as keyword
+    out = engine.generate("Hello", {"max_new_tokens": 16, "temperature": 0})
+    out["text"], out["meta_info"]["cached_tokens"]
+
+The scheduler runs on a background thread, so concurrent `generate` calls from several
+threads batch together, and `async_generate` works from asyncio code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from radixgen.runtime.engine_loop import ResultChannel, SchedulerThread
+from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.output_accumulator import OutputAccumulator
+from radixgen.runtime.request_validation import validate_request
+from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.server_args import ServerArgs
+
+
+class Engine:
+    """The offline / in-process engine.
+
+    Args:
+        model_path: an HF checkpoint folder, or "tiny" (the embedded default model).
+        **server_args: any `ServerArgs` field, e.g. `dtype="float32"`,
+            `disable_radix_cache=True`, `max_total_tokens=4096`, `chunked_prefill_size=512`.
+
+    Raises:
+        TypeError: an unknown option. ValueError: an invalid option value.
+    """
+
+    def __init__(self, model_path: str = "tiny", **server_args: Any):
+        from radixgen.runtime.scheduler import Scheduler
+
+        self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
+        self._scheduler = Scheduler(self.server_args)
+        self.tokenizer = self._scheduler.tokenizer
+        self.model_config = self._scheduler.runner.model_config
+        self.context_length = self._scheduler.context_length
+        self._loop = SchedulerThread(self._scheduler)
+
+    # ---- generation --------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: str | list[str] | None = None,
+        sampling_params: dict | list[dict] | SamplingParams | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int = 0,
+        stream: bool = False,
+    ) -> dict | list[dict] | Iterator[dict]:
+        """Generates for one prompt (returns a dict) or a batch (returns a list of dicts).
+
+        Args:
+            prompt: text, or a list of texts. Exactly one of `prompt` / `input_ids`.
+            sampling_params: a dict of SamplingParams fields (or a list, one per prompt).
+            input_ids: token ids, or a list of them.
+            return_logprob: return output logprobs (and prompt logprobs from
+                `logprob_start_len` on, if given) in meta_info.
+            logprob_start_len: first prompt position whose logprob is returned.
+            top_logprobs_num: top alternatives per position.
+            stream: return an iterator of partial results (single prompt, n=1 only);
+                each has the text so far, plus "delta" (the new text).
+        Returns:
+            {"text", "output_ids", "index", "meta_info"}; a list for a batch prompt or
+            n > 1 (prompt-major: prompt 0's n samples first).
+        Raises:
+            ValueError / TypeError: bad arguments or sampling parameters (naming them);
+            ValueError: the engine rejected a request (e.g. an invalid constraint).
+        """
+        requests, is_batch = self._make_requests(
+            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num
+        )
+        if stream:
+            if is_batch or requests[0].sampling_params.n != 1:
+                raise ValueError("stream=True takes a single prompt with n=1")
+            return self._stream_sync(requests[0])
+        submitted = [self._submit(request, None) for request in requests]
+        results = []
+        try:
+            for channel, samples in submitted:
+                self._collect(channel, samples)
+                results += [sample.result() for sample in samples]
+        except BaseException:
+            for request in requests:  # frees whatever is still running
+                self._loop.abort(request.rid)
+            raise
+        if not is_batch and len(results) == 1:
+            return results[0]
+        return results
+
+    def async_generate(
+        self,
+        prompt: str | None = None,
+        sampling_params: dict | SamplingParams | None = None,
+        input_ids: list[int] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int = 0,
+        stream: bool = False,
+    ):
+        """Asynchronous `generate` for one prompt.
+
+        With `stream=False`, returns an awaitable of the result dict (a list if n > 1).
+        With `stream=True`, returns an async iterator of partial results (n=1), each with
+        the text so far and "delta"; `await` on it returns the iterator itself, so both
+        `async for c in engine.async_generate(..., stream=True)` and SGLang's
+        `async for c in await engine.async_generate(..., stream=True)` work.
+        """
+        requests, is_batch = self._make_requests(
+            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num
+        )
+        if is_batch:
+            raise ValueError("async_generate takes a single prompt; call it once per prompt")
+        request = requests[0]
+        if stream:
+            if request.sampling_params.n != 1:
+                raise ValueError("stream=True needs n=1")
+            return _AwaitableIterator(self._stream_async(request))
+        return self._generate_async(request)
+
+    async def _generate_async(self, request: TokenizedGenerateReq) -> dict | list[dict]:
+        import asyncio
+
+        channel, samples = self._submit(request, asyncio.get_running_loop())
+        try:
+            await self._collect_async(channel, samples)
+        except asyncio.CancelledError:
+            self._loop.abort(request.rid)
+            raise
+        results = [sample.result() for sample in samples]
+        return results[0] if len(results) == 1 else results
+
+    async def _stream_async(self, request: TokenizedGenerateReq) -> AsyncIterator[dict]:
+        import asyncio
+
+        channel, (sample,) = self._submit(request, asyncio.get_running_loop())
+        try:
+            while not sample.finished:
+                output = await channel.aget()
+                _raise_if_error(output)
+                delta = sample.add(output)
+                yield {**sample.result(), "delta": delta}
+        finally:
+            if not sample.finished:  # the consumer stopped early: free the request's KV
+                self._loop.abort(request.rid)
+
+    def _stream_sync(self, request: TokenizedGenerateReq) -> Iterator[dict]:
+        channel, (sample,) = self._submit(request, None)
+        try:
+            while not sample.finished:
+                output = channel.get()
+                _raise_if_error(output)
+                delta = sample.add(output)
+                yield {**sample.result(), "delta": delta}
+        finally:
+            if not sample.finished:
+                self._loop.abort(request.rid)
+
+    # ---- management -------------------------------------------------------------------------
+
+    def flush_cache(self) -> bool:
+        """Empties the prefix cache. False (nothing done) while requests are in flight."""
+        return self._loop.call(lambda scheduler: scheduler.flush_cache())
+
+    def get_stats(self) -> dict[str, Any]:
+        """Running/queued requests, KV usage, cache hit rate, token counters."""
+        return dataclasses.asdict(self._loop.call(lambda scheduler: scheduler.get_stats()))
+
+    def check_integrity(self) -> None:
+        """Asserts no KV slot leaked (free + cached + in use == total)."""
+        self._loop.call(lambda scheduler: scheduler.check_integrity())
+
+    def abort(self, rid: str) -> None:
+        self._loop.abort(rid)
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """Renders OpenAI-style messages with the model's chat template."""
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def shutdown(self) -> None:
+        """Stops the scheduler thread (idempotent)."""
+        self._loop.shutdown()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _make_requests(
+        self,
+        prompt,
+        sampling_params,
+        input_ids,
+        return_logprob: bool,
+        logprob_start_len: int | None,
+        top_logprobs_num: int,
+    ) -> tuple[list[TokenizedGenerateReq], bool]:
+        if (prompt is None) == (input_ids is None):
+            raise ValueError("give exactly one of prompt or input_ids")
+        if prompt is not None:
+            is_batch = isinstance(prompt, list)
+            prompts = prompt if is_batch else [prompt]
+            if not prompts or not all(isinstance(p, str) for p in prompts):
+                raise TypeError("prompt must be a string or a non-empty list of strings")
+            token_lists = [self.tokenizer.encode(p) for p in prompts]
+        else:
+            is_batch = (
+                isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
+            )
+            token_lists = input_ids if is_batch else [input_ids]
+        if isinstance(sampling_params, list):
+            if len(sampling_params) != len(token_lists):
+                raise ValueError(
+                    f"sampling_params has {len(sampling_params)} entries for "
+                    f"{len(token_lists)} prompts"
+                )
+            params_list = [SamplingParams.from_dict(p) for p in sampling_params]
+        else:
+            params_list = [SamplingParams.from_dict(sampling_params)] * len(token_lists)
+        requests = []
+        for ids, params in zip(token_lists, params_list, strict=True):
+            request = TokenizedGenerateReq(
+                rid=uuid.uuid4().hex,
+                input_ids=ids,
+                sampling_params=params,
+                return_logprob=return_logprob,
+                logprob_start_len=logprob_start_len,
+                top_logprobs_num=top_logprobs_num,
+            )
+            error = validate_request(
+                request,
+                vocab_size=self.model_config.vocab_size,
+                context_length=self.context_length,
+                kv_capacity=self._scheduler.kv.capacity,
+            )
+            if error is not None:
+                raise ValueError(error)
+            requests.append(request)
+        return requests, is_batch
+
+    def _submit(self, request: TokenizedGenerateReq, loop) -> tuple[ResultChannel, list]:
+        params = request.sampling_params
+        samples = [
+            OutputAccumulator(
+                rid=request.rid,
+                index=index,
+                tokenizer=self.tokenizer,
+                prompt_ids=request.input_ids,
+                skip_special_tokens=params.skip_special_tokens,
+                stop_strings=params.stop_strings,
+                return_logprob=request.return_logprob,
+                top_logprobs_num=request.top_logprobs_num,
+            )
+            for index in range(params.n)
+        ]
+        channel = ResultChannel(loop)
+        self._loop.submit(request, channel)
+        return channel, samples
+
+    @staticmethod
+    def _collect(channel: ResultChannel, samples: list[OutputAccumulator]) -> None:
+        while not all(sample.finished for sample in samples):
+            output = channel.get()
+            _raise_if_error(output)
+            samples[output.index].add(output)
+
+    @staticmethod
+    async def _collect_async(channel: ResultChannel, samples: list[OutputAccumulator]) -> None:
+        while not all(sample.finished for sample in samples):
+            output = await channel.aget()
+            _raise_if_error(output)
+            samples[output.index].add(output)
+
+
+def _raise_if_error(output: ReqOutput) -> None:
+    if output.error is not None:
+        raise ValueError(f"request rejected: {output.error}")
+
+
+class _AwaitableIterator:
+    """An async iterator that `await` returns unchanged (see `Engine.async_generate`)."""
+
+    def __init__(self, iterator: AsyncIterator[dict]):
+        self._iterator = iterator
+
+    def __aiter__(self) -> AsyncIterator[dict]:
+        return self._iterator
+
+    def __await__(self):
+        if False:  # pragma: no cover - makes this a generator that returns at once
+            yield
+        return self._iterator
