@@ -1,12 +1,16 @@
 """radixgen.constrained: regex, JSON-schema and choice constraints as token automata."""
 
 # Constrained decoding engine API (guide helper): compile, match, mask, jump-forward.
-from radixgen.constrained.backend import GrammarBackend
-from radixgen.constrained.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from radixgen.constrained.compile_cache import CompileTimeoutError
-from radixgen.constrained.constraint_spec import ConstraintSpec, escape_regex_literal
-from radixgen.constrained.grammar import CompiledGrammar
-from radixgen.constrained.jump_forward import JumpForward
-from radixgen.constrained.matcher import Matcher
-from radixgen.constrained.regex_index import RegexError, compile_regex
-from radixgen.constrained.vocabulary import TokenVocabulary, load_vocabulary
+from radixgen.constrained.backend import GrammarBackend as GrammarBackend
+from radixgen.constrained.bitmask import allocate_token_bitmask as allocate_token_bitmask
+from radixgen.constrained.bitmask import apply_token_bitmask_ as apply_token_bitmask_
+from radixgen.constrained.compile_cache import CompileTimeoutError as CompileTimeoutError
+from radixgen.constrained.constraint_spec import ConstraintSpec as ConstraintSpec
+from radixgen.constrained.constraint_spec import escape_regex_literal as escape_regex_literal
+from radixgen.constrained.grammar import CompiledGrammar as CompiledGrammar
+from radixgen.constrained.jump_forward import JumpForward as JumpForward
+from radixgen.constrained.matcher import Matcher as Matcher
+from radixgen.constrained.regex_index import RegexError as RegexError
+from radixgen.constrained.regex_index import compile_regex as compile_regex
+from radixgen.constrained.vocabulary import TokenVocabulary as TokenVocabulary
+from radixgen.constrained.vocabulary import load_vocabulary as load_vocabulary

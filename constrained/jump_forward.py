@@ -46,7 +46,7 @@ class JumpForward:
 
 def _common_prefix_length(first: list[int], second: list[int]) -> int:
     length = 0
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=False):
         if a != b:
             break
         length += 1

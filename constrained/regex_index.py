@@ -12,8 +12,8 @@ alternation once a higher one has matched: `a|ab` rejects "ab".
 The workaround. We index `(?:R)` followed by a sentinel character END that no token contains, and
 give the vocabulary one extra pseudo-token made of exactly END's bytes. Matches can then only end
 right after END, so no real token ever ends in a delayed match state and no branch is cut while
-real text is being matched; and "R may end in state s" is exactly "the END pseudo-token has a
-transition out of s". END is U+10FFFF (bytes F4 8F BF BF); tokens containing the byte F4 are left
+real text is being matched; and, END being one character, text matches R exactly when text+END
+matches R+END: "R may end in state s" is "the END pseudo-token leads from s to a final state". END is U+10FFFF (bytes F4 8F BF BF); tokens containing the byte F4 are left
 out of the index, so characters U+100000..U+10FFFF (Private Use Area B) cannot be generated.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from radixgen.constrained.vocabulary import TokenVocabulary
 
 END_SENTINEL = "\U0010ffff"
@@ -120,7 +119,11 @@ class TokenAutomaton:
 
     def is_accepting(self, state: int) -> bool:
         """Whether the output may end in `state` (the regex fully matches the text so far)."""
-        return self.index.get_next_state(state, self.end_token) is not None
+        # END may also be consumed by the pattern itself (`.`, negated classes), so the END
+        # transition alone proves nothing: text is a match iff text+END fully matches
+        # "(?:pattern)END", i.e. the state after END is final.
+        after_end = self.index.get_next_state(state, self.end_token)
+        return after_end is not None and self.index.is_final_state(after_end)
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """Regular token ids allowed in `state` (EOS excluded), as an int64 array."""
@@ -147,7 +150,9 @@ def compile_regex(pattern: str, vocab: TokenVocabulary, index_vocabulary=None) -
     try:
         index = outlines_core.Index(f"(?:{pattern}){END_SENTINEL}", index_vocabulary)
     except ValueError as error:
-        raise RegexError(f"regex {pattern!r} cannot be compiled for this vocabulary: {error}")
+        raise RegexError(
+            f"regex {pattern!r} cannot be compiled for this vocabulary: {error}"
+        ) from error
     return TokenAutomaton(
         pattern=pattern,
         index=index,
