@@ -102,6 +102,7 @@ class ModelRunner:
         self._init_memory_pools()
         self.attn_backend_name = self._choose_attention_backend()
         self.attn_backend = self._create_attention_backend(self.attn_backend_name)
+        self.cuda_graph_runner = self._create_cuda_graph_runner()
         logger.info(
             "loaded %s (%s) on %s in %s: %d KV slots, %d request rows, %s attention",
             self.model_path,
@@ -130,6 +131,9 @@ class ModelRunner:
         """
         # no_grad rather than inference_mode: callers may modify the logits in place.
         with torch.no_grad():
+            graph_runner = self.cuda_graph_runner
+            if graph_runner is not None and graph_runner.can_run(forward_batch):
+                return graph_runner.replay(forward_batch)
             forward_batch.attn_backend.init_forward_metadata(forward_batch)
             return self.model(forward_batch)
 
@@ -199,6 +203,19 @@ class ModelRunner:
         if self.device.type == "cuda" and importlib.util.find_spec(TRITON_BACKEND_MODULE):
             return "triton"
         return "torch"
+
+    def _create_cuda_graph_runner(self):
+        """Decode CUDA graphs: on CUDA with the Triton backend (it reads lengths on the device,
+        so a captured graph serves any lengths), unless `disable_cuda_graph`."""
+        if (
+            self.device.type != "cuda"
+            or self.server_args.disable_cuda_graph
+            or self.attn_backend_name != "triton"
+        ):
+            return None
+        from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(self)
 
     def _create_attention_backend(self, name: str) -> AttentionBackend:
         # Imported here: the triton backend is optional and heavy to import.

@@ -1,0 +1,163 @@
+"""`CudaGraphRunner`: decode steps replayed from CUDA graphs, one graph per batch-size bucket.
+
+A decode step of a small batch is launch-bound: hundreds of small kernels whose launches cost
+more than their work. Capturing the whole model forward once per batch size and replaying it
+removes the launch gaps.
+
+How it stays correct:
+- Every input the graph reads lives in a static buffer (`input_ids`, `positions`,
+  `req_pool_indices`, `seq_lens`, `out_cache_loc`), sized for the largest bucket; a replay
+  copies the batch into the first rows and fills the rest with padding requests.
+- Padding requests decode token 0 at position 0 in request row 0 with history length 1, and
+  write their K/V to slot 0, the pool's padding slot that is never allocated. Their logits
+  are dropped.
+- The attention metadata of each bucket (split count, split workspaces) is built before the
+  capture and kept alive by this runner: the graph holds its pointers. The Triton decode
+  kernels read the lengths on the device, so one graph serves every length.
+- The KV pool and `req_to_token` are the runner's own tensors, never reallocated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+
+if TYPE_CHECKING:
+    from radixgen.runtime.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+def capture_batch_sizes(max_batch_size: int) -> list[int]:
+    """1, 2, 4, 8, then every 8 up to `max_batch_size` (which is always included)."""
+    sizes = [size for size in (1, 2, 4) if size < max_batch_size]
+    sizes += list(range(8, max_batch_size, 8))
+    return [*sizes, max_batch_size]
+
+
+@dataclass
+class _StaticInputs:
+    """The graph-visible inputs, `[max_batch_size]` each."""
+
+    input_ids: torch.Tensor  # int64
+    positions: torch.Tensor  # int64
+    req_pool_indices: torch.Tensor  # int64
+    seq_lens: torch.Tensor  # int64
+    out_cache_loc: torch.Tensor  # int64
+
+    def fill_padding(self) -> None:
+        self.input_ids.zero_()
+        self.positions.zero_()
+        self.req_pool_indices.zero_()
+        self.seq_lens.fill_(1)
+        self.out_cache_loc.zero_()  # the padding slot
+
+
+@dataclass
+class _CapturedGraph:
+    graph: torch.cuda.CUDAGraph
+    forward_batch: ForwardBatch  # views of the static inputs, the batch the graph ran on
+    attn_metadata: object  # kept alive: the graph reads its workspaces
+    logits: torch.Tensor  # [batch_size, vocab] float32, written by every replay
+
+
+class CudaGraphRunner:
+    """Captures decode forwards for the batch sizes of `capture_batch_sizes` and replays them.
+
+    Args:
+        model_runner: a runner on CUDA whose attention backend reads lengths on the device
+            (the Triton backend).
+    """
+
+    def __init__(self, model_runner: ModelRunner):
+        self.model_runner = model_runner
+        self.device = model_runner.device
+        max_batch_size = min(
+            model_runner.server_args.cuda_graph_max_bs, model_runner.max_running_requests
+        )
+        self.batch_sizes = capture_batch_sizes(max_batch_size)
+        self.max_batch_size = max_batch_size
+
+        def buffer():
+            return torch.zeros(max_batch_size, dtype=torch.int64, device=self.device)
+
+        self.static = _StaticInputs(buffer(), buffer(), buffer(), buffer(), buffer())
+        self.static.fill_padding()
+        self.graphs: dict[int, _CapturedGraph] = {}
+        self.memory_pool = torch.cuda.graph_pool_handle()
+        self._capture_all()
+
+    def can_run(self, forward_batch: ForwardBatch) -> bool:
+        return (
+            forward_batch.mode == ForwardMode.DECODE
+            and forward_batch.batch_size <= self.max_batch_size
+        )
+
+    def replay(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        """Runs a decode batch through the smallest captured graph that holds it.
+
+        Returns:
+            float32 logits [batch, vocab] (a fresh tensor, not the graph's buffer).
+        """
+        batch = forward_batch.batch_size
+        padded = self.batch_sizes[bisect.bisect_left(self.batch_sizes, batch)]
+        static = self.static
+        if padded > batch:
+            static.fill_padding()
+        static.input_ids[:batch].copy_(forward_batch.input_ids)
+        static.positions[:batch].copy_(forward_batch.positions)
+        static.req_pool_indices[:batch].copy_(forward_batch.req_pool_indices)
+        static.seq_lens[:batch].copy_(forward_batch.seq_lens)
+        static.out_cache_loc[:batch].copy_(forward_batch.out_cache_loc)
+        captured = self.graphs[padded]
+        captured.graph.replay()
+        return captured.logits[:batch].clone()
+
+    def _capture_all(self) -> None:
+        model = self.model_runner.model
+        backend = self.model_runner.attn_backend
+        stream = torch.cuda.Stream(device=self.device)
+        # Largest first: the smaller graphs then fit in the memory the largest left in the pool.
+        with torch.no_grad():
+            for batch_size in reversed(self.batch_sizes):
+                forward_batch = self._static_forward_batch(batch_size)
+                metadata = backend.make_metadata(forward_batch)
+                backend.metadata = metadata
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # warm-up: compiles kernels, settles allocations
+                        model(forward_batch)
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.memory_pool, stream=stream):
+                    logits = model(forward_batch)
+                self.graphs[batch_size] = _CapturedGraph(graph, forward_batch, metadata, logits)
+        backend.metadata = None
+        torch.cuda.synchronize(self.device)
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.batch_sizes)
+
+    def _static_forward_batch(self, batch_size: int) -> ForwardBatch:
+        static = self.static
+        runner = self.model_runner
+        ones = torch.ones(batch_size, dtype=torch.int64, device=self.device)
+        return ForwardBatch(
+            mode=ForwardMode.DECODE,
+            input_ids=static.input_ids[:batch_size],
+            positions=static.positions[:batch_size],
+            req_pool_indices=static.req_pool_indices[:batch_size],
+            seq_lens=static.seq_lens[:batch_size],
+            prefix_lens=static.seq_lens[:batch_size] - 1,  # unused by decode attention
+            extend_lens=ones,
+            out_cache_loc=static.out_cache_loc[:batch_size],
+            req_to_token_pool=runner.req_to_token_pool,
+            token_to_kv_pool=runner.token_to_kv_pool,
+            attn_backend=runner.attn_backend,
+            seq_lens_cpu=[1] * batch_size,
+            prefix_lens_cpu=[0] * batch_size,
+            extend_lens_cpu=[1] * batch_size,
+        )
