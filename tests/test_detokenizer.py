@@ -1,0 +1,75 @@
+"""Incremental detokenization with the tiny byte-level BPE tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+from radixgen.runtime.detokenizer import (
+    IncrementalDetokenizer,
+    find_stop,
+    partial_stop_suffix_len,
+)
+
+TEXT = "héllo 世界 🎉 naïve → done"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_path):
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    return load_tokenizer(tiny_model_path)
+
+
+def stream(tokenizer, ids, **kwargs):
+    detok = IncrementalDetokenizer(tokenizer, **kwargs)
+    deltas = [detok.add_tokens([i], finished=(n == len(ids) - 1)) for n, i in enumerate(ids)]
+    return detok, deltas
+
+
+def test_multibyte_characters_are_never_split(tokenizer):
+    ids = tokenizer.encode(TEXT)
+    # The tokenizer really splits characters across tokens here.
+    assert any("\ufffd" in tokenizer.decode([i]) for i in ids)
+    detok, deltas = stream(tokenizer, ids)
+    assert "".join(deltas) == TEXT
+    assert not any("\ufffd" in delta for delta in deltas)
+    assert detok.text == TEXT
+
+
+def test_prompt_context_does_not_leak_into_output(tokenizer):
+    prompt = tokenizer.encode("say:")
+    ids = tokenizer.encode(" hi there")
+    detok = IncrementalDetokenizer(tokenizer, prompt)
+    assert detok.add_tokens(ids, finished=True) == " hi there"
+
+
+def test_stop_string_across_token_boundary_is_trimmed_and_held_back(tokenizer):
+    text = "alpha beta gamma delta"
+    ids = tokenizer.encode(text)
+    detok, deltas = stream(tokenizer, ids, stop_strings=["a gam"])
+    assert detok.text == "alpha bet"
+    assert detok.matched_stop == "a gam"
+    assert "".join(deltas) == "alpha bet"
+    # Nothing emitted was ever part of the stop string.
+    assert not any("gam" in delta for delta in deltas)
+
+
+def test_text_after_stop_is_ignored(tokenizer):
+    detok = IncrementalDetokenizer(tokenizer, stop_strings=["STOP"])
+    detok.add_tokens(tokenizer.encode("abc STOP"))
+    assert detok.add_tokens(tokenizer.encode(" more"), finished=True) == ""
+    assert detok.text == "abc "
+
+
+def test_partial_stop_is_released_when_it_does_not_complete(tokenizer):
+    detok = IncrementalDetokenizer(tokenizer, stop_strings=["xyz"])
+    first = detok.add_tokens(tokenizer.encode("ab x"))
+    assert first == "ab "
+    rest = detok.add_tokens(tokenizer.encode("w"), finished=True)
+    assert first + rest == "ab xw"
+
+
+def test_helpers():
+    assert find_stop("one two three", ["three", "two"]) == (4, "two")
+    assert find_stop("one", ["x"]) is None
+    assert partial_stop_suffix_len("hello wor", ["world", "xx"]) == 3
+    assert partial_stop_suffix_len("hello", ["xyz"]) == 0

@@ -1,0 +1,160 @@
+"""Sampler unit tests: masks, penalties, counter-based seeded sampling, vocab bitmask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from radixgen.runtime.req import Req
+from radixgen.runtime.sampler import (
+    Sampler,
+    apply_penalties,
+    apply_vocab_bitmask,
+    exponential_noise,
+    filter_probs,
+)
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+from radixgen.runtime.sampling_params import SamplingParams
+
+VOCAB = 8
+DEVICE = torch.device("cpu")
+
+
+def make_req(seed: int = 0, output_ids=(), input_ids=(1,), **params) -> Req:
+    return Req(
+        rid="r",
+        index=0,
+        origin_input_ids=list(input_ids),
+        sampling_params=SamplingParams.from_dict(params),
+        sampling_seed=seed,
+        eos_token_ids=frozenset({0}),
+        output_ids=list(output_ids),
+    )
+
+
+def info_for(*reqs: Req) -> SamplingBatchInfo:
+    return SamplingBatchInfo.from_reqs(list(reqs), VOCAB, DEVICE)
+
+
+PROBS = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.05, 0.03, 0.01, 0.01]])
+
+
+def kept(probs: torch.Tensor) -> list[int]:
+    return torch.nonzero(probs[0] > 0).flatten().tolist()
+
+
+def test_top_k_keeps_k_most_likely():
+    assert kept(filter_probs(PROBS.clone(), info_for(make_req(top_k=3)))) == [0, 1, 2]
+
+
+def test_top_p_keeps_smallest_prefix_reaching_p():
+    # 0.40 + 0.25 = 0.65 < 0.7, adding 0.15 reaches 0.80 >= 0.7.
+    assert kept(filter_probs(PROBS.clone(), info_for(make_req(top_p=0.7)))) == [0, 1, 2]
+    assert kept(filter_probs(PROBS.clone(), info_for(make_req(top_p=0.01)))) == [0]
+
+
+def test_min_p_drops_tokens_below_fraction_of_max():
+    # threshold 0.3 * 0.40 = 0.12 keeps 0.40, 0.25, 0.15.
+    assert kept(filter_probs(PROBS.clone(), info_for(make_req(min_p=0.3)))) == [0, 1, 2]
+
+
+def test_filters_apply_per_row():
+    probs = PROBS.repeat(2, 1)
+    info = info_for(make_req(top_k=1), make_req(top_k=-1))
+    out = filter_probs(probs, info)
+    assert kept(out[:1]) == [0]
+    assert kept(out[1:]) == list(range(VOCAB))
+
+
+def test_penalties():
+    logits = torch.tensor([[2.0, -2.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    req = make_req(
+        input_ids=[0],
+        output_ids=[1, 2, 2],
+        repetition_penalty=2.0,
+        frequency_penalty=0.5,
+        presence_penalty=0.25,
+    )
+    apply_penalties(logits, info_for(req))
+    # token 0: prompt only -> repetition: 2 / 2 = 1.
+    # token 1: output once -> -2 * 2 - 0.5 - 0.25 = -4.75.
+    # token 2: output twice -> 1 / 2 - 1.0 - 0.25 = -0.75.
+    assert logits[0, :4].tolist() == pytest.approx([1.0, -4.75, -0.75, 1.0])
+
+
+def test_penalty_counts_follow_sampled_tokens_and_batch_changes():
+    penalised = make_req(frequency_penalty=1.0, output_ids=[3])
+    plain = make_req()
+    info = info_for(plain)
+    info.merge(info_for(penalised))  # a penalised request joins an unpenalised batch
+    info.record_sampled(torch.tensor([5, 3]))
+    assert info.output_counts[1, 3].item() == 2
+    assert info.output_counts[0, 5].item() == 1
+    info.filter([1])
+    assert info.output_counts.shape == (1, VOCAB)
+    assert info.output_counts[0, 3].item() == 2
+
+
+def test_greedy_rows_take_argmax_even_in_mixed_batch():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 0, 0, 0, 0, 0]]).repeat(2, 1)
+    info = info_for(make_req(temperature=0), make_req(temperature=1.0, seed=3))
+    out = Sampler()(logits, info, torch.tensor([0, 0]))
+    assert out.next_token_ids[0].item() == 1
+
+
+def test_seeded_sampling_is_independent_of_batch_composition():
+    torch.manual_seed(0)
+    logits = torch.randn(3, VOCAB)
+    reqs = [make_req(temperature=1.0, seed=s) for s in (11, 22, 33)]
+    steps = torch.tensor([4, 9, 0])
+    together = Sampler()(logits, info_for(*reqs), steps).next_token_ids.tolist()
+    alone = [
+        Sampler()(logits[i : i + 1], info_for(reqs[i]), steps[i : i + 1]).next_token_ids.item()
+        for i in range(3)
+    ]
+    assert together == alone
+    again = Sampler()(logits, info_for(*reqs), steps).next_token_ids.tolist()
+    assert again == together
+
+
+def test_sampling_follows_the_distribution():
+    # Many seeds at once: empirical frequencies match softmax(logits / temperature).
+    num_draws = 20000
+    logits = torch.tensor([[1.0, 0.0, -1.0, 2.0, -9.0, -9.0, -9.0, -9.0]])
+    expected = torch.softmax(logits[0] / 0.5, dim=0)
+    info = SamplingBatchInfo.from_reqs(
+        [make_req(temperature=0.5, seed=s) for s in range(num_draws)], VOCAB, DEVICE
+    )
+    draws = Sampler()(logits.repeat(num_draws, 1), info, torch.zeros(num_draws, dtype=torch.int64))
+    freq = torch.bincount(draws.next_token_ids, minlength=VOCAB).float() / num_draws
+    assert torch.allclose(freq, expected, atol=0.015)
+
+
+def test_exponential_noise_changes_with_seed_and_step():
+    seeds = torch.tensor([1, 1, 2])
+    steps = torch.tensor([0, 1, 0])
+    noise = exponential_noise(seeds, steps, 64)
+    assert (noise > 0).all()
+    assert not torch.equal(noise[0], noise[1]) and not torch.equal(noise[0], noise[2])
+    assert torch.equal(noise, exponential_noise(seeds, steps, 64))
+
+
+def test_vocab_bitmask_allows_only_set_bits():
+    logits = torch.zeros(2, 40)
+    bitmask = torch.zeros(2, 2, dtype=torch.int32)
+    bitmask[0, 0] = 1 << 3  # token 3
+    bitmask[1, 1] = 1 << 2  # token 34
+    apply_vocab_bitmask(logits, bitmask)
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [3]
+    assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [34]
+
+
+def test_bans_and_logprobs():
+    logits = torch.tensor([[9.0, 1.0, 0.0, 0, 0, 0, 0, 0]])
+    info = info_for(make_req(temperature=0))
+    info.banned_rows = torch.tensor([0])
+    info.banned_token_ids = torch.tensor([0])
+    out = Sampler()(logits, info, torch.tensor([0]), return_logprobs=True)
+    assert out.next_token_ids.item() == 1
+    # Logprobs are of the raw distribution (before bans).
+    assert out.logprobs[0].exp().sum().item() == pytest.approx(1.0)
+    assert out.logprobs[0, 0].item() == pytest.approx(torch.log_softmax(logits[0], 0)[0].item())
