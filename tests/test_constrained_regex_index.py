@@ -9,7 +9,6 @@ from importlib.metadata import version
 import numpy as np
 import pytest
 import torch
-
 from radixgen.constrained import (
     ConstraintSpec,
     RegexError,

@@ -1,0 +1,158 @@
+"""Jump-forward never changes text, keeps the tokenizer's own ids, and stops at every choice."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_bitmask
+from tokenizers import Tokenizer
+
+TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
+TOKENIZER = Tokenizer.from_file(str(TOKENIZER_PATH))
+BACKEND = GrammarBackend(TOKENIZER)
+EOS_ID = BACKEND.vocab.eos_token_ids[0]
+
+PERSON = (
+    r'\{"name": "[A-Za-z ]{1,20}", "age": (0|[1-9][0-9]{0,2}), '
+    r'"city": "(Paris|London|Berlin)", "tags": \[("[a-z]+"(, "[a-z]+")*)?\]\}'
+)
+# (constraint, a target document it admits)
+DOCUMENTS = [
+    (
+        ConstraintSpec.regex(PERSON),
+        '{"name": "Ada Lovelace", "age": 36, "city": "London", "tags": ["math", "poetry"]}',
+    ),
+    (ConstraintSpec.regex(PERSON), '{"name": "Bo", "age": 0, "city": "Berlin", "tags": []}'),
+    (ConstraintSpec.choices(["yes, definitely", "no way", "maybe"]), "yes, definitely"),
+    (
+        ConstraintSpec.regex(r'\{"emoji": "😀", "values": \[-?[0-9]+(, -?[0-9]+)*\]\}'),
+        '{"emoji": "😀", "values": [12345, -7, 0]}',
+    ),
+    (ConstraintSpec.regex(r'[{\[]"identifier": (true|false)[}\]]'), '["identifier": false]'),
+]
+
+
+def text_of(token_ids) -> str:
+    return BACKEND.vocab.decode(list(token_ids)).decode("utf-8")
+
+
+def allowed_ids(matcher) -> np.ndarray:
+    bitmask = allocate_token_bitmask(1, BACKEND.vocab.vocab_size)
+    matcher.fill_bitmask(bitmask, 0)
+    return np.flatnonzero(np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little"))
+
+
+def run(grammar, choose_token, *, jump_forward: bool, max_steps: int = 200):
+    """Drives a matcher like the engine does; returns (output ids, decode steps, jumps)."""
+    matcher = grammar.new_matcher()
+    decode_steps, jumps = 0, []
+    while not matcher.is_terminated() and decode_steps < max_steps:
+        if jump_forward:
+            plan = matcher.find_jump_forward()
+            if plan is not None:
+                before = text_of(matcher.output_ids)
+                matcher.apply_jump_forward(plan)
+                after = text_of(matcher.output_ids)
+                assert after == before + plan.appended_text  # emitted text never changes
+                assert plan.appended_text
+                jumps.append(plan)
+                continue
+        allowed = allowed_ids(matcher)
+        token_id = choose_token(matcher.output_ids, allowed)
+        assert token_id in allowed
+        assert matcher.accept_token(token_id)
+        decode_steps += 1
+    return matcher.output_ids, decode_steps, jumps
+
+
+def scripted_model(target_ids: list[int]):
+    """A 'model' that always prefers the tokenizer's own tokenisation of the target document."""
+
+    def choose(output_ids, allowed):
+        position = len(output_ids)
+        assert list(output_ids) == target_ids[:position], "output left the natural tokenisation"
+        return target_ids[position] if position < len(target_ids) else EOS_ID
+
+    return choose
+
+
+@pytest.mark.parametrize(("spec", "document"), DOCUMENTS)
+def test_scripted_model_output_is_identical_with_and_without_jump_forward(spec, document):
+    grammar = BACKEND.compile(spec)
+    assert re.fullmatch(spec.to_regex(), document)
+    target_ids = TOKENIZER.encode(document).ids
+    plain_ids, plain_steps, _ = run(grammar, scripted_model(target_ids), jump_forward=False)
+    jumped_ids, jumped_steps, jumps = run(grammar, scripted_model(target_ids), jump_forward=True)
+    assert list(plain_ids) == list(jumped_ids) == target_ids
+    assert jumps and jumped_steps < plain_steps  # model steps saved
+
+
+BOUNDED_PATTERNS = [  # bounded repetition, so a random model always finishes
+    r'\{"name": "[A-Za-z ]{1,8}", "age": (0|[1-9][0-9]{0,2}), "city": "(Paris|London|Berlin)", '
+    r'"tags": \[("[a-z]{1,4}"(, "[a-z]{1,4}"){0,2})?\]\}',
+    r'\{"emoji": "😀", "values": \[-?[0-9]{1,4}(, -?[0-9]{1,4}){0,2}\], "ok": (true|false)\}',
+    r"(yes|no|maybe)( because [a-z ]{1,6})?",
+]
+
+
+@pytest.mark.parametrize("pattern", BOUNDED_PATTERNS)
+def test_random_model_with_jump_forward_always_satisfies_the_constraint(pattern):
+    grammar = BACKEND.compile(ConstraintSpec.regex(pattern))
+    total_jumps = 0
+    for seed in range(8):
+        generator = random.Random(seed)
+
+        def choose(output_ids, allowed, generator=generator):
+            if EOS_ID in allowed and (generator.random() < 0.5 or len(allowed) == 1):
+                return EOS_ID
+            return int(generator.choice([t for t in allowed if t != EOS_ID]))
+
+        output_ids, _, jumps = run(grammar, choose, jump_forward=True)
+        assert re.fullmatch(pattern, text_of(output_ids)), text_of(output_ids)
+        total_jumps += len(jumps)
+    assert total_jumps
+
+
+def test_forced_spans_appear_exactly_and_stop_at_choices():
+    grammar = BACKEND.compile(ConstraintSpec.regex(r'\{"count": [0-9]+, "unit": "(kg|g)"\}'))
+    matcher = grammar.new_matcher()
+    plan = matcher.find_jump_forward()
+    assert plan.retract_tokens == 0 and plan.appended_text == '{"count":'  # " " may merge
+    matcher.apply_jump_forward(plan)
+    for token_id in TOKENIZER.encode(" 12").ids:
+        assert matcher.accept_token(token_id)
+    assert matcher.find_jump_forward() is None  # more digits may follow: never cut a number
+    assert matcher.accept_token(TOKENIZER.encode(",").ids[0])
+    plan = matcher.find_jump_forward()
+    matcher.apply_jump_forward(plan)
+    assert text_of(matcher.output_ids).startswith('{"count": 12, "unit":')
+    assert plan.appended_text.startswith(' "unit"')
+
+
+def test_retracts_a_token_the_tokenizer_would_merge_with_forced_text():
+    grammar = BACKEND.compile(ConstraintSpec.regex(r'[{\[]"identifier": (true|false)[}\]]'))
+    matcher = grammar.new_matcher()
+    brace = TOKENIZER.token_to_id("{")
+    assert matcher.accept_token(brace)
+    plan = matcher.find_jump_forward()
+    assert plan.retract_tokens == 1  # "{" is re-tokenised with the forced '"identifier...'
+    assert plan.append_ids[0] == TOKENIZER.token_to_id('{"')
+    matcher.apply_jump_forward(plan)
+    assert text_of(matcher.output_ids) == "{" + plan.appended_text
+    assert text_of(matcher.output_ids).startswith('{"identifier":')
+    assert list(matcher.output_ids) == TOKENIZER.encode(text_of(matcher.output_ids)).ids
+
+
+def test_no_jump_forward_when_disabled_or_complete():
+    backend = GrammarBackend(TOKENIZER, jump_forward=False)
+    matcher = backend.compile(ConstraintSpec.choices(["only option"])).new_matcher()
+    assert matcher.find_jump_forward() is None
+    matcher = BACKEND.compile(ConstraintSpec.choices(["only option"])).new_matcher()
+    plan = matcher.find_jump_forward()
+    assert plan.appended_text == "only option"  # nothing may follow: the whole text is stable
+    matcher.apply_jump_forward(plan)
+    assert matcher.is_terminated() and matcher.find_jump_forward() is None
