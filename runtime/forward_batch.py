@@ -134,11 +134,13 @@ def build_forward_batch(
         raise ValueError(f"req_pool_indices must be rows in [0, {req_to_token_pool.size})")
 
     device = req_to_token_pool.device
-    flat_ids = [token for ids in input_ids for token in ids]
-    input_ids_tensor = torch.tensor(flat_ids, dtype=torch.int64, device=device)
-    rows = torch.tensor(list(req_pool_indices), dtype=torch.int64, device=device)
-    prefix_lens_tensor = torch.tensor(prefix_lens_cpu, dtype=torch.int64, device=device)
-    extend_lens_tensor = torch.tensor(extend_lens_cpu, dtype=torch.int64, device=device)
+    # One host-to-device copy for all host lists: ids, then rows, prefix and extend lengths.
+    host_values = [token for ids in input_ids for token in ids]
+    host_values += [int(row) for row in req_pool_indices] + prefix_lens_cpu + extend_lens_cpu
+    packed = torch.tensor(host_values, dtype=torch.int64).to(device)
+    input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed.split(
+        [num_tokens, batch_size, batch_size, batch_size]
+    )
     out_cache_loc = out_cache_loc.to(device=device, dtype=torch.int64)
 
     # Vectorised over tokens: each token's request, then its position inside the request.
