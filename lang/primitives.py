@@ -1,0 +1,142 @@
+"""The user-facing constructors: `rg.gen`, `rg.select` and the role helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixgen.gen_params import GenParams
+from radixgen.ir import (
+    ChoicesMethod,
+    Expr,
+    Gen,
+    RoleBegin,
+    RoleEnd,
+    Select,
+    check_choices_method,
+    role_expr,
+)
+
+
+def gen(
+    name: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    min_tokens: int | None = None,
+    stop: str | list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    repetition_penalty: float | None = None,
+    ignore_eos: bool | None = None,
+    seed: int | None = None,
+    regex: str | None = None,
+    json_schema: Any = None,
+    choices: list[str] | None = None,
+    return_logprob: bool | None = None,
+    top_logprobs_num: int | None = None,
+) -> Gen:
+    """Generate text at this point of the program and store it as `s[name]`.
+
+    Unset options fall back to the defaults given to `prog.run(...)`, then to the
+    backend's. At most one constraint: `regex`, `json_schema` (a dict, a JSON string or a
+    pydantic model class) or `choices` (decoding constrained to one of the strings; for
+    likelihood scoring without sampling use `rg.select`).
+
+    Raises:
+        TypeError / ValueError naming the bad argument.
+    """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a string or None, got {name!r}")
+    params = GenParams.build(
+        max_new_tokens=max_tokens,
+        min_new_tokens=min_tokens,
+        stop=stop,
+        stop_token_ids=stop_token_ids,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty,
+        repetition_penalty=repetition_penalty,
+        ignore_eos=ignore_eos,
+        seed=seed,
+        regex=regex,
+        json_schema=json_schema,
+        choices=choices,
+        return_logprob=return_logprob,
+        top_logprobs_num=top_logprobs_num,
+    )
+    return Gen(name, params)
+
+
+def select(
+    name: str | None = None,
+    choices: list[str] | None = None,
+    *,
+    choices_method: ChoicesMethod | str = ChoicesMethod.TOKEN_LENGTH_NORMALIZED,
+) -> Select:
+    """Append the choice the model finds most likely, and store it as `s[name]`.
+
+    Scores come from one prefill of the text so far plus the prompt logprobs of each
+    choice; nothing is sampled. `s.get_meta_info(name)["scores"]` holds the score of each
+    choice (the pick is their argmax).
+
+    Raises:
+        ValueError: `choices` is empty or `choices_method` is unknown.
+        TypeError: `choices` is not a list of strings.
+    """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a string or None, got {name!r}")
+    if choices is None or isinstance(choices, str):
+        raise TypeError(f"choices must be a list of strings, got {choices!r}")
+    if not isinstance(choices, (list, tuple)) or not all(isinstance(c, str) for c in choices):
+        raise TypeError(f"choices must be a list of strings, got {choices!r}")
+    if len(choices) == 0:
+        raise ValueError("select(choices=...) needs at least one choice, got []")
+    if any(choice == "" for choice in choices):
+        raise ValueError("select choices must be non-empty strings")
+    return Select(name, tuple(choices), check_choices_method(choices_method))
+
+
+def system(expr: Any = None) -> Expr:
+    """`expr` as a system message (formatted by the backend's chat template)."""
+    return role_expr("system", expr)
+
+
+def user(expr: Any = None) -> Expr:
+    """`expr` as a user message (formatted by the backend's chat template)."""
+    return role_expr("user", expr)
+
+
+def assistant(expr: Any = None) -> Expr:
+    """`expr` as an assistant message; a gen inside it is the model's reply."""
+    return role_expr("assistant", expr)
+
+
+def system_begin() -> RoleBegin:
+    return RoleBegin("system")
+
+
+def system_end() -> RoleEnd:
+    return RoleEnd("system")
+
+
+def user_begin() -> RoleBegin:
+    return RoleBegin("user")
+
+
+def user_end() -> RoleEnd:
+    return RoleEnd("user")
+
+
+def assistant_begin() -> RoleBegin:
+    return RoleBegin("assistant")
+
+
+def assistant_end() -> RoleEnd:
+    return RoleEnd("assistant")
