@@ -90,6 +90,12 @@ class ModelRunner:
         self.dtype = resolve_dtype(server_args.dtype, self.device)
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
+        if self.context_length > self.model_config.context_length:
+            logger.warning(
+                "context_length %d exceeds the model's %d: positions beyond it were never trained",
+                self.context_length,
+                self.model_config.context_length,
+            )
         self.model = load_model(
             self.model_path,
             model_config=self.model_config,
@@ -172,10 +178,13 @@ class ModelRunner:
             budget = KVBudget(fraction_of_free_memory=args.mem_fraction_static)
         else:
             budget = KVBudget(
-                num_tokens=min(
-                    _CPU_DEFAULT_CONTEXTS * self.context_length,
-                    _CPU_MAX_SLOTS,
-                    _CPU_MAX_KV_BYTES // bytes_per_token,
+                num_tokens=max(
+                    1,
+                    min(
+                        _CPU_DEFAULT_CONTEXTS * self.context_length,
+                        _CPU_MAX_SLOTS,
+                        _CPU_MAX_KV_BYTES // bytes_per_token,
+                    ),
                 )
             )
         num_slots = budget.resolve(bytes_per_token=bytes_per_token, device=self.device)
