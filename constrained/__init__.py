@@ -14,3 +14,6 @@ from radixgen.constrained.regex_index import RegexError as RegexError
 from radixgen.constrained.regex_index import compile_regex as compile_regex
 from radixgen.constrained.vocabulary import TokenVocabulary as TokenVocabulary
 from radixgen.constrained.vocabulary import load_vocabulary as load_vocabulary
+
+from radixgen.constrained.json_schema import json_schema_to_regex as json_schema_to_regex
+from radixgen.constrained.unsupported import UnsupportedSchemaError as UnsupportedSchemaError

@@ -1,0 +1,385 @@
+"""JSON Schema `pattern` (ECMA-262 syntax) to a regex over the JSON-encoded string, exactly.
+
+A pattern constrains the decoded string value and matches anywhere in it unless anchored, while
+our regex must match the whole encoded literal. So the pattern is parsed into a small tree
+(code point sets, concatenation, union, repetition), unanchored ends get "any characters", and
+each code point set is written as one encoded unit (`json_string.code_point_unit`).
+
+`minLength`/`maxLength` next to a pattern are intersected exactly on the tree
+(`limit_length`): fixed-length parts shift the bounds, a repetition of a fixed-length item gets
+tighter counts, and a concatenation of several variable parts is split by the length of its
+first part. What cannot be intersected exactly raises `PatternError`.
+
+Supported: literals, escapes (\\d \\D \\w \\W \\s \\S \\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\u{H..}
+and escaped punctuation), classes with ranges and negation, `.`, groups (plain, `(?:`, named),
+`|`, greedy and lazy quantifiers, and `^`/`$` at the ends of top-level alternatives. Code points
+are matched as Unicode code points (the `u` flag semantics). Rejected: lookaround, backreferences,
+word boundaries, `\\p{..}`, `\\cX`, anchors elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixgen.constrained.json_string import ALL_CODE_POINTS, code_point_unit
+from radixgen.constrained.regex_text import (
+    alternation,
+    complement_ranges,
+    normalize_ranges,
+    repeat,
+    sequence,
+)
+
+Ranges = tuple[tuple[int, int], ...]
+
+_DIGITS: Ranges = ((0x30, 0x39),)
+_WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
+_SPACE: Ranges = tuple(
+    normalize_ranges(
+        [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A)]
+        + [(0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
+        + [(0xFEFF, 0xFEFF)]
+    )
+)
+_LINE_TERMINATORS = ((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029))
+_CONTROL_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
+_SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
+# Splitting a concatenation by the length of its first part costs one branch per length.
+_MAX_LENGTH_SPLITS = 64
+
+
+class PatternError(ValueError):
+    """The pattern uses a feature, or a length combination, we cannot enforce exactly."""
+
+
+@dataclass(frozen=True)
+class CodePoints:
+    ranges: Ranges
+
+
+@dataclass(frozen=True)
+class Concat:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Union:
+    options: tuple
+
+
+@dataclass(frozen=True)
+class Repeat:
+    item: object
+    min_count: int
+    max_count: int | None
+
+
+ANY_TEXT = Repeat(CodePoints(ALL_CODE_POINTS), 0, None)
+
+
+def pattern_to_regex(pattern: str, min_length: int = 0, max_length: int | None = None) -> str:
+    """Regex for the encoded body (no quotes) of strings matching `pattern` within the lengths.
+
+    Raises:
+        PatternError: unsupported syntax, or the result is empty / not exactly expressible.
+    """
+    tree = limit_length(parse_pattern(pattern), min_length, max_length)
+    regex = None if tree is None else emit(tree)
+    if regex is None:
+        raise PatternError(f"no string matches pattern {pattern!r} within the length limits")
+    return regex
+
+
+def parse_pattern(pattern: str) -> object:
+    """The search semantics of `pattern` as a whole-string tree."""
+    parser = _Parser(pattern)
+    options = []
+    for anchored_start, body, anchored_end in parser.parse_top_level():
+        items = ([] if anchored_start else [ANY_TEXT]) + [body] + ([] if anchored_end else [ANY_TEXT])
+        options.append(Concat(tuple(items)))
+    return options[0] if len(options) == 1 else Union(tuple(options))
+
+
+def length_range(node: object) -> tuple[int, int | None]:
+    """Fewest and most code points `node` matches (None: unbounded)."""
+    if isinstance(node, CodePoints):
+        return 1, 1
+    if isinstance(node, Concat):
+        low, high = 0, 0
+        for item in node.items:
+            item_low, item_high = length_range(item)
+            low += item_low
+            high = None if high is None or item_high is None else high + item_high
+        return low, high
+    if isinstance(node, Union):
+        ranges = [length_range(option) for option in node.options]
+        highs = [high for _, high in ranges]
+        return min(low for low, _ in ranges), None if None in highs else max(highs)
+    item_low, item_high = length_range(node.item)
+    if node.max_count is None:
+        return item_low * node.min_count, None if item_high != 0 else 0
+    return item_low * node.min_count, None if item_high is None else item_high * node.max_count
+
+
+def limit_length(node: object, min_length: int, max_length: int | None) -> object | None:
+    """`node` restricted to strings of min_length..max_length code points (None: empty)."""
+    min_length = max(min_length, 0)
+    low, high = length_range(node)
+    if low >= min_length and (max_length is None or (high is not None and high <= max_length)):
+        return node
+    if (max_length is not None and low > max_length) or (high is not None and high < min_length):
+        return None
+    if isinstance(node, Union):
+        kept = [limit_length(option, min_length, max_length) for option in node.options]
+        kept = [option for option in kept if option is not None]
+        return Union(tuple(kept)) if kept else None
+    if isinstance(node, Repeat):
+        return _limit_repeat(node, min_length, max_length)
+    return _limit_concat(node, min_length, max_length)
+
+
+def _limit_repeat(node: Repeat, min_length: int, max_length: int | None) -> object | None:
+    item_low, item_high = length_range(node.item)
+    if item_low != item_high:
+        raise PatternError("cannot intersect a repetition of variable-length text with a length")
+    width = item_low
+    fewest = max(node.min_count, -(-min_length // width))
+    most = node.max_count
+    if max_length is not None:
+        most = max_length // width if most is None else min(most, max_length // width)
+    if most is not None and most < fewest:
+        return None
+    return Repeat(node.item, fewest, most)
+
+
+def _limit_concat(node: Concat, min_length: int, max_length: int | None) -> object | None:
+    if not node.items:
+        return None  # the empty string, already known to be out of range
+    head, tail = node.items[0], Concat(node.items[1:])
+    head_low, head_high = length_range(head)
+    tail_low, tail_high = length_range(tail)
+    if head_low == head_high:
+        limited_tail = limit_length(tail, min_length - head_low, _minus(max_length, head_low))
+        return None if limited_tail is None else Concat((head, limited_tail))
+    if tail_low == tail_high:
+        limited_head = limit_length(head, min_length - tail_low, _minus(max_length, tail_low))
+        return None if limited_head is None else Concat((limited_head, tail))
+    # Both vary: one branch per exact head length, up to where the tail is unconstrained.
+    last_exact = min_length - tail_low if max_length is None else max_length - tail_low
+    if head_high is not None:
+        last_exact = min(last_exact, head_high)
+    if last_exact - head_low + 1 > _MAX_LENGTH_SPLITS:
+        raise PatternError("pattern too complex to intersect with minLength/maxLength")
+    options = []
+    for head_length in range(head_low, last_exact + 1):
+        limited_head = limit_length(head, head_length, head_length)
+        remaining_max = _minus(max_length, head_length)
+        limited_tail = limit_length(tail, min_length - head_length, remaining_max)
+        if limited_head is not None and limited_tail is not None:
+            options.append(Concat((limited_head, limited_tail)))
+    if max_length is None and (head_high is None or head_high > last_exact):
+        longer_head = limit_length(head, last_exact + 1, None)
+        if longer_head is not None:
+            options.append(Concat((longer_head, tail)))
+    return Union(tuple(options)) if options else None
+
+
+def _minus(value: int | None, amount: int) -> int | None:
+    return None if value is None else value - amount
+
+
+def emit(node: object) -> str | None:
+    """Regex text over encoded units for `node`."""
+    if isinstance(node, CodePoints):
+        return code_point_unit(node.ranges)
+    if isinstance(node, Concat):
+        return sequence(*(emit(item) for item in node.items)) if node.items else ""
+    if isinstance(node, Union):
+        return alternation(emit(option) for option in node.options)
+    return repeat(emit(node.item), node.min_count, node.max_count)
+
+
+class _Parser:
+    """Recursive-descent parser for the supported ECMA-262 subset."""
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+        self.index = 0
+
+    def parse_top_level(self) -> list[tuple[bool, object, bool]]:
+        alternatives = []
+        while True:
+            anchored_start = self._take("^")
+            body, anchored_end = self._parse_sequence(top_level=True)
+            alternatives.append((anchored_start, body, anchored_end))
+            if not self._take("|"):
+                break
+        if self.index != len(self.pattern):
+            self._fail("unbalanced ')'")
+        return alternatives
+
+    def _parse_alternation(self) -> object:
+        options = [self._parse_sequence(top_level=False)[0]]
+        while self._take("|"):
+            options.append(self._parse_sequence(top_level=False)[0])
+        return options[0] if len(options) == 1 else Union(tuple(options))
+
+    def _parse_sequence(self, top_level: bool) -> tuple[object, bool]:
+        items = []
+        while self.index < len(self.pattern) and self._peek() not in "|)":
+            if self._peek() == "$":
+                self.index += 1
+                at_end = self.index == len(self.pattern) or self._peek() in "|"
+                if top_level and at_end:
+                    return Concat(tuple(items)), True
+                self._fail("'$' is only supported at the end of the pattern")
+            if self._peek() == "^":
+                self._fail("'^' is only supported at the start of the pattern")
+            items.append(self._parse_quantified())
+        return Concat(tuple(items)), False
+
+    def _parse_quantified(self) -> object:
+        atom = self._parse_atom()
+        while self.index < len(self.pattern) and self._peek() in "*+?{":
+            char = self._peek()
+            if char == "{":
+                bounds = self._parse_braces()
+                if bounds is None:
+                    break
+                low, high = bounds
+            else:
+                self.index += 1
+                low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[char]
+            self._take("?")  # lazy: same language
+            atom = Repeat(atom, low, high)
+        return atom
+
+    def _parse_braces(self) -> tuple[int, int | None] | None:
+        end = self.pattern.find("}", self.index)
+        body = self.pattern[self.index + 1 : end] if end != -1 else ""
+        low_text, comma, high_text = body.partition(",")
+        if end == -1 or not low_text.isdigit() or (high_text and not high_text.isdigit()):
+            self._fail("a '{' that is not a quantifier")
+        self.index = end + 1
+        low = int(low_text)
+        high = int(high_text) if high_text else (None if comma else low)
+        if high is not None and high < low:
+            self._fail("quantifier {n,m} with m < n")
+        return low, high
+
+    def _parse_atom(self) -> object:
+        char = self._peek()
+        if char == "(":
+            return self._parse_group()
+        if char == "[":
+            return CodePoints(self._parse_class())
+        if char == ".":
+            self.index += 1
+            return CodePoints(tuple(complement_ranges(_LINE_TERMINATORS)))
+        if char == "\\":
+            return CodePoints(self._parse_escape(in_class=False))
+        if char in "*+?{}]":
+            self._fail(f"unexpected {char!r}")
+        self.index += 1
+        code_point = ord(char)
+        return CodePoints(((code_point, code_point),))
+
+    def _parse_group(self) -> object:
+        self.index += 1
+        if self.pattern.startswith("?:", self.index):
+            self.index += 2
+        elif self.pattern.startswith("?<", self.index) and self.pattern[self.index + 2] not in "=!":
+            self.index = self.pattern.index(">", self.index) + 1
+        elif self._peek() == "?":
+            self._fail("lookaround and other '(?' groups are not supported")
+        inner = self._parse_alternation()
+        if not self._take(")"):
+            self._fail("missing ')'")
+        return inner
+
+    def _parse_class(self) -> Ranges:
+        self.index += 1
+        negated = self._take("^")
+        ranges: list[tuple[int, int]] = []
+        while not self._take("]"):
+            if self.index >= len(self.pattern):
+                self._fail("missing ']'")
+            low_set = self._parse_class_atom()
+            is_range = self._peek() == "-" and self.pattern[self.index + 1 : self.index + 2] != "]"
+            if is_range and len(low_set) == 1 and low_set[0][0] == low_set[0][1]:
+                self.index += 1
+                high_set = self._parse_class_atom()
+                if len(high_set) != 1 or high_set[0][0] != high_set[0][1]:
+                    self._fail("class range with a class escape as its end")
+                if high_set[0][0] < low_set[0][0]:
+                    self._fail("class range out of order")
+                ranges.append((low_set[0][0], high_set[0][0]))
+            else:
+                ranges.extend(low_set)
+        ranges = normalize_ranges(ranges)
+        return tuple(complement_ranges(ranges) if negated else ranges)
+
+    def _parse_class_atom(self) -> Ranges:
+        if self._peek() == "\\":
+            return self._parse_escape(in_class=True)
+        code_point = ord(self._peek())
+        self.index += 1
+        return ((code_point, code_point),)
+
+    def _parse_escape(self, in_class: bool) -> Ranges:
+        self.index += 1
+        if self.index >= len(self.pattern):
+            self._fail("pattern ends with '\\'")
+        char = self._peek()
+        self.index += 1
+        classes = {"d": _DIGITS, "w": _WORD, "s": _SPACE}
+        if char.lower() in classes:
+            ranges = classes[char.lower()]
+            return tuple(complement_ranges(ranges)) if char.isupper() else ranges
+        if char in _CONTROL_ESCAPES and not (char == "0" and self._peek_is_digit()):
+            return _single(_CONTROL_ESCAPES[char])
+        if char == "b" and in_class:
+            return _single(0x08)
+        if char == "x":
+            return _single(self._parse_hex(2))
+        if char == "u":
+            if self._take("{"):
+                end = self.pattern.find("}", self.index)
+                if end == -1:
+                    self._fail("missing '}' in \\u{...}")
+                value = self._hex_value(self.pattern[self.index : end])
+                self.index = end + 1
+                return _single(value)
+            return _single(self._parse_hex(4))
+        if char in _SYNTAX_CHARS:
+            return _single(ord(char))
+        self._fail(f"escape '\\{char}' is not supported")
+
+    def _parse_hex(self, width: int) -> int:
+        value = self._hex_value(self.pattern[self.index : self.index + width])
+        self.index += width
+        return value
+
+    def _hex_value(self, text: str) -> int:
+        if not text or any(char not in "0123456789abcdefABCDEF" for char in text):
+            self._fail(f"bad hex escape {text!r}")
+        return int(text, 16)
+
+    def _peek_is_digit(self) -> bool:
+        return self.index < len(self.pattern) and self.pattern[self.index].isdigit()
+
+    def _peek(self) -> str:
+        return self.pattern[self.index]
+
+    def _take(self, text: str) -> bool:
+        if self.pattern.startswith(text, self.index):
+            self.index += len(text)
+            return True
+        return False
+
+    def _fail(self, reason: str):
+        raise PatternError(f"pattern {self.pattern!r} at offset {self.index}: {reason}")
+
+
+def _single(code_point: int) -> Ranges:
+    return ((code_point, code_point),)

@@ -1,0 +1,143 @@
+"""Regexes for JSON objects, arrays, literals and "any value", given regexes for their parts.
+
+`ws` is the regex for optional whitespace between tokens ("" for compact output). It goes
+around every structural token (`{ } [ ] , :`) but never before or after the whole value.
+
+Object members are written in declared order; each optional member may be present or absent
+independently (any subset), additional members come after the declared ones. The construction
+is linear in the number of members: with P0..Pn and "at least one member emitted so far" as
+H, H_k = (H_{k-1} (,P_k)? | P_k), so no member regex is copied more than twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from radixgen.constrained.json_string import STRING_UNIT, string_regex
+from radixgen.constrained.regex_ranges import NUMBER
+from radixgen.constrained.regex_text import alternation, literal, optional, repeat, sequence
+
+SCALAR_REGEXES = {"null": "null", "boolean": "(?:true|false)", "number": NUMBER}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One declared object member: its key, the regex of its value (None: impossible)."""
+
+    key: str
+    value_regex: str | None
+    required: bool
+
+
+def object_regex(
+    members: list[Member], extra_member: tuple[str, str | None] | None, ws: str
+) -> str | None:
+    """An object with `members` in order, then any number of `extra_member` (key, value) regexes.
+
+    Returns None when a required member is impossible.
+    """
+    separator = f"{ws},{ws}"
+    items: list[tuple[str, bool]] = []
+    for member in members:
+        if member.value_regex is None:
+            if member.required:
+                return None
+            continue
+        key = literal(json.dumps(member.key, ensure_ascii=False))
+        items.append((sequence(key, f"{ws}:{ws}", member.value_regex), member.required))
+    if extra_member is not None and extra_member[1] is not None:
+        one_extra = sequence(extra_member[0], f"{ws}:{ws}", extra_member[1])
+        extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, None))
+        items.append((extras, False))
+    body = _members_in_order(items, separator)
+    return sequence("\\{", ws, body, ws, "\\}")
+
+
+def _members_in_order(items: list[tuple[str, bool]], separator: str) -> str:
+    """Members in order, optional ones in any subset, commas only between present ones."""
+    at_least_one = None  # regex for "members 0..k with at least one present"
+    rest = ""
+    seen_required = False
+    for regex, required in items:
+        if seen_required:
+            rest += sequence(separator, regex) if required else optional(sequence(separator, regex))
+            continue
+        if at_least_one is None:
+            at_least_one = regex
+        elif required:
+            at_least_one = alternation([sequence(at_least_one, separator, regex), regex])
+        else:
+            with_it = sequence(at_least_one, optional(sequence(separator, regex)))
+            at_least_one = alternation([with_it, regex])
+        seen_required = required
+    if at_least_one is None:
+        return ""
+    head = at_least_one if seen_required else optional(at_least_one)
+    return head + rest
+
+
+def array_regex(
+    prefix: list[str | None], items: str | None, min_items: int, max_items: int | None, ws: str
+) -> str | None:
+    """An array whose element i matches prefix[i], later elements `items` (None: impossible)."""
+    separator = f"{ws},{ws}"
+
+    def from_index(index: int) -> str | None:
+        """Elements index.. given `index` elements already written."""
+        lead = separator if index > 0 else ""
+        if max_items is not None and index >= max_items:
+            return "" if index >= min_items else None
+        if index >= len(prefix):
+            fewest = max(min_items - index, 0)
+            most = None if max_items is None else max_items - index
+            if index > 0:
+                return repeat(sequence(lead, items), fewest, most)
+            if items is None or most == 0:
+                return "" if fewest == 0 else None
+            later = repeat(sequence(separator, items), max(fewest - 1, 0), _minus_one(most))
+            whole = sequence(items, later)
+            return whole if fewest > 0 else optional(whole)
+        element = sequence(lead, prefix[index], from_index(index + 1))
+        if index >= min_items:
+            return optional(element)
+        return element
+
+    body = from_index(0)
+    return sequence("\\[", ws, body, ws, "\\]")
+
+
+def literal_regex(value: object, ws: str) -> str:
+    """Exactly `value`, with `ws` allowed between tokens; integral floats also written as ints."""
+    if isinstance(value, dict):
+        members = [
+            sequence(literal(json.dumps(key, ensure_ascii=False)), f"{ws}:{ws}", literal_regex(v, ws))
+            for key, v in value.items()
+        ]
+        return sequence("\\{", ws, f"{ws},{ws}".join(members), ws, "\\}")
+    if isinstance(value, list):
+        elements = f"{ws},{ws}".join(literal_regex(element, ws) for element in value)
+        return sequence("\\[", ws, elements, ws, "\\]")
+    spellings = [json.dumps(value, ensure_ascii=False), json.dumps(value)]
+    if isinstance(value, float) and value.is_integer():
+        spellings.append(str(int(value)))
+    return alternation(literal(spelling) for spelling in spellings)
+
+
+def any_value_regex(depth: int, ws: str) -> str:
+    """Any JSON value with arrays/objects nested at most `depth` levels."""
+    scalars = alternation([*SCALAR_REGEXES.values(), string_regex()])
+    if depth <= 0:
+        return scalars
+    inner = any_value_regex(depth - 1, ws)
+    separator = f"{ws},{ws}"
+    elements = sequence(inner, repeat(sequence(separator, inner), 0, None))
+    array = sequence("\\[", ws, optional(elements), ws, "\\]")
+    member = sequence('"', repeat(STRING_UNIT, 0, None), '"', f"{ws}:{ws}", inner)
+    members = sequence(member, repeat(sequence(separator, member), 0, None))
+    obj = sequence("\\{", ws, optional(members), ws, "\\}")
+    return alternation([scalars, array, obj])
+
+
+def _minus_one(value: int | None) -> int | None:
+    return None if value is None else value - 1

@@ -1,0 +1,127 @@
+"""Which JSON Schema keywords we enforce, ignore or reject, and checks of their values."""
+
+from __future__ import annotations
+
+from radixgen.constrained.schema_merge import ALL_TYPES
+from radixgen.constrained.unsupported import UnsupportedSchemaError
+
+# ($ref target path, expansions so far) pairs along one instance path, sorted.
+RefDepths = tuple[tuple[str, int], ...]
+
+# Keywords that constrain nothing (annotations, containers, declarations).
+IGNORED = frozenset(
+    {
+        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+        "writeOnly", "$schema", "$anchor", "$dynamicAnchor", "$defs", "definitions",
+        "contentMediaType", "contentEncoding", "contentSchema", "discriminator", "$vocabulary",
+    }
+)  # fmt: skip
+APPLICATORS = frozenset({"$ref", "allOf", "anyOf", "oneOf"})
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+LOCAL = frozenset(
+    {"type", "enum", "const", "pattern", "format", "properties", "required"}
+    | {"additionalProperties", "prefixItems", "items", "uniqueItems", *_COUNTS, *_BOUNDS}
+)
+# Accepted only with a value that constrains nothing.
+_TRIVIAL_ONLY = frozenset(
+    {
+        "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas",
+        "unevaluatedProperties", "unevaluatedItems",
+    }
+)  # fmt: skip
+
+
+def check_keywords(schema: object, path: str, is_root: bool) -> None:
+    """Raise for keywords we cannot enforce exactly and for malformed keyword values."""
+    if not isinstance(schema, dict):
+        raise ValueError(f"schema at {path} must be an object or a boolean, got {schema!r}")
+    for keyword, value in schema.items():
+        if keyword in IGNORED or keyword in LOCAL or keyword.startswith("x-"):
+            continue
+        if keyword == "$id" and is_root:
+            continue
+        if keyword in APPLICATORS:
+            _check_applicator(keyword, value, path)
+            continue
+        if keyword in _TRIVIAL_ONLY and _constrains_nothing(keyword, value):
+            continue
+        if keyword in ("minContains", "maxContains") and "contains" not in schema:
+            continue  # without `contains` these have no effect
+        if keyword in ("then", "else") and "if" not in schema:
+            continue
+        if keyword == "if" and "then" not in schema and "else" not in schema:
+            continue
+        if keyword == "uniqueItems" and value is False:
+            continue
+        raise UnsupportedSchemaError(keyword, path)
+    _check_values(schema, path)
+
+
+def local_piece(schema: dict, path: str) -> dict:
+    """The keywords of `schema` that `schema_merge` combines, with counts as ints."""
+    piece = {keyword: value for keyword, value in schema.items() if keyword in LOCAL}
+    for keyword in _COUNTS:
+        if keyword in piece:
+            piece[keyword] = int(piece[keyword])
+    if "uniqueItems" in piece and piece["uniqueItems"] is False:
+        del piece["uniqueItems"]
+    return piece
+
+
+def _check_applicator(keyword: str, value: object, path: str) -> None:
+    if keyword == "$ref":
+        if not isinstance(value, str):
+            raise ValueError(f"schema at {path}: '$ref' must be a string")
+        return
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"schema at {path}: {keyword!r} must be a non-empty array")
+
+
+def _check_values(schema: dict, path: str) -> None:
+    def malformed(keyword: str, expected: str):
+        raise ValueError(f"schema at {path}: {keyword!r} must be {expected}")
+
+    if "type" in schema:
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not all(isinstance(name, str) and name in ALL_TYPES for name in names):
+            malformed("type", f"one of {sorted(ALL_TYPES)} or an array of them")
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        malformed("enum", "an array")
+    for keyword in _COUNTS:
+        if keyword in schema:
+            value = schema[keyword]
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not is_number or value < 0 or not float(value).is_integer():
+                malformed(keyword, "a non-negative integer")
+    for keyword in _BOUNDS:
+        if keyword in schema:
+            value = schema[keyword]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                malformed(keyword, "a number")
+    for keyword in ("pattern", "format"):
+        if keyword in schema and not isinstance(schema[keyword], str):
+            malformed(keyword, "a string")
+    if "properties" in schema and not isinstance(schema["properties"], dict):
+        malformed("properties", "an object")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        malformed("required", "an array of strings")
+    for keyword in ("additionalProperties", "items"):
+        if keyword in schema and isinstance(schema[keyword], list):
+            raise UnsupportedSchemaError(keyword, path, "array form (use prefixItems)")
+        if keyword in schema and not isinstance(schema[keyword], (dict, bool)):
+            malformed(keyword, "a schema")
+    if "prefixItems" in schema and not isinstance(schema["prefixItems"], list):
+        malformed("prefixItems", "an array of schemas")
+
+
+def _constrains_nothing(keyword: str, value: object) -> bool:
+    """True or {}; for the keyword maps, a map whose every entry is true, {} or []."""
+    if value is True or value == {}:
+        return True
+    if keyword in ("patternProperties", "dependentRequired", "dependentSchemas"):
+        return isinstance(value, dict) and all(
+            entry is True or entry == {} or entry == [] for entry in value.values()
+        )
+    return False

@@ -1,0 +1,199 @@
+"""Conjunction of JSON Schema pieces into one `MergedSchema` (what `allOf` means).
+
+A piece is a schema object stripped of its applicators (`allOf`/`anyOf`/`oneOf`/`$ref`); the
+translator expands those into alternatives, each a list of pieces that must all hold. Merging is
+exact: bounds take the tighter side, `type` and `enum` intersect, and subschemas (properties,
+items) are not merged here but collected as lists of parts that must all hold, translated later.
+What cannot be merged exactly (two different `pattern`s or `format`s) raises `MergeConflict`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from radixgen.constrained.regex_ranges import Bound
+from radixgen.constrained.unsupported import child_path
+
+ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
+
+# A subschema still to be translated, with its JSON path for error messages.
+Part = tuple[object, str]
+
+
+class MergeConflict(ValueError):
+    """Two pieces constrain one keyword in ways we cannot combine exactly."""
+
+    def __init__(self, keyword: str, path: str, reason: str):
+        super().__init__(reason)
+        self.keyword = keyword
+        self.path = path
+
+
+@dataclass
+class MergedSchema:
+    """Everything one alternative of a schema demands of an instance."""
+
+    types: frozenset[str] = ALL_TYPES
+    enum: list | None = None  # the only allowed values; None: not restricted
+    lower: Bound | None = None
+    upper: Bound | None = None
+    min_length: int = 0
+    max_length: int | None = None
+    pattern: str | None = None
+    format: str | None = None
+    property_names: list[str] = field(default_factory=list)  # declared order
+    property_parts: dict[str, list[Part]] = field(default_factory=dict)
+    additional_parts: list[Part] = field(default_factory=list)  # schema for undeclared keys
+    required: list[str] = field(default_factory=list)
+    min_properties: int = 0
+    max_properties: int | None = None
+    prefix_parts: list[list[Part]] = field(default_factory=list)
+    items_parts: list[Part] = field(default_factory=list)  # schema after the prefix
+    min_items: int = 0
+    max_items: int | None = None
+    unique_items: bool = False
+    keyword_paths: dict[str, str] = field(default_factory=dict)  # keyword -> where it was set
+
+
+def merge_pieces(pieces: list[Part]) -> MergedSchema:
+    """The conjunction of schema pieces (dicts with no applicator keywords)."""
+    merged = MergedSchema()
+    for piece, path in pieces:
+        _merge_piece(merged, piece, path)
+    return merged
+
+
+def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
+    for keyword in piece:
+        merged.keyword_paths.setdefault(keyword, path)
+    if "type" in piece:
+        declared = piece["type"]
+        names = {declared} if isinstance(declared, str) else set(declared)
+        if "number" in names:
+            names.add("integer")
+        keep = set(merged.types) & names
+        if "number" in merged.types and "integer" in names:
+            keep.add("integer")
+        merged.types = frozenset(keep)
+    for keyword in ("enum", "const"):
+        if keyword in piece:
+            values = piece["enum"] if keyword == "enum" else [piece["const"]]
+            if merged.enum is None:
+                merged.enum = list(values)
+            else:
+                merged.enum = [v for v in merged.enum if any(json_equal(v, w) for w in values)]
+    _merge_numbers(merged, piece)
+    merged.min_length = max(merged.min_length, piece.get("minLength", 0))
+    merged.max_length = _smaller(merged.max_length, piece.get("maxLength"))
+    merged.min_items = max(merged.min_items, piece.get("minItems", 0))
+    merged.max_items = _smaller(merged.max_items, piece.get("maxItems"))
+    merged.min_properties = max(merged.min_properties, piece.get("minProperties", 0))
+    merged.max_properties = _smaller(merged.max_properties, piece.get("maxProperties"))
+    merged.unique_items = merged.unique_items or piece.get("uniqueItems", False) is True
+    for keyword in ("pattern", "format"):
+        if keyword in piece:
+            current = getattr(merged, keyword)
+            if current is not None and current != piece[keyword]:
+                reason = f"cannot intersect two different {keyword}s exactly"
+                raise MergeConflict(keyword, path, reason)
+            setattr(merged, keyword, piece[keyword])
+    for name in piece.get("required", []):
+        if name not in merged.required:
+            merged.required.append(name)
+    _merge_object_members(merged, piece, path)
+    _merge_array_items(merged, piece, path)
+
+
+def _merge_numbers(merged: MergedSchema, piece: dict) -> None:
+    for keyword, exclusive in (("minimum", False), ("exclusiveMinimum", True)):
+        if keyword in piece:
+            bound = Bound(Fraction(piece[keyword]), exclusive)
+            if merged.lower is None or _tighter_lower(bound, merged.lower):
+                merged.lower = bound
+    for keyword, exclusive in (("maximum", False), ("exclusiveMaximum", True)):
+        if keyword in piece:
+            bound = Bound(Fraction(piece[keyword]), exclusive)
+            if merged.upper is None or _tighter_lower(_negate(bound), _negate(merged.upper)):
+                merged.upper = bound
+
+
+def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
+    properties = piece.get("properties", {})
+    has_additional = "additionalProperties" in piece
+    additional = (piece.get("additionalProperties"), f"{path}/additionalProperties")
+    for name in merged.property_names:
+        if name in properties:
+            merged.property_parts[name].append((properties[name], child_path(path, "properties", name)))
+        elif has_additional:
+            merged.property_parts[name].append(additional)
+    for name, schema in properties.items():
+        if name not in merged.property_parts:
+            merged.property_names.append(name)
+            # Earlier pieces saw this key as undeclared.
+            merged.property_parts[name] = list(merged.additional_parts)
+            merged.property_parts[name].append((schema, child_path(path, "properties", name)))
+    if has_additional:
+        merged.additional_parts.append(additional)
+
+
+def _merge_array_items(merged: MergedSchema, piece: dict, path: str) -> None:
+    prefix = piece.get("prefixItems", [])
+    has_items = "items" in piece
+    items = (piece.get("items"), f"{path}/items")
+    for index in range(max(len(prefix), len(merged.prefix_parts))):
+        if index >= len(merged.prefix_parts):
+            merged.prefix_parts.append(list(merged.items_parts))
+        if index < len(prefix):
+            merged.prefix_parts[index].append((prefix[index], f"{path}/prefixItems/{index}"))
+        elif has_items:
+            merged.prefix_parts[index].append(items)
+    if has_items:
+        merged.items_parts.append(items)
+
+
+def json_equal(left: object, right: object) -> bool:
+    """JSON Schema equality: numbers by value, booleans distinct from numbers."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return left == right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(json_equal, left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    return type(left) is type(right) and left == right
+
+
+def json_type(value: object) -> str:
+    """The JSON Schema type name of a Python JSON value ('integer' for integral numbers)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if float(value).is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {json.dumps(value, default=repr)}")
+
+
+def _tighter_lower(candidate: Bound, current: Bound) -> bool:
+    if candidate.value != current.value:
+        return candidate.value > current.value
+    return candidate.exclusive and not current.exclusive
+
+
+def _negate(bound: Bound) -> Bound:
+    return Bound(-bound.value, bound.exclusive)
+
+
+def _smaller(current: int | None, new: int | None) -> int | None:
+    if new is None:
+        return current
+    return new if current is None else min(current, new)
