@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from radixgen.backends.base import (
@@ -57,16 +58,12 @@ class RuntimeEndpoint(Backend):
     def chat_template(self) -> ChatTemplate:
         with self._template_lock:
             if self._chat_template is None:
-                template = self.model_info.get("chat_template")
+                template, special_tokens = _served_chat_template(self.model_info)
                 if not template:
                     raise UnsupportedFeatureError(
                         f"the server at {self.base_url} reports no chat template, so roles "
                         "(rg.user/rg.assistant/...) cannot be rendered; use plain text"
                     )
-                special_tokens = {
-                    "bos_token": self.model_info.get("bos_token"),
-                    "eos_token": self.model_info.get("eos_token"),
-                }
                 self._chat_template = derive_chat_template(
                     jinja_renderer(template, special_tokens), special_tokens["bos_token"]
                 )
@@ -164,3 +161,42 @@ class RuntimeEndpoint(Backend):
             message = text[:500]
         hint = " (check api_key)" if status_code == 401 else ""
         return f"the server at {self.base_url} answered {status_code}{hint}: {message}"
+
+
+def _served_chat_template(model_info: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The server's Jinja chat template and special tokens, from `/get_model_info`.
+
+    Servers that do not report `chat_template` yet are served from what `tokenizer_path`
+    names when it is readable here: the embedded "tiny" model, or a local folder with a
+    tokenizer_config.json (a server on this machine).
+    """
+    template = model_info.get("chat_template")
+    special_tokens = {
+        "bos_token": model_info.get("bos_token"),
+        "eos_token": model_info.get("eos_token"),
+    }
+    if template:
+        return _default_template(template), special_tokens
+    tokenizer_path = model_info.get("tokenizer_path") or model_info.get("model_path")
+    if tokenizer_path == "tiny":
+        from radixgen.runtime.tiny_model import TINY_TOKENIZER_CONFIG as config
+    else:
+        config_file = Path(str(tokenizer_path or "")) / "tokenizer_config.json"
+        if not tokenizer_path or not config_file.is_file():
+            return None, special_tokens
+        config = json.loads(config_file.read_text())
+    special_tokens = {name: _token_text(config.get(name)) for name in special_tokens}
+    return _default_template(config.get("chat_template")), special_tokens
+
+
+def _default_template(template: Any) -> str | None:
+    """HF allows a list of named templates; the one named "default" is the chat one."""
+    if isinstance(template, list):
+        named = {entry.get("name"): entry.get("template") for entry in template}
+        return named.get("default")
+    return template
+
+
+def _token_text(token: Any) -> str | None:
+    """A special token from tokenizer_config.json: a string or an AddedToken dict."""
+    return token.get("content") if isinstance(token, dict) else token
