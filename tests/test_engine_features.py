@@ -1,0 +1,168 @@
+"""Engine features on the tiny model: prefix reuse across chat turns, n>1 sharing, stop
+conditions, prompt logprobs, streaming and abort, and argument validation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from radixgen.runtime.engine import Engine
+
+GREEDY = {"temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    engine = Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=4096)
+    yield engine
+    engine.shutdown()
+
+
+def test_second_chat_turn_hits_the_cache(engine):
+    messages = [{"role": "user", "content": "Name three Python builtins, please."}]
+    first_prompt = engine.apply_chat_template(messages)
+    first = engine.generate(first_prompt, {**GREEDY, "max_new_tokens": 8})
+    messages += [
+        {"role": "assistant", "content": first["text"]},
+        {"role": "user", "content": "And three more?"},
+    ]
+    second = engine.generate(engine.apply_chat_template(messages), {**GREEDY, "max_new_tokens": 4})
+    assert second["meta_info"]["cached_tokens"] >= first["meta_info"]["prompt_tokens"]
+    engine.check_integrity()
+
+
+def test_parallel_samples_share_the_prompt(engine):
+    prompt = "import os\nimport sys\n\ndef main(argv):\n    for path in argv:\n        print(path)"
+    num_prompt = len(engine.tokenizer.encode(prompt))
+    before = engine.get_stats()["num_computed_prefill_tokens"]
+    samples = engine.generate(prompt, {"max_new_tokens": 6, "temperature": 1.0, "n": 4, "seed": 5})
+    computed = engine.get_stats()["num_computed_prefill_tokens"] - before
+    assert [s["index"] for s in samples] == [0, 1, 2, 3]
+    # The prompt is computed once; each other sample recomputes only its last token.
+    assert computed == num_prompt + 3
+    assert [s["meta_info"]["cached_tokens"] for s in samples[1:]] == [num_prompt - 1] * 3
+    # Seeds seed+i: the samples differ, and sample i equals a single request with seed 5+i.
+    assert len({tuple(s["output_ids"]) for s in samples}) > 1
+    single = engine.generate(prompt, {"max_new_tokens": 6, "temperature": 1.0, "seed": 7})
+    assert single["output_ids"] == samples[2]["output_ids"]
+    engine.check_integrity()
+
+
+def test_stop_string_and_stop_token(engine):
+    prompt = "The quick brown fox"
+    full = engine.generate(prompt, {**GREEDY, "max_new_tokens": 16})
+    text, ids = full["text"], full["output_ids"]
+    # A stop string that spans a token boundary, found inside the unconstrained text.
+    stop = text[len(engine.tokenizer.decode(ids[:3])) - 2 :][:4]
+    assert len(stop) == 4
+    stopped = engine.generate(prompt, {**GREEDY, "max_new_tokens": 16, "stop": [stop]})
+    assert stopped["text"] == text[: text.index(stop)]
+    assert stopped["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert len(stopped["output_ids"]) < len(ids)
+
+    by_id = engine.generate(prompt, {**GREEDY, "max_new_tokens": 16, "stop_token_ids": [ids[4]]})
+    cut = ids.index(ids[4]) + 1
+    assert by_id["output_ids"] == ids[:cut]
+    assert by_id["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[4]}
+
+    eos = engine.model_config.eos_token_ids[0]
+    length = engine.generate(prompt, {"temperature": 0, "max_new_tokens": 5, "min_new_tokens": 5})
+    assert length["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
+    assert eos not in length["output_ids"]
+
+
+def test_prompt_logprobs_match_a_full_forward(engine, tiny_model_path):
+    prefix = "Question: which is larger, 3 or 5? Answer:"
+    choice = " five, because it is larger"
+    engine.generate(prefix, {**GREEDY, "max_new_tokens": 1})  # warm the cache with the prefix
+    prefix_ids = engine.tokenizer.encode(prefix)
+    full_ids = prefix_ids + engine.tokenizer.encode(choice)
+    out = engine.generate(
+        input_ids=full_ids,
+        sampling_params={"max_new_tokens": 0},
+        return_logprob=True,
+        logprob_start_len=len(prefix_ids),
+        top_logprobs_num=2,
+    )
+    meta = out["meta_info"]
+    assert out["output_ids"] == [] and meta["finish_reason"]["type"] == "length"
+    got = meta["input_token_logprobs"]
+    assert [token for _, token in got] == full_ids[len(prefix_ids) :]
+    # Reference: log_softmax of one plain forward over the whole sequence.
+    import transformers
+
+    model = transformers.LlamaForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([full_ids])).logits[0], dim=-1)
+    expected = [logprobs[t - 1, full_ids[t]].item() for t in range(len(prefix_ids), len(full_ids))]
+    assert [value for value, _ in got] == pytest.approx(expected, abs=1e-4)
+    assert all(len(top) == 2 for top in meta["input_top_logprobs"])
+    # The cached prefix was still reused up to the first logprob position.
+    assert meta["cached_tokens"] == len(prefix_ids) - 1
+
+
+def test_output_logprobs_and_first_position(engine):
+    out = engine.generate(
+        "abc", {**GREEDY, "max_new_tokens": 3}, return_logprob=True, logprob_start_len=0
+    )
+    meta = out["meta_info"]
+    assert meta["input_token_logprobs"][0][0] is None  # position 0 has no context
+    assert [token for _, token in meta["output_token_logprobs"]] == out["output_ids"]
+    assert all(value <= 0 for value, _ in meta["output_token_logprobs"])
+
+
+def test_streaming_and_abort_free_the_kv(engine):
+    prompt = "Streaming test prompt"
+    full = engine.generate(prompt, {**GREEDY, "max_new_tokens": 10})
+    chunks = list(engine.generate(prompt, {**GREEDY, "max_new_tokens": 10}, stream=True))
+    assert "".join(chunk["delta"] for chunk in chunks) == full["text"]
+    assert chunks[-1]["output_ids"] == full["output_ids"]
+
+    async def consume_two():
+        seen = 0
+        stream = engine.async_generate(prompt, {**GREEDY, "max_new_tokens": 200}, stream=True)
+        async for _chunk in stream:
+            seen += 1
+            if seen == 2:
+                break
+        await stream._iterator.aclose()  # the client goes away mid-stream
+        result = await engine.async_generate(prompt, {**GREEDY, "max_new_tokens": 10})
+        return result
+
+    assert asyncio.run(consume_two())["output_ids"] == full["output_ids"]
+    engine.check_integrity()
+    stats = engine.get_stats()
+    assert stats["num_running_reqs"] == 0 and stats["num_queued_reqs"] == 0
+
+
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        ({"temprature": 0.5}, TypeError, "temprature"),
+        ({"top_p": 0.0}, ValueError, "top_p"),
+        ({"top_k": -5}, ValueError, "top_k"),
+        ({"max_new_tokens": -1}, ValueError, "max_new_tokens"),
+        ({"min_new_tokens": 9, "max_new_tokens": 2}, ValueError, "min_new_tokens"),
+        ({"n": 0}, ValueError, "n must be"),
+        ({"stop": [3]}, TypeError, "stop"),
+        ({"regex": "a", "choices": ["a"]}, ValueError, "at most one"),
+        ({"json_schema": "{not json"}, ValueError, "json_schema"),
+        ({"max_new_tokens": 10**6}, ValueError, "context length"),
+    ],
+)
+def test_bad_sampling_params_raise_naming_the_field(engine, params, error, match):
+    with pytest.raises(error, match=match):
+        engine.generate("hi", params)
+
+
+def test_bad_arguments_raise(engine):
+    with pytest.raises(ValueError, match="exactly one of prompt or input_ids"):
+        engine.generate()
+    with pytest.raises(ValueError, match="input_ids"):
+        engine.generate(input_ids=[10**9])
+    with pytest.raises(ValueError, match="logprob_start_len"):
+        engine.generate("hi", return_logprob=True, logprob_start_len=99)
+    with pytest.raises(TypeError, match="unknown server option"):
+        Engine(model_path="tiny", not_an_option=1)
+    engine.check_integrity()  # nothing was half-admitted
