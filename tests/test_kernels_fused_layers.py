@@ -1,0 +1,95 @@
+"""rms_norm, silu_and_mul and rotary_embedding (Triton) against their torch references."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import pytest
+import torch
+from radixgen.kernels.activation import silu_and_mul, silu_and_mul_ref
+from radixgen.kernels.rms_norm import rms_norm, rms_norm_ref
+from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_ref
+
+
+def randn(*shape, dtype, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("shape", [(5, 256), (3, 4, 96), (1, 1000)])
+@pytest.mark.parametrize("dtype,weight_dtype", [(torch.float32, torch.float32),
+                                                (torch.float16, torch.float16),
+                                                (torch.float16, torch.float32)])  # fmt: skip
+def test_rms_norm_matches_reference(shape, dtype, weight_dtype):
+    x = randn(*shape, dtype=dtype) * 3
+    weight = randn(shape[-1], dtype=weight_dtype, seed=1)
+    out = rms_norm(x, weight, 1e-5)
+    ref = rms_norm_ref(x, weight, 1e-5)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    torch.testing.assert_close(out, ref)
+
+
+def test_rms_norm_rejects_bad_weight():
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(torch.zeros(2, 8), torch.ones(4), 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 200), (2, 3, 1376), (1, 6)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_silu_and_mul_matches_reference(shape, dtype):
+    x = randn(*shape, dtype=dtype) * 4
+    torch.testing.assert_close(silu_and_mul(x), silu_and_mul_ref(x))
+
+
+def test_silu_and_mul_rejects_odd_width():
+    with pytest.raises(ValueError, match="even"):
+        silu_and_mul(torch.zeros(2, 7))
+
+
+def rope_tables(max_positions, head_dim):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.outer(torch.arange(max_positions).float(), inv_freq).repeat(1, 2)
+    return angles.cos(), angles.sin()
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(8, 4, 32), (4, 1, 128), (3, 3, 96)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, dtype):
+    num_tokens = 7
+    qkv = randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_dim, dtype=dtype)
+    q, k, _ = qkv.split(
+        [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], -1
+    )
+    q = q.reshape(num_tokens, num_heads, head_dim)  # strided views, as in the model
+    k = k.reshape(num_tokens, num_kv_heads, head_dim)
+    cos, sin = rope_tables(64, head_dim)
+    positions = torch.tensor([0, 5, 63, 1, 1, 30, 2])
+    q_out, k_out = rotary_embedding(positions, q, k, cos, sin)
+    q_ref, k_ref = rotary_embedding_ref(positions, q, k, cos, sin)
+    torch.testing.assert_close(q_out, q_ref)
+    torch.testing.assert_close(k_out, k_ref)
+    assert not torch.equal(q_out, q)  # it rotated something
+
+
+def test_rotary_embedding_rejects_bad_positions():
+    q = torch.zeros(2, 2, 8)
+    cos, sin = rope_tables(4, 8)
+    with pytest.raises(ValueError, match="positions"):
+        rotary_embedding(torch.zeros(3, dtype=torch.int64), q, q, cos, sin)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fused_layers_cuda_bf16():
+    x = randn(64, 4096, dtype=torch.bfloat16, device="cuda")
+    weight = randn(4096, dtype=torch.bfloat16, seed=1, device="cuda")
+    torch.testing.assert_close(rms_norm(x, weight, 1e-5), rms_norm_ref(x, weight, 1e-5))
+    gate_up = randn(64, 2 * 14336, dtype=torch.bfloat16, device="cuda")
+    torch.testing.assert_close(silu_and_mul(gate_up), silu_and_mul_ref(gate_up))
+    q = randn(64, 32, 128, dtype=torch.bfloat16, device="cuda")
+    k = randn(64, 8, 128, dtype=torch.bfloat16, seed=2, device="cuda")
+    cos, sin = (t.cuda() for t in rope_tables(4096, 128))
+    positions = torch.randint(0, 4096, (64,), device="cuda")
+    for out, ref in zip(rotary_embedding(positions, q, k, cos, sin),
+                        rotary_embedding_ref(positions, q, k, cos, sin), strict=True):  # fmt: skip
+        torch.testing.assert_close(out, ref)
