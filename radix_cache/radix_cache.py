@@ -66,14 +66,38 @@ class RadixCache:
         self.stats = CacheStats()
 
     def _init_tree(self) -> None:
+        self._num_nodes = 0
         self.root = self._new_node(key=(), slots=self._empty_slots, parent=None)
         self._namespace_roots: dict[Hashable, TreeNode] = {}
         self._evictable_tokens = 0
         self._protected_tokens = 0
         self._clock = 0
+        # Lazy LRU heap of (last_access, node_id, node) over the evictable leaves. An entry is
+        # pushed whenever a node becomes an evictable leaf or gets a new last_access while
+        # being one; entries that no longer describe their node are skipped when popped. So
+        # every evictable leaf has exactly one live entry and `evict` never scans the tree.
+        self._leaf_heap: list[tuple[int, int, TreeNode]] = []
 
     def _new_node(self, **fields) -> TreeNode:
+        self._num_nodes += 1
         return TreeNode(node_id=next(self._node_ids), **fields)
+
+    @staticmethod
+    def _is_evictable_leaf(node: TreeNode) -> bool:
+        return (
+            not node.children and node.lock_ref == 0 and node.parent is not None and bool(node.key)
+        )
+
+    def _push_if_evictable_leaf(self, node: TreeNode) -> None:
+        if not self._is_evictable_leaf(node):
+            return
+        heapq.heappush(self._leaf_heap, (node.last_access, node.node_id, node))
+        if len(self._leaf_heap) > 2 * self._num_nodes + 64:
+            # Mostly stale entries (every match of a cached leaf pushes one): rebuild.
+            self._leaf_heap = [
+                (leaf.last_access, leaf.node_id, leaf) for leaf in self._evictable_leaves()
+            ]
+            heapq.heapify(self._leaf_heap)
 
     # ---- sizes -------------------------------------------------------------------------
 
@@ -148,6 +172,8 @@ class RadixCache:
             child.last_access = now
             pieces.append(child.slots)
             node = child
+        # Only the last node of the path can be a leaf; its LRU entry moves to `now`.
+        self._push_if_evictable_leaf(node)
         return pos, node, pieces
 
     def _split(self, child: TreeNode, num_tokens: int) -> TreeNode:
@@ -226,6 +252,7 @@ class RadixCache:
             self.stats.num_inserted_tokens += len(leaf.key)
             pieces.append(leaf.slots)
             node = leaf
+            self._push_if_evictable_leaf(leaf)
         return pos, MatchResult(concat_slots(pieces, self._empty_slots), node)
 
     # ---- locking -----------------------------------------------------------------------
@@ -253,12 +280,15 @@ class RadixCache:
         # start node is enough to leave the counts untouched on a bad call.
         if node.parent is not None and node.lock_ref <= 0:
             raise ValueError(f"node {node.node_id} is not locked (dec_lock_ref without inc)")
+        start = node
         while node.parent is not None:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self._evictable_tokens += len(node.key)
                 self._protected_tokens -= len(node.key)
             node = node.parent
+        # Nodes above the start node have children, so only it can become an evictable leaf.
+        self._push_if_evictable_leaf(start)
 
     # ---- eviction ----------------------------------------------------------------------
 
@@ -275,18 +305,20 @@ class RadixCache:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         if num_tokens == 0 or self._evictable_tokens == 0:
             return 0
-        heap = [(leaf.last_access, leaf.node_id, leaf) for leaf in self._evictable_leaves()]
-        heapq.heapify(heap)
+        heap = self._leaf_heap
         freed: list[torch.Tensor] = []
         num_freed = 0
         while num_freed < num_tokens and heap:
-            _, _, leaf = heapq.heappop(heap)
+            last_access, _, leaf = heapq.heappop(heap)
+            if last_access != leaf.last_access or not self._is_evictable_leaf(leaf):
+                continue  # stale entry: the node was used, locked, grew a child or is gone
             freed.append(leaf.slots)
             num_freed += len(leaf.key)
             parent = leaf.parent
             del parent.children[leaf.key[0]]
             leaf.parent = None
             leaf.slots = self._empty_slots
+            self._num_nodes -= 1
             if parent.children or parent.lock_ref > 0:
                 continue
             if parent.key:
@@ -295,6 +327,7 @@ class RadixCache:
                 # An empty namespace subtree: drop it so unbounded cache salts cost nothing.
                 del self._namespace_roots[parent.namespace]
                 parent.parent = None
+                self._num_nodes -= 1
         self._evictable_tokens -= num_freed
         self.stats.num_evicted_tokens += num_freed
         if freed:
@@ -413,7 +446,8 @@ class RadixCache:
             AssertionError: with what differs. Cheap enough for an idle scheduler.
         """
         evictable = protected = 0
-        for node in self._all_nodes():
+        nodes = self._all_nodes()
+        for node in nodes:
             assert len(node.key) == node.slots.numel(), f"{node}: key/slots lengths differ"
             if node.lock_ref > 0:
                 protected += len(node.key)
@@ -424,6 +458,12 @@ class RadixCache:
                 assert child.lock_ref <= node.lock_ref or node.parent is None, f"{child}: lock"
         assert evictable == self._evictable_tokens, (evictable, self._evictable_tokens)
         assert protected == self._protected_tokens, (protected, self._protected_tokens)
+        assert len(nodes) + 1 == self._num_nodes, (len(nodes) + 1, self._num_nodes)
+        live_entries = {
+            id(node) for last_access, _, node in self._leaf_heap if last_access == node.last_access
+        }
+        for leaf in self._evictable_leaves():
+            assert id(leaf) in live_entries, f"{leaf}: evictable leaf missing from the LRU heap"
 
     def pretty_print(self, max_tokens: int = 8) -> str:
         """The tree as indented text, one edge per line (syncs slots to the host)."""

@@ -319,3 +319,14 @@ def test_disabled_mode_shares_nothing_and_leaks_nothing(allocator):
     assert num_cached == 2
     allocator.free(slots[:num_cached])
     assert allocator.available_size() == allocator.capacity
+
+
+def test_lru_heap_compaction_keeps_the_order(cache):
+    insert_new(cache, [1, 2, 3])
+    insert_new(cache, [7, 8])
+    for _ in range(200):  # each hit of a leaf pushes a heap entry; stale ones get compacted
+        cache.match_prefix([1, 2, 3])
+    cache.check_invariants()
+    assert len(cache._leaf_heap) < 100
+    assert cache.evict(1) == 2  # [7, 8] is still the least recently used
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 3
