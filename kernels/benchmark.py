@@ -58,9 +58,19 @@ def decode_case(batch: int, context: int, shuffled: bool):
     )
 
 
-def bench_decode(batch: int, context: int, shuffled: bool = False, **tuning) -> tuple[float, float]:
+def bench_decode(
+    batch: int, context: int, shuffled: bool = False, graph: bool = False, **tuning
+) -> tuple[float, float]:
+    """(us, TB/s); graph=True times CUDA-graph replays (no launch overhead, as in serving)."""
     args = decode_case(batch, context, shuffled)
-    ms = median_ms(lambda: decode_attention(**args, **tuning))
+
+    def run():
+        return decode_attention(**args, **tuning)
+
+    if graph:
+        ms = triton.testing.do_bench_cudagraph(run, rep=100, return_mode="median")
+    else:
+        ms = median_ms(run)
     kv_bytes = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * DTYPE.itemsize
     return ms * 1e3, kv_bytes / ms / 1e9  # us, TB/s
 
@@ -133,12 +143,16 @@ def main() -> None:
     print("\n## decode attention (32 q / 8 kv heads, d=128, bf16): us, TB/s of K/V read")
     batches = (1, 16, 64, 256) if not args.quick else (1, 64)
     contexts = (1024, 4096, 16384) if not args.quick else (4096,)
-    print("batch | context | splits | us | TB/s | % of 4.3 TB/s")
+    print("batch | context | splits | us | TB/s | % of 4.3 TB/s | graph us | graph TB/s")
     for batch in batches:
         for context in contexts:
             splits = default_num_kv_splits(batch, NUM_KV_HEADS, torch.device("cuda"))
             us, tbs = bench_decode(batch, context)
-            print(f"{batch} | {context} | {splits} | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}%")
+            graph_us, graph_tbs = bench_decode(batch, context, graph=True)
+            print(
+                f"{batch} | {context} | {splits} | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}% "
+                f"| {graph_us:.1f} | {graph_tbs:.2f}"
+            )
     us, tbs = bench_decode(64, 4096, shuffled=True)
     print(f"64 | 4096 shuffled slots | - | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}%")
 
