@@ -44,14 +44,14 @@ class KVCacheManager:
 
     def match_prefix(self, req: Req) -> int:
         """Length of req's cached prefix, without claiming it (for scheduling policies)."""
-        return self.tree.match_prefix(req.fill_ids[: req.max_prefix_len]).prefix_len
+        return self.tree.match_prefix(req.fill_slice(0, req.max_prefix_len)).prefix_len
 
     def admit(self, req: Req) -> bool:
         """Give `req` a row and its cached prefix (locked). False if no row is free."""
         rows = self.req_to_token_pool.alloc(1)
         if rows is None:
             return False
-        match = self.tree.match_prefix(req.fill_ids[: req.max_prefix_len])
+        match = self.tree.match_prefix(req.fill_slice(0, req.max_prefix_len))
         self.tree.inc_lock_ref(match.last_node)
         req.req_pool_idx = rows[0]
         req.prefix_indices = match.slots
@@ -73,7 +73,7 @@ class KVCacheManager:
     # ---- caching and release -------------------------------------------------------------
 
     def _committed(self, req: Req) -> tuple[list[int], torch.Tensor]:
-        token_ids = req.fill_ids[: req.kv_committed_len]
+        token_ids = req.fill_slice(0, req.kv_committed_len)
         slots = self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_committed_len]
         return token_ids, slots
 

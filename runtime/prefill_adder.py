@@ -56,7 +56,7 @@ class PrefillAdder:
         is_new = req.req_pool_idx is None
         if is_new and not self.kv.admit(req):
             return AddResult.BUDGET_FULL  # no request row free
-        extend_len = len(req.fill_ids) - req.kv_committed_len
+        extend_len = req.seqlen - req.kv_committed_len
         budget = self.rem_input_tokens
         if self.rem_chunk_tokens is not None:
             budget = min(budget, self.rem_chunk_tokens)
@@ -70,7 +70,7 @@ class PrefillAdder:
         if extend_len + headroom > self._remaining_total():
             return self._reject(req, is_new)
         req.extend_input_len = extend_len
-        req.is_chunked = req.kv_committed_len + extend_len < len(req.fill_ids)
+        req.is_chunked = req.kv_committed_len + extend_len < req.seqlen
         self.planned_tokens += extend_len
         self.reserved_tokens += headroom
         self.rem_input_tokens -= extend_len

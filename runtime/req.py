@@ -71,6 +71,15 @@ class Req:
         """Every token whose KV must exist before the next token is sampled."""
         return self.origin_input_ids + self.output_ids
 
+    def fill_slice(self, start: int, end: int) -> list[int]:
+        """`fill_ids[start:end]` without building the whole list (decode's hot path)."""
+        num_prompt = len(self.origin_input_ids)
+        if start >= num_prompt:
+            return self.output_ids[start - num_prompt : end - num_prompt]
+        if end <= num_prompt:
+            return self.origin_input_ids[start:end]
+        return self.origin_input_ids[start:] + self.output_ids[: end - num_prompt]
+
     @property
     def seqlen(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
@@ -94,7 +103,7 @@ class Req:
         At least one token is always computed (its logits give the next token); prompt
         logprobs from position s need the logits at positions s-1 onwards.
         """
-        limit = len(self.fill_ids) - 1
+        limit = self.seqlen - 1
         if self.wants_input_logprobs:
             limit = min(limit, max(self.logprob_start_len - 1, 0))
         return max(limit, 0)

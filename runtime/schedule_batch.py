@@ -51,7 +51,7 @@ class ScheduleBatch:
         input_ids = []
         for req, count in zip(self.reqs, counts, strict=True):
             start = req.kv_committed_len
-            input_ids.append(req.fill_ids[start : start + count])
+            input_ids.append(req.fill_slice(start, start + count))
         return runner.build_forward_batch(
             mode=self.mode,
             input_ids=input_ids,
