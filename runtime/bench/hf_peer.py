@@ -45,7 +45,8 @@ def _load_model(args: HFBenchArgs, device, dtype):
             path, torch_dtype=dtype, attn_implementation="sdpa", local_files_only=True
         ).to(device)
     model.eval()
-    model.generation_config.pad_token_id = model.generation_config.eos_token_id
+    eos = model.generation_config.eos_token_id
+    model.generation_config.pad_token_id = eos[0] if isinstance(eos, list) else eos
     return model
 
 
