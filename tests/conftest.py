@@ -15,6 +15,18 @@ import pytest
 _SESSION_CACHE_KEY = "_radixgen_session_cache"
 
 
+def _set_triton_interpreter() -> None:
+    """Without CUDA, Triton kernels run through the interpreter; it must be chosen before
+    triton is imported, so this runs at conftest import. On a GPU the real compiler is used."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_set_triton_interpreter()
+
+
 def pytest_configure(config):
     if not os.environ.get("RADIXGEN_CACHE"):
         cache = tempfile.mkdtemp(prefix="radixgen-test-cache-")

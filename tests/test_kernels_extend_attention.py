@@ -1,8 +1,7 @@
 """extend_attention (Triton) against extend_attention_ref, on the CPU interpreter and on CUDA."""
 
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+# TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
 
 import pytest
 import torch
