@@ -1,57 +1,64 @@
-"""Quickstart: generate from a few chat prompts on the embedded `tiny` model.
+"""Quickstart: a prompt program on the embedded `tiny` model.
 
-    python examples/quickstart.py [--model-path PATH] [--max-new-tokens N]
+    python examples/quickstart.py [--model-path DIR | --url URL] [--max-new-tokens N]
 
-`tiny` has random weights, so its text is gibberish: this shows the whole path (checkpoint
-build, tokenizer, chat template, paged-KV prefill and decode), not a clever model. Point
---model-path at any local Llama/Mistral/Qwen2/Qwen3 HF folder for real text.
+`tiny` has random weights, so its answers are gibberish; constrained outputs (the select
+below) are still valid. Point --model-path at a local Llama/Qwen/Mistral folder for real
+text.
 """
 
 from __future__ import annotations
 
-import argparse
-import time
+import radixgen as rg
+from example_utils import run_main
 
-from radixgen.runtime.model_runner import ModelRunner
-from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.simple_generate import generate
-from radixgen.runtime.tokenizer import load_tokenizer
 
-PROMPTS = [
-    "What is the capital of France?",
-    "Write a Python function that reverses a string.",
-    "List three colours.",
-]
+@rg.function
+def qa(s, question, answer_tokens):
+    s += rg.system("You are a concise assistant.")
+    s += rg.user(question)
+    s += rg.assistant(rg.gen("answer", max_tokens=answer_tokens, stop="\n"))
+    s += rg.user("Was that answer correct? Reply yes or no.")
+    s += rg.assistant(rg.select("verdict", ["yes", "no"]))
+
+
+def run_example(backend, max_new_tokens: int = 24) -> dict:
+    # One program run: reads wait for the generation.
+    state = qa.run(
+        question="What is the capital of France?",
+        answer_tokens=max_new_tokens,
+        temperature=0.0,
+        backend=backend,
+    )
+    print(state.text())
+    meta = state.get_meta_info("answer")
+    print(f"answer: {state['answer']!r} ({meta['completion_tokens']} tokens)")
+    print(f"verdict: {state['verdict']} (scores {state.get_meta_info('verdict')['scores']})")
+
+    # Streaming: the program runs in the background while we print its tokens.
+    streamed = qa.run(
+        question="Name a prime number.", answer_tokens=max_new_tokens, stream=True, backend=backend
+    )
+    print("streamed answer: ", end="")
+    for chunk in streamed.text_iter("answer"):
+        print(chunk, end="", flush=True)
+    print()
+
+    # A batch: the shared system prompt is prefilled once, then every program reuses it.
+    questions = ["What is 2+2?", "Name a colour.", "What is a radix tree?"]
+    states = qa.run_batch(
+        [{"question": q, "answer_tokens": max_new_tokens} for q in questions],
+        backend=backend,
+        progress_bar=False,
+    )
+    for question, batch_state in zip(questions, states, strict=True):
+        cached = batch_state.get_meta_info("answer")["cached_tokens"]
+        print(f"{question!r} -> {batch_state['answer']!r} ({cached} prompt tokens cached)")
+    return {"state": state, "streamed": streamed, "batch": states}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-path", default="tiny")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    args = parser.parse_args()
-
-    start = time.perf_counter()
-    runner = ModelRunner(ServerArgs(model_path=args.model_path))
-    tokenizer = load_tokenizer(runner.model_path)
-    print(f"loaded {runner.model_path} on {runner.device} in {time.perf_counter() - start:.1f}s")
-
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-        )
-        for text in PROMPTS
-    ]
-    prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in prompts]
-    start = time.perf_counter()
-    outputs = generate(
-        runner, prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature
-    )
-    elapsed = time.perf_counter() - start
-    for text, output in zip(PROMPTS, outputs, strict=True):
-        print(f"\n>>> {text}\n{tokenizer.decode(output, skip_special_tokens=True)!r}")
-    num_tokens = sum(len(output) for output in outputs)
-    print(f"\n{num_tokens} tokens in {elapsed:.2f}s ({num_tokens / elapsed:.0f} tokens/s)")
+    run_main(run_example, __doc__, max_new_tokens=24)
 
 
 if __name__ == "__main__":

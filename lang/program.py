@@ -28,6 +28,17 @@ _AUTO_THREADS_PER_CPU = 4
 _AUTO_THREADS_MAX = 256
 
 
+# Keyword options of run()/run_batch(); a program parameter with one of these names could
+# never be passed, so @rg.function refuses it.
+_RUN_OPTIONS = frozenset(
+    {
+        "backend", "stream", "num_threads", "progress_bar", "warm_prefix", "max_new_tokens",
+        "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+        "stop", "ignore_eos", "seed",
+    }
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Arguments:
     """A program's arguments, bound and checked against its signature."""
@@ -47,6 +58,12 @@ class Program:
             raise TypeError(
                 f"program {func.__name__!r} must take the state as its first argument: "
                 f"def {func.__name__}(s, ...)"
+            )
+        shadowed = sorted(set(parameters[1:]) & _RUN_OPTIONS)
+        if shadowed:
+            raise TypeError(
+                f"program {func.__name__!r} has parameter(s) {shadowed} that run() takes as "
+                "its own options; rename them"
             )
         self.func = func
         self.bound_arguments = dict(bound_arguments or {})
