@@ -40,8 +40,8 @@ class ShutdownRequested(Exception):
     """SIGINT or SIGTERM arrived."""
 
 
-class ChildProcessDied(Exception):
-    """A child process exited (or failed to start)."""
+class ServerFailure(Exception):
+    """Start-up failed, or a child process died: the server exits with code 1."""
 
 
 @dataclass
@@ -59,6 +59,8 @@ def launch_server(server_args: ServerArgs) -> int:
     try:
         with _signals_raise_shutdown():
             children = _start_children(server_args, ipc_paths)
+            # The front end's tokenizer loads while the children load the model.
+            tokenizer = _load_tokenizer(server_args)
             ready = _wait_until_ready(children)
             model_info = ServedModelInfo(**ready["scheduler"].info)
             logger.info(
@@ -67,12 +69,12 @@ def launch_server(server_args: ServerArgs) -> int:
                 model_info.context_length,
                 model_info.max_total_tokens,
             )
-            _serve_http(server_args, ipc_paths, model_info, children)
+            _serve_http(server_args, ipc_paths, model_info, tokenizer, children)
         return 0
     except ShutdownRequested:
         logger.info("shutting down on a signal")
         return 0
-    except ChildProcessDied as error:
+    except ServerFailure as error:
         logger.error("%s; the server stops", error)
         return 1
     finally:
@@ -93,6 +95,16 @@ def _signals_raise_shutdown():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _load_tokenizer(server_args: ServerArgs):
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    path = server_args.tokenizer_path or server_args.model_path
+    try:
+        return load_tokenizer(path)
+    except (OSError, ValueError) as error:
+        raise ServerFailure(f"cannot load the tokenizer from {path!r}: {error}") from None
 
 
 def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildProcess]:
@@ -134,12 +146,12 @@ def _wait_until_ready(children: list[ChildProcess]) -> dict[str, ProcessReady]:
             else:
                 continue
             if isinstance(message, ProcessFailed):
-                raise ChildProcessDied(
+                raise ServerFailure(
                     f"the {child.name} process failed to start:\n{message.traceback}"
                 )
             if not isinstance(message, ProcessReady):
                 child.process.join(1.0)
-                raise ChildProcessDied(
+                raise ServerFailure(
                     f"the {child.name} process exited during start-up "
                     f"(exit code {child.process.exitcode})"
                 )
@@ -151,15 +163,14 @@ def _serve_http(
     server_args: ServerArgs,
     ipc_paths: IpcPaths,
     model_info: ServedModelInfo,
+    tokenizer,
     children: list[ChildProcess],
 ) -> None:
     import uvicorn
     from radixgen.runtime.server.http_server import create_app
     from radixgen.runtime.server.metrics import ServerMetrics
     from radixgen.runtime.server.tokenizer_manager import TokenizerManager
-    from radixgen.runtime.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path)
     manager = TokenizerManager(server_args, model_info, ipc_paths, tokenizer, ServerMetrics())
     process_ids = {"server": os.getpid(), **{c.name: c.process.pid for c in children}}
     app = create_app(manager, api_key=server_args.api_key, process_ids=process_ids)
@@ -173,7 +184,7 @@ def _serve_http(
     server = uvicorn.Server(config)
     crash = asyncio.run(_serve_with_watchdog(server, manager, children))
     if crash is not None:
-        raise ChildProcessDied(crash)
+        raise ServerFailure(crash)
 
 
 async def _serve_with_watchdog(server, manager, children: list[ChildProcess]) -> str | None:

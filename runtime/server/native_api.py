@@ -186,6 +186,7 @@ async def get_server_info(request: Request):
             "lookup_tokens": stats.num_prompt_tokens,
         },
         "num_requests_in_flight": manager.num_requests_in_flight,
+        "num_sequences_in_flight": manager.num_samples_in_flight,
         "process_ids": request.app.state.process_ids,
     }
 

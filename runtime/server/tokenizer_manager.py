@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 # A stats or flush reply slower than this means the scheduler is wedged: answer 503.
 CONTROL_REPLY_TIMEOUT_S = 30.0
+# How the scheduler's rejection for a full queue begins (runtime/request_validation.py).
+SCHEDULER_QUEUE_FULL_PREFIX = "the queue is full"
 # Upper bound of top_logprobs_num, as OpenAI's (20) with some headroom.
 MAX_TOP_LOGPROBS = 32
 
@@ -109,9 +111,12 @@ class TokenizerManager:
         self._rid_counter = itertools.count()
         self._receive_task: asyncio.Task | None = None
         self.failure: str | None = None  # set once a child process died: refuse new work
-        self.max_requests_in_flight = (
+        # Sequences (requests times their `n`) running or waiting, beyond which new requests
+        # get 503: a full batch plus the queue limit.
+        self.max_samples_in_flight = (
             model_info.max_running_requests + server_args.max_queued_requests
         )
+        self.num_samples_in_flight = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -181,10 +186,11 @@ class TokenizerManager:
     def _admit(self, request: GenerateInput) -> str:
         if self.failure is not None:
             raise RequestError(self.failure, status_code=503)
-        if self.num_requests_in_flight >= self.max_requests_in_flight:
+        num_samples = request.sampling_params.n
+        if self.num_samples_in_flight + num_samples > self.max_samples_in_flight:
             raise RequestError(
-                f"the server is at capacity ({self.num_requests_in_flight} requests in "
-                "flight); retry later",
+                f"the server is at capacity ({self.num_samples_in_flight} sequences in "
+                f"flight, limit {self.max_samples_in_flight}); retry later",
                 status_code=503,
             )
         vocab_size = self.model_info.vocab_size
@@ -217,6 +223,7 @@ class TokenizerManager:
         state = _RequestState()
         self._states[rid] = state
         unfinished_samples = request.sampling_params.n
+        self.num_samples_in_flight += unfinished_samples
         self._to_scheduler.send_pyobj(
             TokenizedGenerateReq(
                 rid=rid,
@@ -238,7 +245,7 @@ class TokenizerManager:
                 if output.error is not None:
                     unfinished_samples = 0  # the scheduler dropped the request itself
                     self.metrics.requests.labels(outcome="rejected").inc()
-                    raise RequestError(output.error)
+                    raise _rejection_error(output.error)
                 if output.finished:
                     unfinished_samples -= 1
                     if unfinished_samples == 0:
@@ -247,6 +254,7 @@ class TokenizerManager:
                 yield item
         finally:
             del self._states[rid]
+            self.num_samples_in_flight -= request.sampling_params.n
             if unfinished_samples > 0:
                 # The consumer left early (client disconnect, cancelled task): free the KV.
                 self._to_scheduler.send_pyobj(AbortReq(rid=rid))
@@ -309,6 +317,14 @@ class TokenizerManager:
             _resolve_oldest(self._flush_waiters, message)
         else:
             logger.error("unexpected message %r", type(message).__name__)
+
+
+def _rejection_error(message: str) -> RequestError:
+    # The scheduler's queue can fill before the front end's limit when KV, not the batch
+    # size, bounds the running requests; that is overload (503), not bad input (400).
+    if message.startswith(SCHEDULER_QUEUE_FULL_PREFIX):
+        return RequestError(message, status_code=503)
+    return RequestError(message)
 
 
 def _resolve_oldest(waiters: deque[asyncio.Future], reply: object) -> None:
