@@ -2,9 +2,9 @@
 
 Algorithm: one program per row (the hidden size fits one block: next power of two, masked).
 The row is read once, the mean of squares is taken in fp32, and the normalised row is rounded
-to the input dtype before the weight multiply, as the torch module does (so the two agree to
-the last bit up to the order of the fp32 sum). Unfused, the same math is eight elementwise and
-reduction launches; at decode batch sizes those launches, not bytes, are the cost.
+to the input dtype before the weight multiply, as the torch module does (the two agree within
+bf16 rounding; the fp32 sum runs in another order). Unfused, the same math is eight elementwise
+and reduction launches; at decode batch sizes those launches, not bytes, are the cost.
 """
 
 from __future__ import annotations

@@ -91,4 +91,6 @@ def test_fused_layers_cuda_bf16():
     positions = torch.randint(0, 4096, (64,), device="cuda")
     for out, ref in zip(rotary_embedding(positions, q, k, cos, sin),
                         rotary_embedding_ref(positions, q, k, cos, sin), strict=True):  # fmt: skip
-        torch.testing.assert_close(out, ref)
+        # On the H200 1.8% of elements differ by one bf16 ulp (max 0.0039 on O(1) values): the
+        # GPU compiler fuses the multiply-add, which torch rounds in two steps.
+        torch.testing.assert_close(out, ref, atol=1e-2, rtol=1.6e-2)
