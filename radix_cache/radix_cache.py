@@ -75,7 +75,7 @@ class RadixCache:
         # Lazy LRU heap of (last_access, node_id, node) over the evictable leaves. An entry is
         # pushed whenever a node becomes an evictable leaf or gets a new last_access while
         # being one; entries that no longer describe their node are skipped when popped. So
-        # every evictable leaf has exactly one live entry and `evict` never scans the tree.
+        # every evictable leaf has a live entry and `evict` never scans the tree.
         self._leaf_heap: list[tuple[int, int, TreeNode]] = []
 
     def _new_node(self, **fields) -> TreeNode:
