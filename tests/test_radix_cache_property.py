@@ -145,6 +145,7 @@ class RadixCacheMachine(RuleBasedStateMachine):
     def admit(self, tokens, namespace):
         """Match all but the last token, lock, allocate the rest, fill a req_to_token row."""
         match = self.cache.match_prefix(tokens[:-1], namespace=namespace)
+        assert match.slots.tolist() == self.reference_match(tokens[:-1], namespace)
         self.cache.inc_lock_ref(match.last_node)
         new_slots = self.alloc_with_eviction(len(tokens) - match.prefix_len)
         if new_slots is None:
