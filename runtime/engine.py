@@ -193,6 +193,7 @@ class Engine:
     def shutdown(self) -> None:
         """Stops the scheduler thread (idempotent)."""
         self._loop.shutdown()
+        self._scheduler.shutdown()
 
     def __enter__(self) -> Engine:
         return self

@@ -1,9 +1,10 @@
 """`GrammarHook`: the scheduler's one point of contact with `radixgen.constrained`.
 
 A constrained request (regex, json_schema or choices) waits in the queue until its grammar
-is compiled (compilation runs off the scheduler thread); then each step its matcher fills
-the request's row of a packed vocab bitmask, which the sampler applies, and it advances on
-every sampled token. A failed or timed-out compile fails that request alone.
+is compiled (on the backend's worker threads, off the scheduler's critical path). Then each
+step its matcher fills the request's row of a packed vocab bitmask, which the sampler
+applies, and it advances on every sampled token. A failed or timed-out compile fails that
+request alone.
 """
 
 from __future__ import annotations
@@ -13,77 +14,112 @@ from typing import Any
 
 import torch
 from radixgen.runtime.req import Req
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+
+# Our own deadline on top of the backend's, in case a compile never reports back.
+TIMEOUT_GRACE_S = 5.0
 
 
 class GrammarHook:
-    def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float):
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        vocab_size: int,
+        eos_token_ids: list[int],
+        compile_timeout_s: float,
+        jump_forward: bool,
+    ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.eos_token_ids = list(eos_token_ids)
         self.compile_timeout_s = compile_timeout_s
-        self._backend = None  # created on the first constrained request
+        self.jump_forward = jump_forward
+        self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
 
     def _get_backend(self):
         if self._backend is None:
             from radixgen.constrained import GrammarBackend
 
-            self._backend = GrammarBackend(self.tokenizer, vocab_size=self.vocab_size)
+            self._backend = GrammarBackend(
+                self.tokenizer,
+                vocab_size=self.vocab_size,
+                eos_token_ids=self.eos_token_ids,
+                jump_forward=self.jump_forward,
+            )
         return self._backend
 
     def start_compile(self, req: Req) -> str | None:
         """Starts compiling req's constraint. Returns an error message, or None."""
+        from radixgen.constrained import ConstraintSpec
+
         params = req.sampling_params
         try:
-            backend = self._get_backend()
-            future = backend.compile_async(
+            spec = ConstraintSpec.from_sampling_params(
                 regex=params.regex, json_schema=params.json_schema, choices=params.choices
             )
-        except ImportError:
-            return "constrained decoding (regex / json_schema / choices) is not available"
+            future = self._get_backend().compile_async(spec, timeout_s=self.compile_timeout_s)
         except (ValueError, TypeError) as error:
             return f"invalid constraint: {error}"
+        req.grammar_ready = False
         self._pending[id(req)] = (future, time.monotonic())
         return None
 
-    def poll(self, req: Req) -> tuple[bool, str | None]:
-        """(ready, error). When ready without error, `req.grammar` holds a fresh matcher."""
+    def poll(self, req: Req) -> str | None:
+        """Checks req's compile; on success `req.grammar` gets a matcher and
+        `req.grammar_ready` turns True. Returns an error message, or None."""
         entry = self._pending.get(id(req))
         if entry is None:
-            return True, None
+            return None
         future, started_s = entry
         if not future.done():
-            if time.monotonic() - started_s > self.compile_timeout_s:
-                future.cancel()
-                del self._pending[id(req)]
-                return True, f"constraint compile timed out after {self.compile_timeout_s} s"
-            return False, None
+            if time.monotonic() - started_s > self.compile_timeout_s + TIMEOUT_GRACE_S:
+                self.forget(req)
+                return f"constraint compile timed out after {self.compile_timeout_s} s"
+            return None
         del self._pending[id(req)]
         try:
-            compiled = future.result()
+            matcher = future.result().new_matcher()
         except Exception as error:  # any compile failure fails this request alone
-            return True, f"invalid constraint: {error}"
-        req.grammar = compiled.new_matcher()
-        # A resumed request replays its output through the fresh matcher.
+            return f"invalid constraint: {error}"
+        # A request resumed after retraction replays its output through the fresh matcher.
         for token_id in req.output_ids:
-            req.grammar.accept_token(token_id)
-        return True, None
+            matcher.accept_token(token_id)
+        req.grammar = matcher
+        req.grammar_ready = True
+        return None
 
     def forget(self, req: Req) -> None:
         entry = self._pending.pop(id(req), None)
         if entry is not None:
             entry[0].cancel()
 
-    def fill_bitmask(self, reqs: list[Req], device: torch.device) -> torch.Tensor | None:
-        """Packed allowed-token bits for this step's rows, or None if no row is constrained."""
-        if not any(req.grammar is not None for req in reqs):
-            return None
-        num_words = (self.vocab_size + 31) // 32
-        bitmask = torch.full((len(reqs), num_words), -1, dtype=torch.int32)  # all allowed
-        for row, req in enumerate(reqs):
-            if req.grammar is not None:
-                req.grammar.fill_bitmask(bitmask, row)
-        return bitmask.to(device, non_blocking=True)
+    def set_vocab_mask(self, reqs: list[Req], info: SamplingBatchInfo) -> None:
+        """Fills this step's bitmask for the constrained rows (the sampler's mask hook)."""
+        rows = [row for row, req in enumerate(reqs) if req.grammar is not None]
+        if not rows:
+            info.vocab_bitmask = info.vocab_bitmask_rows = None
+            return
+        from radixgen.constrained import allocate_token_bitmask
 
-    def accept(self, req: Req, token_id: int) -> None:
+        device = info.top_ps.device
+        bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)  # all allowed, on the host
+        for row in rows:
+            reqs[row].grammar.fill_bitmask(bitmask, row)
+        info.vocab_bitmask = bitmask.to(device, non_blocking=True)
+        info.vocab_bitmask_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+
+    @staticmethod
+    def accept(req: Req, token_id: int) -> None:
         if req.grammar is not None:
             req.grammar.accept_token(token_id)
+
+    @staticmethod
+    def is_terminated(req: Req) -> bool:
+        """The constraint is complete and admits no further token."""
+        return req.grammar is not None and req.grammar.is_terminated()
+
+    def shutdown(self) -> None:
+        if self._backend is not None:
+            self._backend.shutdown()

@@ -53,19 +53,6 @@ def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int)
     return -torch.log(uniform)
 
 
-def apply_vocab_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """Sets logits of disallowed tokens to -inf, in place.
-
-    logits: [batch, vocab]; bitmask: [batch, ceil(vocab / 32)] int32, bit j of word w
-    allows token 32 * w + j.
-    """
-    vocab_size = logits.shape[1]
-    token_ids = torch.arange(vocab_size, device=logits.device)
-    words = bitmask.to(logits.device, torch.int64)[:, token_ids // 32]  # [batch, vocab]
-    allowed = ((words >> (token_ids % 32)) & 1).bool()
-    logits.masked_fill_(~allowed, float("-inf"))
-
-
 def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
     """Repetition (prompt and output tokens), frequency and presence (output) penalties."""
     repetition = info.repetition_penalties  # [batch, 1]
@@ -109,7 +96,10 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
         processed = logits.clone()
         if info.vocab_bitmask is not None:
-            apply_vocab_bitmask(processed, info.vocab_bitmask)
+            # The constrained backend's op: torch on CPU, a Triton kernel on CUDA.
+            from radixgen.constrained.bitmask import apply_token_bitmask_
+
+            apply_token_bitmask_(processed, info.vocab_bitmask, info.vocab_bitmask_rows)
         if info.banned_rows is not None:
             processed[info.banned_rows, info.banned_token_ids] = float("-inf")
         if info.has_penalties:

@@ -41,6 +41,7 @@ class SamplingBatchInfo:
     # packed allowed-token bits, bit j of word w <-> token 32*w + j (constrained rows;
     # unconstrained rows are all ones).
     vocab_bitmask: torch.Tensor | None = None  # [batch, ceil(vocab / 32)] int32
+    vocab_bitmask_rows: torch.Tensor | None = None  # [num_constrained] int64, rows to mask
     # (row, token) pairs banned this step, e.g. EOS before min_new_tokens.
     banned_rows: torch.Tensor | None = None  # [num_bans] int64
     banned_token_ids: torch.Tensor | None = None  # [num_bans] int64

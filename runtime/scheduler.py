@@ -73,7 +73,11 @@ class Scheduler:
         )
         self.sampler = Sampler()
         self.grammar = GrammarHook(
-            tokenizer, self.vocab_size, server_args.constrained_compile_timeout_s
+            tokenizer,
+            vocab_size=self.vocab_size,
+            eos_token_ids=sorted(self.eos_token_ids),
+            compile_timeout_s=server_args.constrained_compile_timeout_s,
+            jump_forward=not server_args.disable_jump_forward,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.new_token_ratio = server_args.new_token_ratio
@@ -181,6 +185,10 @@ class Scheduler:
         self.kv.flush()
         return True
 
+    def shutdown(self) -> None:
+        """Stops background work (constraint compilation threads)."""
+        self.grammar.shutdown()
+
     def check_integrity(self) -> None:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
         live = list(self.running.reqs) + ([self.chunked_req] if self.chunked_req else [])
@@ -217,7 +225,7 @@ class Scheduler:
         outputs = []
         still_waiting = []
         for req in self.waiting:
-            ready, error = self.grammar.poll(req)
+            error = self.grammar.poll(req)
             if error is not None:
                 req.error = error
                 req.finish_reason = {"type": "abort", "message": error}
@@ -225,7 +233,6 @@ class Scheduler:
                 self.grammar.forget(req)
                 outputs.append(self._finish(req))
             else:
-                req.grammar_ready = ready
                 still_waiting.append(req)
         self.waiting = still_waiting
         if self.chunked_req is not None and self.chunked_req.finished:
@@ -366,7 +373,7 @@ class Scheduler:
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
     ) -> list[ReqOutput]:
         """Samples one token per request, appends it, checks finish; returns outputs."""
-        info.vocab_bitmask = self.grammar.fill_bitmask(reqs, self.device)
+        self.grammar.set_vocab_mask(reqs, info)
         _set_min_token_bans(reqs, info, self.device)
         steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
         want_logprobs = any(r.return_logprob for r in reqs)
@@ -381,6 +388,8 @@ class Scheduler:
             req.output_ids.append(token_id)
             self.grammar.accept(req, token_id)
             check_finished(req, [token_id], self.context_length)
+            if not req.finished and self.grammar.is_terminated(req):
+                req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
             outputs.append(self._finish(req) if req.finished else make_req_output(req))
         return outputs
 

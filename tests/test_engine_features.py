@@ -166,3 +166,39 @@ def test_bad_arguments_raise(engine):
     with pytest.raises(TypeError, match="unknown server option"):
         Engine(model_path="tiny", not_an_option=1)
     engine.check_integrity()  # nothing was half-admitted
+
+
+def test_constrained_outputs_follow_the_constraint(engine):
+    import json
+    import re
+
+    import jsonschema
+
+    pattern = r"(yes|no)-[0-9]{2,3}"
+    for seed in range(3):
+        params = {"max_new_tokens": 12, "temperature": 1.0, "seed": seed, "regex": pattern}
+        out = engine.generate("Answer:", params)
+        assert re.fullmatch(pattern, out["text"]), out["text"]
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 6},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    outs = engine.generate(
+        ["Person:", "Someone else:"],
+        {"max_new_tokens": 40, "temperature": 1.0, "seed": 1, "json_schema": schema},
+    )
+    for out in outs:
+        jsonschema.validate(json.loads(out["text"]), schema)
+        assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    choices = engine.generate(
+        "Pick one:", {"max_new_tokens": 8, "temperature": 1.0, "n": 3, "choices": ["red", "blue"]}
+    )
+    assert {c["text"] for c in choices} <= {"red", "blue"}
+    with pytest.raises(ValueError, match="invalid constraint"):
+        engine.generate("x", {"max_new_tokens": 3, "regex": "("})
+    engine.check_integrity()

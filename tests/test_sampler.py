@@ -8,7 +8,6 @@ from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import (
     Sampler,
     apply_penalties,
-    apply_vocab_bitmask,
     exponential_noise,
     filter_probs,
 )
@@ -138,14 +137,23 @@ def test_exponential_noise_changes_with_seed_and_step():
     assert torch.equal(noise, exponential_noise(seeds, steps, 64))
 
 
-def test_vocab_bitmask_allows_only_set_bits():
-    logits = torch.zeros(2, 40)
-    bitmask = torch.zeros(2, 2, dtype=torch.int32)
-    bitmask[0, 0] = 1 << 3  # token 3
-    bitmask[1, 1] = 1 << 2  # token 34
-    apply_vocab_bitmask(logits, bitmask)
-    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [3]
-    assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [34]
+def test_vocab_bitmask_hook_restricts_constrained_rows_only():
+    logits = torch.zeros(3, 40)
+    logits[:, 0] = 5.0  # the unconstrained favourite
+    info = SamplingBatchInfo.from_reqs(
+        [make_req(temperature=0), make_req(temperature=1.0, seed=1), make_req(temperature=0)],
+        40,
+        DEVICE,
+    )
+    bitmask = torch.full((3, 2), -1, dtype=torch.int32)
+    bitmask[0] = 0
+    bitmask[0, 0] = 1 << 3  # row 0: only token 3
+    bitmask[1] = 0
+    bitmask[1, 1] = 1 << 2  # row 1: only token 34
+    info.vocab_bitmask = bitmask
+    info.vocab_bitmask_rows = torch.tensor([0, 1])
+    out = Sampler()(logits, info, torch.tensor([0, 0, 0]))
+    assert out.next_token_ids.tolist() == [3, 34, 0]
 
 
 def test_bans_and_logprobs():
