@@ -10,7 +10,7 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
-  pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || cat "$OUT/pip.log"
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || cat "$OUT/pip.log"
   python3 -c "import radixgen, torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
   python3 -m radixgen.runtime.bench.model_configs llama-3.1-8b /tmp/llama-3.1-8b >/dev/null
 }
