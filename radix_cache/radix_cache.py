@@ -115,13 +115,16 @@ class RadixCache:
 
     # ---- lookup and insert -------------------------------------------------------------
 
-    def match_prefix(self, key: Sequence[int], namespace: Hashable = None) -> MatchResult:
+    def match_prefix(
+        self, key: Sequence[int], namespace: Hashable = None, *, count_in_stats: bool = True
+    ) -> MatchResult:
         """Longest cached prefix of `key` in `namespace`.
 
         When the prefix ends inside an edge, the edge is split there so that `last_node`
         covers exactly the matched tokens (and locking it protects exactly them). Marks the
         path as recently used. The engine should match at most `len(prompt) - 1` tokens so
-        that at least one token is computed to produce logits.
+        that at least one token is computed to produce logits. Scheduling-policy probes pass
+        `count_in_stats=False` so that `stats.hit_rate` counts admissions only.
 
         Returns:
             MatchResult(slots [prefix_len] int64, last_node). The slots stay owned by the
@@ -129,12 +132,14 @@ class RadixCache:
         """
         key = as_key(key)
         check_namespace(namespace)
-        self.stats.num_lookups += 1
-        self.stats.num_lookup_tokens += len(key)
         if self.disabled:
-            return MatchResult(self._empty_slots, self.root)
-        result = self._match(key, namespace)
-        self.stats.num_matched_tokens += result.prefix_len
+            result = MatchResult(self._empty_slots, self.root)
+        else:
+            result = self._match(key, namespace)
+        if count_in_stats:
+            self.stats.num_lookups += 1
+            self.stats.num_lookup_tokens += len(key)
+            self.stats.num_matched_tokens += result.prefix_len
         return result
 
     def _match(self, key: tuple[int, ...], namespace: Hashable) -> MatchResult:

@@ -255,6 +255,7 @@ def test_stats_and_hit_rate(cache):
     insert_new(cache, [1, 2, 3, 4])
     cache.match_prefix([1, 2, 3, 4])  # 4 of 4
     cache.match_prefix([1, 2, 9, 9])  # 2 of 4
+    cache.match_prefix([1, 2, 3], count_in_stats=False)  # a scheduling probe
     stats = cache.stats
     assert (stats.num_lookups, stats.num_lookup_tokens, stats.num_matched_tokens) == (2, 8, 6)
     assert stats.hit_rate == pytest.approx(0.75)
