@@ -76,7 +76,8 @@ class TritonAttentionBackend(AttentionBackend):
         return TritonExtendMetadata(
             forward_batch=forward_batch,
             extend_start_loc=torch.cumsum(extend_lens, dim=0) - extend_lens,
-            max_extend_len=max(forward_batch.extend_lens_cpu),
+            # The host copy avoids a sync; a batch built without it pays one.
+            max_extend_len=max(forward_batch.extend_lens_cpu or [int(extend_lens.max())]),
         )
 
     def forward(
