@@ -1,0 +1,267 @@
+"""The DSL on an in-process Engine (tiny model, CPU): results, streaming order, prefix
+sharing measured through cached_tokens and the engine's prefill counters, select scores,
+constrained gens, error handling, and the example programs."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import jsonschema
+import pydantic
+import pytest
+import radixgen as rg
+from radixgen.prefix_trace import common_prefix, trace_prefix
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+LONG_SYSTEM_PROMPT = "You are a careful assistant. " * 12  # ~70 tokens shared by a batch
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with rg.Engine(model_path="tiny", max_total_tokens=8192) as running:
+        yield running
+
+
+def computed_prefill_tokens(engine) -> int:
+    return engine.get_stats()["num_computed_prefill_tokens"]
+
+
+def num_tokens(engine, text: str) -> int:
+    return len(engine.tokenizer.encode(text))
+
+
+@rg.function
+def qa(s, question, answer_tokens=6):
+    s += rg.system("You are terse.")
+    s += rg.user(question)
+    s += rg.assistant(rg.gen("answer", max_tokens=answer_tokens, ignore_eos=True))
+
+
+# ---- results ---------------------------------------------------------------------------
+
+
+def test_program_text_messages_and_meta_match_the_engine(engine):
+    state = qa.run(question="Hi?", temperature=0.0, backend=engine)
+    messages = state.messages()
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert messages[2]["content"] == state["answer"]
+    prompt = engine.apply_chat_template(messages[:2], add_generation_prompt=True)
+    assert state.text() == prompt + state["answer"] + "<|im_end|>\n"
+    direct = engine.generate(prompt, {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True})
+    assert state["answer"] == direct["text"]
+    meta = state.get_meta_info("answer")
+    assert meta["prompt_tokens"] == num_tokens(engine, prompt)
+    assert meta["completion_tokens"] == 6
+    assert meta["finish_reason"]["type"] == "length"
+    assert meta["cached_tokens"] >= 0
+
+
+def test_streaming_yields_the_text_in_order(engine):
+    state = qa.run(question="Count.", answer_tokens=8, temperature=0.0, stream=True, backend=engine)
+    answer_chunks = list(state.text_iter("answer"))
+    all_chunks = list(state.text_iter())
+    assert len(answer_chunks) > 1  # token deltas, not one final blob
+    assert "".join(answer_chunks) == state["answer"]
+    assert "".join(all_chunks) == state.text()
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in state.text_async_iter()]
+
+    assert asyncio.run(collect()) == all_chunks
+    with pytest.raises(rg.UnknownVariableError):
+        list(state.text_iter("never_set"))
+
+
+# ---- prefix sharing ----------------------------------------------------------------------
+
+
+def test_fork_prefills_the_shared_prefix_once(engine):
+    @rg.function
+    def branches(s):
+        s += rg.system(LONG_SYSTEM_PROMPT)
+        s += rg.user_begin() + "Give three ideas." + rg.user_end()
+        forks = s.fork(3)
+        for index, child in enumerate(forks):
+            child += rg.assistant(f"Idea {index}: " + rg.gen("idea", max_tokens=4))
+        forks.join()
+        s["prefill"] = forks.prefill_meta_info
+
+    assert engine.flush_cache()
+    before = computed_prefill_tokens(engine)
+    state = branches.run(temperature=0.0, backend=engine)
+    prefix_len = state["prefill"]["prompt_tokens"]
+    assert prefix_len > 70
+    assert len(state["idea"]) == 3 and all(isinstance(idea, str) for idea in state["idea"])
+    for meta in state.get_meta_info("idea"):
+        assert meta["cached_tokens"] >= prefix_len - 1
+    # The prefix was computed once, not once per branch.
+    assert computed_prefill_tokens(engine) - before < 2 * prefix_len
+
+
+@rg.function
+def batch_program(s, topic, fail=False):
+    s += rg.system(LONG_SYSTEM_PROMPT)
+    s += rg.user("Write about " + topic)
+    s += rg.assistant(rg.gen("text", max_tokens=4))
+    if fail:
+        raise RuntimeError(f"program for {topic} failed on purpose")
+
+
+def test_run_batch_warms_the_common_prefix_and_isolates_failures(engine):
+    batch = [{"topic": t} for t in ("cats", "dogs", "owls", "bees")] + [
+        {"topic": "eels", "fail": True}
+    ]
+    chat = rg.set_default_backend(engine).chat_template
+    prefix = common_prefix([trace_prefix(batch_program.func, (), b, chat) for b in batch])
+    prefix_len = num_tokens(engine, prefix)
+    assert engine.flush_cache()
+    before = computed_prefill_tokens(engine)
+    states = batch_program.run_batch(batch, progress_bar=False, temperature=0.0)
+    for state in states[:4]:
+        assert state.error is None
+        assert state.get_meta_info("text")["cached_tokens"] >= prefix_len - 1
+    assert isinstance(states[4].error, RuntimeError)
+    assert states[4]["text"]  # the failed program's state still holds what it produced
+    assert computed_prefill_tokens(engine) - before < 2 * prefix_len + 5 * 20
+
+
+# ---- select ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", list(rg.ChoicesMethod))
+def test_select_picks_the_argmax_of_its_scores(engine, method):
+    choices = ["Paris", "London", "a very long answer", "Par"]
+
+    @rg.function
+    def pick(s):
+        s += "The capital of France is "
+        s += rg.select("city", choices, choices_method=method)
+
+    state = pick.run(backend=engine)
+    meta = state.get_meta_info("city")
+    scores = meta["scores"]
+    assert state["city"] == choices[max(range(len(choices)), key=scores.__getitem__)]
+    assert state.text() == "The capital of France is " + state["city"]
+    # The choice-token logprobs are the prompt logprobs of prefix + choice.
+    for choice, token_ids, logprobs in zip(
+        choices, meta["choice_token_ids"], meta["token_logprobs"], strict=True
+    ):
+        full = engine.generate(
+            "The capital of France is " + choice,
+            {"max_new_tokens": 0},
+            return_logprob=True,
+            logprob_start_len=0,
+        )["meta_info"]["input_token_logprobs"]
+        tail = full[-len(token_ids) :]
+        assert [entry[1] for entry in tail] == token_ids
+        assert [entry[0] for entry in tail] == pytest.approx(logprobs, abs=1e-3)
+
+
+# ---- constrained gens ----------------------------------------------------------------------
+
+
+class Pet(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=10)
+    legs: int = pydantic.Field(ge=0, le=8)
+
+
+def test_constrained_gens_validate(engine):
+    @rg.function
+    def constrained(s):
+        s += "Phone: " + rg.gen("phone", regex=r"\d{3}-\d{4}")
+        s += "\nPet: " + rg.gen("pet", json_schema=Pet, max_tokens=64)
+        s += "\nColour: " + rg.gen("colour", choices=["red", "green", "blue"])
+
+    state = constrained.run(temperature=0.0, backend=engine)
+    assert re.fullmatch(r"\d{3}-\d{4}", state["phone"])
+    jsonschema.validate(json.loads(state["pet"]), Pet.model_json_schema())
+    assert state["colour"] in ("red", "green", "blue")
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+def test_unknown_variable_is_reported_with_the_known_names(engine):
+    @rg.function
+    def reads_typo(s):
+        s += "Q: " + rg.gen("answer", max_tokens=1)
+        return s["answr"]
+
+    with pytest.raises(rg.UnknownVariableError, match=r"'answr'.*'answer'"):
+        reads_typo.run(backend=engine)
+
+
+def test_nested_roles_fail_before_anything_runs(engine):
+    @rg.function
+    def nested(s):
+        s += rg.user("Hi " + rg.assistant("there"))
+
+    with pytest.raises(rg.RoleNestingError, match="inside the open 'user'"):
+        nested.run(backend=engine)
+
+    @rg.function
+    def nested_blocks(s):
+        with s.user():
+            with s.system():
+                s += "x"
+
+    with pytest.raises(rg.RoleNestingError):
+        nested_blocks.run(backend=engine)
+
+
+def test_gen_used_as_a_value_and_appending_after_the_run(engine):
+    @rg.function
+    def formats_gen(s):
+        s += f"Answer: {rg.gen('answer')}"
+
+    with pytest.raises(rg.ExpressionOutsideProgramError):
+        formats_gen.run(backend=engine)
+    state = qa.run(question="x", answer_tokens=1, backend=engine)
+    with pytest.raises(rg.StateClosedError):
+        state += rg.gen("more")
+
+
+def test_backend_errors_surface_as_backend_error(engine):
+    @rg.function
+    def too_long(s):
+        s += rg.gen("x", max_tokens=100_000)
+
+    with pytest.raises(rg.BackendError, match="rejected"):
+        too_long.run(backend=engine)
+
+
+# ---- examples ------------------------------------------------------------------------------
+
+
+def load_example(name: str):
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    return module
+
+
+@pytest.mark.parametrize(
+    "name,max_new_tokens",
+    [
+        ("quickstart", 4),
+        ("multi_turn_chat", 4),
+        ("json_extraction", 128),  # a complete JSON object needs room
+        ("select_choices", 0),
+        ("tree_of_thought", 4),
+        ("react_agent", 4),
+        ("batch_run", 4),
+    ],
+)
+def test_example_runs(engine, name, max_new_tokens, capsys):
+    result = load_example(name).run_example(engine, max_new_tokens)
+    assert result is not None
+    assert capsys.readouterr().out.strip()
