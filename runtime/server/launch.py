@@ -25,6 +25,7 @@ from radixgen.runtime.server.ipc import IpcPaths
 from radixgen.runtime.server.messages import ProcessFailed, ProcessReady, ServedModelInfo
 from radixgen.runtime.server.scheduler_process import run_scheduler_process
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.tiny_model import TINY_MODEL_NAME
 
 logger = logging.getLogger("radixgen.server")
 
@@ -54,6 +55,11 @@ class ChildProcess:
 def launch_server(server_args: ServerArgs) -> int:
     """Runs the server until a signal (returns 0) or a child's death (returns 1)."""
     configure_logging("server", server_args.log_level)
+    model_path = server_args.model_path
+    if model_path != TINY_MODEL_NAME and not os.path.isdir(os.path.expanduser(model_path)):
+        # Checked here, before two processes spend seconds importing torch to find out.
+        logger.error("--model-path %r is not a folder (nor 'tiny')", model_path)
+        return 1
     ipc_paths = IpcPaths.create()
     children: list[ChildProcess] = []
     try:
