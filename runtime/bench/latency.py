@@ -103,10 +103,10 @@ def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
     if server_args.max_total_tokens is None and server_args.device == "cpu":
         server_args = replace(server_args, max_total_tokens=needed)
     runner = ModelRunner(server_args)
-    # Warm-up: compile kernels / capture graphs outside the timed runs.
-    _one_batch(runner, min(args.batch_sizes), replace(args, output_len=4, warmup_steps=0))
     rows = []
     for batch_size in args.batch_sizes:
+        # Warm-up at this very shape: kernels compile per shape, outside the timed run.
+        _one_batch(runner, batch_size, replace(args, output_len=4, warmup_steps=0))
         rows.append(_one_batch(runner, batch_size, args))
         print(json.dumps(rows[-1]))
     return rows

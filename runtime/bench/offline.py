@@ -78,7 +78,8 @@ def main_offline(
 
     summary = run_offline(server_args, dataset, args)
     summary["dataset"] = asdict(dataset)
-    print_summary(f"offline {dataset.dataset}", {k: v for k, v in summary.items() if k != "engine_stats"})
+    printed = {k: v for k, v in summary.items() if k not in ("engine_stats", "dataset")}
+    print_summary(f"offline {dataset.dataset}", printed)
     if output_json:
         with open(output_json, "w") as f:
             json.dump(summary, f, indent=2, default=str)
