@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import torch
+
 from radixgen.runtime.req import Req
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
@@ -119,6 +120,37 @@ class GrammarHook:
     def is_terminated(req: Req) -> bool:
         """The constraint is complete and admits no further token."""
         return req.grammar is not None and req.grammar.is_terminated()
+
+    def try_jump_forward(self, req: Req, context_length: int) -> bool:
+        """Appends the text the constraint forces next, to be computed in one extend step.
+
+        Only plans that re-tokenise at most the token just sampled (not yet reported) are
+        taken, so a client never sees a token change; requests with logprobs or stop
+        strings sample every token.
+        """
+        if not self.jump_forward or req.grammar is None:
+            return False
+        if req.return_logprob or req.stop_checker is not None:
+            return False
+        plan = req.grammar.find_jump_forward()
+        if plan is None or not plan.append_ids or plan.retract_tokens > 1:
+            return False
+        new_len = len(req.output_ids) - plan.retract_tokens + len(plan.append_ids)
+        if new_len > req.sampling_params.max_new_tokens:
+            return False
+        if len(req.origin_input_ids) + new_len >= context_length:
+            return False
+        req.grammar.apply_jump_forward(plan)
+        del req.output_ids[len(req.output_ids) - plan.retract_tokens :]
+        req.output_ids.extend(plan.append_ids)
+        if self.is_terminated(req):
+            req.finish_reason = {"type": "stop", "matched": None}
+            return False
+        if req.remaining_new_tokens <= 0:
+            req.finish_reason = {"type": "length", "length": req.sampling_params.max_new_tokens}
+            return False
+        req.jumped = True
+        return True
 
     def shutdown(self) -> None:
         if self._backend is not None:

@@ -126,3 +126,4 @@ class SchedulerStats:
     num_finished_reqs: int
     max_total_tokens: int = 0
     context_length: int = 0
+    num_jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward

@@ -8,6 +8,7 @@ held by exactly one running request (`req_to_token[row, prefix_len:kv_committed_
 from __future__ import annotations
 
 import torch
+
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.req import Req

@@ -7,6 +7,7 @@ Prompt logprob of the token at position t comes from the logits at position t - 
 from __future__ import annotations
 
 import torch
+
 from radixgen.runtime.io_struct import TokenLogprob
 from radixgen.runtime.req import Req
 

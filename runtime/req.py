@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
 from radixgen.runtime.io_struct import TokenLogprob
 from radixgen.runtime.sampling_params import SamplingParams
@@ -57,6 +58,7 @@ class Req:
     # is admitted, so the prompt is computed once.
     prefill_gate: Req | None = None
     prompt_published: bool = False  # its prompt is fully computed (and cached)
+    jumped: bool = False  # a jump-forward just appended tokens that need an extend
 
     # Logprobs, accumulated; the `sent` counters say what was reported.
     input_token_logprobs: list[TokenLogprob] = field(default_factory=list)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radixgen.runtime.io_struct import ReqOutput
+from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
 from radixgen.runtime.req import Req
 
 
@@ -33,3 +33,16 @@ def make_req_output(req: Req) -> ReqOutput:
                 req.input_logprobs_sent = True
     req.num_sent_tokens = len(req.output_ids)
     return output
+
+
+def make_error_output(request: TokenizedGenerateReq, index: int, message: str) -> ReqOutput:
+    """The one output of a rejected request sample."""
+    return ReqOutput(
+        rid=request.rid,
+        index=index,
+        new_token_ids=[],
+        finished=True,
+        finish_reason={"type": "abort", "message": message},
+        prompt_tokens=len(request.input_ids) if isinstance(request.input_ids, list) else 0,
+        error=message,
+    )

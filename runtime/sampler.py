@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
 _MASK32 = 0xFFFFFFFF

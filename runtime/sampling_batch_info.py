@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+
 from radixgen.runtime.sampling_params import GREEDY_TEMPERATURE_EPS
 
 if TYPE_CHECKING:
@@ -185,3 +186,22 @@ def _uses_penalties(params) -> bool:
 
 def _column(values: list[float], device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)
+
+
+def set_min_token_bans(reqs: list[Req], info: SamplingBatchInfo) -> None:
+    """Bans EOS and stop ids for requests still below min_new_tokens (this step only)."""
+    device = info.top_ps.device
+    rows, token_ids = [], []
+    for row, req in enumerate(reqs):
+        params = req.sampling_params
+        if len(req.output_ids) < params.min_new_tokens:
+            banned = set(params.stop_token_ids or ())
+            if not params.ignore_eos:
+                banned |= req.eos_token_ids
+            rows += [row] * len(banned)
+            token_ids += sorted(banned)
+    if rows:
+        info.banned_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        info.banned_token_ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
+    else:
+        info.banned_rows = info.banned_token_ids = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req

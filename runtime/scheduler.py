@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import torch
+
 from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.finish_checker import check_finished, make_stop_checker
 from radixgen.runtime.forward_batch import ForwardMode
@@ -27,10 +28,10 @@ from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
 from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
 from radixgen.runtime.req import Req
-from radixgen.runtime.req_output import make_req_output
+from radixgen.runtime.req_output import make_error_output, make_req_output
 from radixgen.runtime.request_validation import validate_request
 from radixgen.runtime.sampler import Sampler
-from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo, set_min_token_bans
 from radixgen.runtime.schedule_batch import ScheduleBatch, last_token_rows
 from radixgen.runtime.schedule_policy import SchedulePolicy
 from radixgen.runtime.server_args import ServerArgs
@@ -85,6 +86,7 @@ class Scheduler:
         self.waiting: list[Req] = []
         self.running = ScheduleBatch(ForwardMode.DECODE, [])
         self.chunked_req: Req | None = None
+        self.jump_forward_reqs: list[Req] = []  # hold KV; their jumped tokens need an extend
         self.reqs_by_rid: dict[str, list[Req]] = {}
         self.pending_outputs: list[ReqOutput] = []
         self.counters = dict.fromkeys(
@@ -96,6 +98,7 @@ class Scheduler:
                 "forward_steps",
                 "retractions",
                 "finished_reqs",
+                "jump_forward_tokens",
             ),
             0,
         )
@@ -121,7 +124,7 @@ class Scheduler:
             if not isinstance(num_samples, int) or num_samples < 1:
                 num_samples = 1
             for index in range(num_samples):
-                self.pending_outputs.append(_error_output(request, index, error))
+                self.pending_outputs.append(make_error_output(request, index, error))
             return
         base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)
         reqs = [
@@ -144,7 +147,7 @@ class Scheduler:
                 error = self.grammar.start_compile(req)
                 if error is not None:
                     for failed in reqs:
-                        self.pending_outputs.append(_error_output(request, failed.index, error))
+                        self.pending_outputs.append(make_error_output(request, failed.index, error))
                     return
         if len(reqs) > 1 and not self.kv.tree.disabled:
             # Samples 1..n-1 wait until sample 0 has put the prompt in the cache.
@@ -160,7 +163,13 @@ class Scheduler:
                 req.finish_reason = {"type": "abort", "message": "aborted"}
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running.reqs or self.chunked_req or self.pending_outputs)
+        return bool(
+            self.waiting
+            or self.running.reqs
+            or self.chunked_req
+            or self.jump_forward_reqs
+            or self.pending_outputs
+        )
 
     def step(self) -> list[ReqOutput]:
         """Runs at most one forward. Returns the outputs produced (possibly none)."""
@@ -191,7 +200,8 @@ class Scheduler:
 
     def check_integrity(self) -> None:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
-        live = list(self.running.reqs) + ([self.chunked_req] if self.chunked_req else [])
+        live = list(self.running.reqs) + self.jump_forward_reqs
+        live += [self.chunked_req] if self.chunked_req else []
         self.kv.check_integrity(live)
 
     def get_stats(self) -> SchedulerStats:
@@ -200,7 +210,9 @@ class Scheduler:
         cached = self.kv.tree.total_size()
         counters = self.counters
         return SchedulerStats(
-            num_running_reqs=len(self.running.reqs) + (1 if self.chunked_req else 0),
+            num_running_reqs=len(self.running.reqs)
+            + len(self.jump_forward_reqs)
+            + (1 if self.chunked_req else 0),
             num_queued_reqs=len(self.waiting),
             kv_total_slots=capacity,
             kv_free_slots=free,
@@ -217,6 +229,7 @@ class Scheduler:
             num_finished_reqs=counters["finished_reqs"],
             max_total_tokens=capacity,
             context_length=self.context_length,
+            num_jump_forward_tokens=counters["jump_forward_tokens"],
         )
 
     # ---- scheduling ------------------------------------------------------------------------
@@ -238,6 +251,8 @@ class Scheduler:
         if self.chunked_req is not None and self.chunked_req.finished:
             outputs.append(self._finish(self.chunked_req))
             self.chunked_req = None
+        outputs += [self._finish(r) for r in self.jump_forward_reqs if r.finished]
+        self.jump_forward_reqs = [r for r in self.jump_forward_reqs if not r.finished]
         keep = [i for i, req in enumerate(self.running.reqs) if not req.finished]
         if len(keep) < len(self.running.reqs):
             outputs += [self._finish(r) for r in self.running.reqs if r.finished]
@@ -260,8 +275,10 @@ class Scheduler:
 
     def _get_prefill_batch(self) -> ScheduleBatch | None:
         max_running = self.runner.max_running_requests
-        num_running = len(self.running.reqs)
-        if self.chunked_req is None and (not self.waiting or num_running >= max_running):
+        # Requests that hold KV and need an extend first: the chunked prefill in progress,
+        # then requests whose output a jump-forward extended.
+        continuing = ([self.chunked_req] if self.chunked_req else []) + self.jump_forward_reqs
+        if not continuing and (not self.waiting or len(self.running.reqs) >= max_running):
             return None
         adder = PrefillAdder(
             self.kv,
@@ -270,22 +287,23 @@ class Scheduler:
             max_prefill_tokens=self.server_args.max_prefill_tokens,
             chunked_prefill_size=self.server_args.effective_chunked_prefill_size,
         )
-        if self.chunked_req is not None:
-            adder.add(self.chunked_req)
-            if self.chunked_req not in adder.admitted:
-                return None  # the continuing prefill waits for room; nothing overtakes it
-            num_running += 1
-        if adder.chunked_req is None:
+        for req in continuing:
+            adder.add(req)
+        if len(adder.admitted) == len(continuing) and adder.chunked_req is None:
+            # Nothing overtakes a continuing request that is still waiting for room.
             ready = [r for r in self.waiting if self._is_ready(r)]
             for req in self.policy.order(ready, time.monotonic()):
-                if num_running + len(adder.admitted) >= max_running:
+                if len(self.running.reqs) + len(adder.admitted) >= max_running:
                     break
                 if adder.add(req) == AddResult.BUDGET_FULL:
                     break
-        self.chunked_req = adder.chunked_req
         if not adder.admitted:
             return None
         admitted_ids = {id(r) for r in adder.admitted}
+        if self.chunked_req is None or id(self.chunked_req) in admitted_ids:
+            self.chunked_req = adder.chunked_req
+        jumped_ids = {id(r) for r in self.jump_forward_reqs}
+        self.jump_forward_reqs = [r for r in self.jump_forward_reqs if id(r) not in admitted_ids]
         self.waiting = [r for r in self.waiting if id(r) not in admitted_ids]
         for req in adder.admitted:
             if not req.admitted_once:
@@ -293,7 +311,10 @@ class Scheduler:
                 req.cached_tokens = req.kv_committed_len
                 self.counters["prompt_tokens"] += len(req.origin_input_ids)
                 self.counters["cached_tokens"] += req.kv_committed_len
-            self.counters["computed_prefill_tokens"] += req.extend_input_len
+            if id(req) in jumped_ids:
+                self.counters["jump_forward_tokens"] += req.extend_input_len
+            else:
+                self.counters["computed_prefill_tokens"] += req.extend_input_len
         return ScheduleBatch(ForwardMode.EXTEND, list(adder.admitted))
 
     def _ensure_decode_slots(self) -> None:
@@ -351,7 +372,7 @@ class Scheduler:
         info = SamplingBatchInfo.from_reqs(sampled_reqs, self.vocab_size, self.device)
         logits = logits[torch.tensor(sample_rows, device=logits.device)]
         outputs += self._sample_and_advance(sampled_reqs, logits, info)
-        keep = [i for i, req in enumerate(sampled_reqs) if not req.finished]
+        keep = [i for i, r in enumerate(sampled_reqs) if not r.finished and not r.jumped]
         if keep:
             new_running = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
             new_running.filter(keep)
@@ -362,7 +383,7 @@ class Scheduler:
         for req in batch.reqs:
             req.kv_committed_len += 1
         outputs = self._sample_and_advance(batch.reqs, logits, batch.sampling_info)
-        keep = [i for i, req in enumerate(batch.reqs) if not req.finished]
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished and not r.jumped]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
         base = self.server_args.new_token_ratio
@@ -374,7 +395,7 @@ class Scheduler:
     ) -> list[ReqOutput]:
         """Samples one token per request, appends it, checks finish; returns outputs."""
         self.grammar.set_vocab_mask(reqs, info)
-        _set_min_token_bans(reqs, info, self.device)
+        set_min_token_bans(reqs, info)
         steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
         want_logprobs = any(r.return_logprob for r in reqs)
         result = self.sampler(logits, info, steps.to(self.device), return_logprobs=want_logprobs)
@@ -390,6 +411,9 @@ class Scheduler:
             check_finished(req, [token_id], self.context_length)
             if not req.finished and self.grammar.is_terminated(req):
                 req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
+            req.jumped = False
+            if not req.finished and self.grammar.try_jump_forward(req, self.context_length):
+                self.jump_forward_reqs.append(req)
             outputs.append(self._finish(req) if req.finished else make_req_output(req))
         return outputs
 
@@ -401,33 +425,3 @@ class Scheduler:
             self.reqs_by_rid.pop(req.rid, None)
         self.counters["finished_reqs"] += 1
         return make_req_output(req)
-
-
-def _set_min_token_bans(reqs: list[Req], info: SamplingBatchInfo, device: torch.device) -> None:
-    """Bans EOS and stop ids for requests still below min_new_tokens."""
-    rows, token_ids = [], []
-    for row, req in enumerate(reqs):
-        params = req.sampling_params
-        if len(req.output_ids) < params.min_new_tokens:
-            banned = set(params.stop_token_ids or ())
-            if not params.ignore_eos:
-                banned |= req.eos_token_ids
-            rows += [row] * len(banned)
-            token_ids += sorted(banned)
-    if rows:
-        info.banned_rows = torch.tensor(rows, dtype=torch.int64, device=device)
-        info.banned_token_ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
-    else:
-        info.banned_rows = info.banned_token_ids = None
-
-
-def _error_output(request: TokenizedGenerateReq, index: int, message: str) -> ReqOutput:
-    return ReqOutput(
-        rid=request.rid,
-        index=index,
-        new_token_ids=[],
-        finished=True,
-        finish_reason={"type": "abort", "message": message},
-        prompt_tokens=len(request.input_ids) if isinstance(request.input_ids, list) else 0,
-        error=message,
-    )

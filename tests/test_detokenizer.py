@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from radixgen.runtime.detokenizer import (
     IncrementalDetokenizer,
     find_stop,

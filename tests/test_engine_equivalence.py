@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+
 from radixgen.runtime.engine import Engine
 
 NUM_NEW = 12

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 import torch
+
 from radixgen.runtime.engine import Engine
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
@@ -184,10 +185,12 @@ def test_constrained_outputs_follow_the_constraint(engine):
         "properties": {
             "name": {"type": "string", "maxLength": 6},
             "age": {"type": "integer", "minimum": 0, "maximum": 99},
+            "favourite_language": {"enum": ["python", "rust"]},
         },
-        "required": ["name", "age"],
+        "required": ["name", "age", "favourite_language"],
         "additionalProperties": False,
     }
+    jumped_before = engine.get_stats()["num_jump_forward_tokens"]
     outs = engine.generate(
         ["Person:", "Someone else:"],
         {"max_new_tokens": 40, "temperature": 1.0, "seed": 1, "json_schema": schema},
@@ -195,6 +198,8 @@ def test_constrained_outputs_follow_the_constraint(engine):
     for out in outs:
         jsonschema.validate(json.loads(out["text"]), schema)
         assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    # Forced text (keys, punctuation) was appended by jump-forward, not sampled.
+    assert engine.get_stats()["num_jump_forward_tokens"] > jumped_before
     choices = engine.generate(
         "Pick one:", {"max_new_tokens": 8, "temperature": 1.0, "n": 3, "choices": ["red", "blue"]}
     )

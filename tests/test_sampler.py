@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import (
     Sampler,
