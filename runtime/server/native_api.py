@@ -164,6 +164,11 @@ async def get_model_info(request: Request):
     info = dataclasses.asdict(manager.model_info)
     info["tokenizer_path"] = manager.server_args.tokenizer_path or manager.server_args.model_path
     info["is_generation"] = True
+    # For DSL clients (rg.RuntimeEndpoint): they render roles with the model's own template
+    # without loading a tokenizer.
+    info["chat_template"] = getattr(manager.tokenizer, "chat_template", None)
+    info["bos_token"] = getattr(manager.tokenizer, "bos_token", None)
+    info["eos_token"] = getattr(manager.tokenizer, "eos_token", None)
     return info
 
 
