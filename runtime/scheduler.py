@@ -185,6 +185,8 @@ class Scheduler:
             outputs += self._process_extend(batch, logits)
         else:
             outputs += self._process_decode(batch, logits)
+        if not self.has_work():
+            self._check_integrity_when_idle()
         return outputs
 
     def flush_cache(self) -> bool:
@@ -197,6 +199,13 @@ class Scheduler:
     def shutdown(self) -> None:
         """Stops background work (constraint compilation threads)."""
         self.grammar.shutdown()
+
+    def _check_integrity_when_idle(self) -> None:
+        # A leak is a bug but not a reason to stop serving: log it loudly.
+        try:
+            self.check_integrity()
+        except AssertionError as error:
+            logger.error("KV integrity check failed while idle: %s", error)
 
     def check_integrity(self) -> None:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
