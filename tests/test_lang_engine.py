@@ -61,6 +61,16 @@ def test_program_text_messages_and_meta_match_the_engine(engine):
     assert meta["cached_tokens"] >= 0
 
 
+def test_gen_returns_output_logprobs_when_asked(engine):
+    @rg.function
+    def with_logprobs(s):
+        s += "Hello" + rg.gen("x", max_tokens=3, ignore_eos=True, return_logprob=True)
+
+    meta = with_logprobs.run(temperature=0.0, backend=engine).get_meta_info("x")
+    logprobs = meta["output_token_logprobs"]
+    assert len(logprobs) == 3 and all(lp <= 0.0 for lp, *_ in logprobs)
+
+
 def test_streaming_yields_the_text_in_order(engine):
     state = qa.run(question="Count.", answer_tokens=8, temperature=0.0, stream=True, backend=engine)
     answer_chunks = list(state.text_iter("answer"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from radixgen.backends.base import (
@@ -164,39 +163,24 @@ class RuntimeEndpoint(Backend):
 
 
 def _served_chat_template(model_info: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """The server's Jinja chat template and special tokens, from `/get_model_info`.
-
-    Servers that do not report `chat_template` yet are served from what `tokenizer_path`
-    names when it is readable here: the embedded "tiny" model, or a local folder with a
-    tokenizer_config.json (a server on this machine).
-    """
-    template = model_info.get("chat_template")
+    """The server's Jinja chat template and special tokens, from `/get_model_info`."""
     special_tokens = {
-        "bos_token": model_info.get("bos_token"),
-        "eos_token": model_info.get("eos_token"),
+        "bos_token": _token_text(model_info.get("bos_token")),
+        "eos_token": _token_text(model_info.get("eos_token")),
     }
-    if template:
-        return _default_template(template), special_tokens
-    tokenizer_path = model_info.get("tokenizer_path") or model_info.get("model_path")
-    if tokenizer_path == "tiny":
-        from radixgen.runtime.tiny_model import TINY_TOKENIZER_CONFIG as config
-    else:
-        config_file = Path(str(tokenizer_path or "")) / "tokenizer_config.json"
-        if not tokenizer_path or not config_file.is_file():
-            return None, special_tokens
-        config = json.loads(config_file.read_text())
-    special_tokens = {name: _token_text(config.get(name)) for name in special_tokens}
-    return _default_template(config.get("chat_template")), special_tokens
+    return _default_template(model_info.get("chat_template")), special_tokens
 
 
 def _default_template(template: Any) -> str | None:
-    """HF allows a list of named templates; the one named "default" is the chat one."""
+    """HF allows several named templates (a dict, or a list of {name, template}); the one
+    named "default" is the chat one."""
     if isinstance(template, list):
-        named = {entry.get("name"): entry.get("template") for entry in template}
-        return named.get("default")
+        template = {entry.get("name"): entry.get("template") for entry in template}
+    if isinstance(template, dict):
+        return template.get("default")
     return template
 
 
 def _token_text(token: Any) -> str | None:
-    """A special token from tokenizer_config.json: a string or an AddedToken dict."""
+    """A special token: a string, or an AddedToken-like dict holding it as "content"."""
     return token.get("content") if isinstance(token, dict) else token
