@@ -17,6 +17,7 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 
+from radixgen.runtime.bench.cli import add_bench_command
 from radixgen.runtime.server_args import ServerArgs
 
 # One-line help for the flags users reach for first; the rest show their default only.
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
+    add_bench_command(subparsers)
     return parser
 
 

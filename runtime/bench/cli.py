@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import typing
 
 from radixgen.runtime.bench.datasets import DatasetArgs
@@ -73,8 +74,10 @@ def _take(namespace, cls, prefix: str = ""):
     return cls(**values)
 
 
-def add_bench_parser(subparsers) -> None:
+def add_bench_command(subparsers) -> None:
+    """`radixgen bench MODE ...`; plugged into `radixgen.runtime.cli`."""
     bench = subparsers.add_parser("bench", help="benchmarks: serving, offline, latency, hf")
+    bench.set_defaults(handler=run_bench)
     modes = bench.add_subparsers(dest="bench_mode", required=True)
 
     serving = modes.add_parser("serving", help="load a running server (radixgen or OpenAI API)")
@@ -98,14 +101,16 @@ def add_bench_parser(subparsers) -> None:
     hf.add_argument("--output-json", default=None)
 
 
-def run_bench(namespace: argparse.Namespace) -> None:
+def run_bench(namespace: argparse.Namespace) -> int:
     mode = namespace.bench_mode
     if mode == "serving":
         from radixgen.runtime.bench.serving import main_serving
 
         dataset = _take(namespace, DatasetArgs, prefix="dataset_")
         serving = _take(namespace, ServingArgs)
-        main_serving(serving, dataclasses.replace(dataset, seed=serving.seed), namespace.output_json)
+        main_serving(
+            serving, dataclasses.replace(dataset, seed=serving.seed), namespace.output_json
+        )
     elif mode == "offline":
         from radixgen.runtime.bench.offline import main_offline
 
@@ -115,21 +120,24 @@ def run_bench(namespace: argparse.Namespace) -> None:
     elif mode == "latency":
         from radixgen.runtime.bench.latency import main_latency
 
-        main_latency(_take(namespace, ServerArgs), _take(namespace, LatencyArgs), namespace.output_json)
+        main_latency(
+            _take(namespace, ServerArgs), _take(namespace, LatencyArgs), namespace.output_json
+        )
     elif mode == "hf":
         from radixgen.runtime.bench.hf_peer import main_hf
 
         main_hf(_take(namespace, HFBenchArgs), namespace.output_json)
     else:  # argparse's `required=True` makes this unreachable from the CLI
         raise ValueError(f"unknown bench mode {mode!r}")
+    return 0
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m radixgen.runtime.bench.cli ...` (same as `radixgen bench ...`)."""
-    parser = argparse.ArgumentParser(prog="radixgen")
-    add_bench_parser(parser.add_subparsers(dest="command", required=True))
-    run_bench(parser.parse_args(argv))
+def main(argv: list[str] | None = None) -> int:
+    """`python -m radixgen.runtime.bench.cli MODE ...` (same as `radixgen bench MODE ...`)."""
+    from radixgen.runtime.cli import main as radixgen_main
+
+    return radixgen_main(["bench", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -99,7 +99,9 @@ def generated_shared_prefix(args: DatasetArgs) -> list[BenchRequest]:
         system = _ids(rng, args.vocab_size, args.gsp_system_prompt_len)
         for _ in range(args.gsp_prompts_per_group):
             question = _ids(rng, args.vocab_size, args.gsp_question_len)
-            requests.append(BenchRequest(input_ids=system + question, output_len=args.gsp_output_len))
+            requests.append(
+                BenchRequest(input_ids=system + question, output_len=args.gsp_output_len)
+            )
     order = rng.permutation(len(requests))
     return [requests[i] for i in order]
 

@@ -38,7 +38,9 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
     from radixgen.runtime.forward_batch import ForwardMode
 
     generator = torch.Generator().manual_seed(args.seed + batch_size)
-    prompts = torch.randint(300, runner.vocab_size, (batch_size, args.input_len), generator=generator)
+    prompts = torch.randint(
+        300, runner.vocab_size, (batch_size, args.input_len), generator=generator
+    )
     rows = runner.req_to_token_pool.alloc(batch_size)
     total = batch_size * (args.input_len + args.output_len)
     slots = runner.slot_allocator.alloc(total)

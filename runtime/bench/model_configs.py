@@ -83,5 +83,7 @@ def write_dummy_model_folder(preset: str, folder: str | Path) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit(f"usage: python -m radixgen.runtime.bench.model_configs {{{','.join(PRESETS)}}} FOLDER")
+        sys.exit(
+            f"usage: python -m radixgen.runtime.bench.model_configs {{{','.join(PRESETS)}}} FOLDER"
+        )
     print(write_dummy_model_folder(sys.argv[1], sys.argv[2]))

@@ -27,7 +27,9 @@ def run_offline(server_args: ServerArgs, dataset: DatasetArgs, args: OfflineArgs
         dataset = _with_model_vocab(dataset, engine)
         requests = build_dataset(dataset)
         if any(r.input_ids is None for r in requests):
-            raise ValueError(f"dataset {dataset.dataset!r} is not an id workload; use bench serving")
+            raise ValueError(
+                f"dataset {dataset.dataset!r} is not an id workload; use bench serving"
+            )
         print(f"workload: {describe(requests)}")
         if args.warmup_prompts:
             engine.generate(

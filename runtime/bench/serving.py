@@ -58,7 +58,9 @@ def _iter_sse_payloads(line: str):
             yield json.loads(payload)
 
 
-async def _send_native(client, args: ServingArgs, request: BenchRequest, input_ids) -> RequestResult:
+async def _send_native(
+    client, args: ServingArgs, request: BenchRequest, input_ids
+) -> RequestResult:
     sampling = {
         "max_new_tokens": request.output_len,
         "temperature": 0.0,
@@ -74,7 +76,9 @@ async def _send_native(client, args: ServingArgs, request: BenchRequest, input_i
         body["text"] = request.text
     result = RequestResult(ok=False, prompt_len=len(input_ids or []))
     start = last = time.perf_counter()
-    async with client.stream("POST", f"{args.base_url}/generate", json=body, headers=_headers(args)) as response:
+    async with client.stream(
+        "POST", f"{args.base_url}/generate", json=body, headers=_headers(args)
+    ) as response:
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
             return result
@@ -98,7 +102,9 @@ async def _send_native(client, args: ServingArgs, request: BenchRequest, input_i
     return result
 
 
-async def _send_openai(client, args: ServingArgs, request: BenchRequest, input_ids, model) -> RequestResult:
+async def _send_openai(
+    client, args: ServingArgs, request: BenchRequest, input_ids, model
+) -> RequestResult:
     body = {
         "model": model,
         "prompt": input_ids if input_ids is not None else request.text,
@@ -117,7 +123,9 @@ async def _send_openai(client, args: ServingArgs, request: BenchRequest, input_i
         body.pop("ignore_eos", None)
     result = RequestResult(ok=False, prompt_len=len(input_ids or []))
     start = last = time.perf_counter()
-    async with client.stream("POST", f"{args.base_url}/v1/completions", json=body, headers=_headers(args)) as response:
+    async with client.stream(
+        "POST", f"{args.base_url}/v1/completions", json=body, headers=_headers(args)
+    ) as response:
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
             return result
@@ -193,7 +201,9 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
     return summary
 
 
-async def run_serving(args: ServingArgs, requests: list[BenchRequest]) -> tuple[dict, list[RequestResult]]:
+async def run_serving(
+    args: ServingArgs, requests: list[BenchRequest]
+) -> tuple[dict, list[RequestResult]]:
     import httpx
 
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)

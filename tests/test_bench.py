@@ -1,0 +1,114 @@
+"""CPU smoke runs of every `radixgen bench` mode on the tiny model (a few prompts each).
+
+These check that each mode runs end to end and reports consistent counts; speed is never
+asserted (numbers go to docs/benchmarks.md from real runs).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset
+from radixgen.runtime.cli import main as radixgen_main
+from radixgen.runtime.server.subprocess_launcher import ServerProcess
+
+
+def test_datasets_are_deterministic_and_shaped():
+    gsp = DatasetArgs(
+        dataset="generated-shared-prefix",
+        gsp_num_groups=3,
+        gsp_prompts_per_group=4,
+        gsp_system_prompt_len=20,
+        gsp_question_len=5,
+        gsp_output_len=7,
+    )
+    first, again = build_dataset(gsp), build_dataset(gsp)
+    assert [r.input_ids for r in first] == [r.input_ids for r in again]
+    assert len(first) == 12 and all(r.prompt_len == 25 and r.output_len == 7 for r in first)
+    assert len({tuple(r.input_ids[:20]) for r in first}) == 3  # one system prompt per group
+    ranged = build_dataset(
+        DatasetArgs(
+            num_prompts=50, random_input_len=40, random_output_len=10, random_range_ratio=0.5
+        )
+    )
+    assert all(20 <= r.prompt_len <= 40 and 5 <= r.output_len <= 10 for r in ranged)
+    with pytest.raises(ValueError, match="random_range_ratio"):
+        DatasetArgs(random_range_ratio=0.0)
+
+
+def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path):
+    latency_json = tmp_path / "latency.json"
+    assert radixgen_main(
+        ["bench", "latency", "--batch-sizes", "1", "2", "--input-len", "8", "--output-len", "4",
+         "--output-json", str(latency_json)]
+    ) == 0  # fmt: skip
+    rows = json.loads(latency_json.read_text())["results"]
+    assert [row["batch_size"] for row in rows] == [1, 2]
+    assert all(row["prefill_ms"] > 0 and row["decode_ms_per_step_median"] > 0 for row in rows)
+
+    offline_json = tmp_path / "offline.json"
+    assert radixgen_main(
+        ["bench", "offline", "--num-prompts", "4", "--random-input-len", "16",
+         "--random-output-len", "5", "--output-json", str(offline_json)]
+    ) == 0  # fmt: skip
+    summary = json.loads(offline_json.read_text())
+    assert summary["successful_requests"] == 4
+    assert summary["total_input_tokens"] == 4 * 16
+    assert summary["total_output_tokens"] == 4 * 5  # ignore_eos forces the length
+
+
+def test_bench_hf_peer(tmp_path, tiny_model_path):
+    out = tmp_path / "hf.json"
+    assert radixgen_main(
+        ["bench", "hf", "--batch-sizes", "1", "--input-len", "8", "--output-len", "4",
+         "--output-json", str(out)]
+    ) == 0  # fmt: skip
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["variant"] == "hf-eager-dynamic-cache" and row["output_token_throughput"] > 0
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path):
+    with ServerProcess(["--log-level", "warning", "--context-length", "512"]) as running:
+        yield running
+
+
+@pytest.mark.parametrize("backend", ["radixgen", "openai"])
+@pytest.mark.parametrize(
+    "dataset_flags,expected_requests",
+    [
+        (["--dataset", "random-ids", "--num-prompts", "4", "--random-input-len", "12",
+          "--random-output-len", "4"], 4),
+        (["--dataset", "generated-shared-prefix", "--gsp-num-groups", "2",
+          "--gsp-prompts-per-group", "3", "--gsp-system-prompt-len", "40",
+          "--gsp-question-len", "4", "--gsp-output-len", "3"], 6),
+        (["--dataset", "multi-turn", "--num-conversations", "2", "--num-turns", "3",
+          "--turn-input-len", "8", "--turn-output-len", "3"], 6),
+    ],
+)  # fmt: skip
+def test_bench_serving(server, tmp_path, backend, dataset_flags, expected_requests):
+    out = tmp_path / "serving.json"
+    flags = ["bench", "serving", "--base-url", server.base_url, "--backend", backend]
+    assert (
+        radixgen_main([*flags, *dataset_flags, "--max-concurrency", "4", "--output-json", str(out)])
+        == 0
+    )
+    summary = json.loads(out.read_text())
+    assert summary["successful_requests"] == expected_requests, summary.get("first_error")
+    assert summary["failed_requests"] == 0
+    assert summary["mean_ttft_ms"] > 0 and summary["median_e2e_latency_ms"] > 0
+    if dataset_flags[1] != "random-ids":
+        # Shared system prompts and earlier turns are served from the radix cache.
+        assert summary["client_cached_tokens"] > 0 or summary.get("server_cache_hit_rate", 0) > 0
+
+
+def test_bench_serving_json_workload(server, tmp_path):
+    out = tmp_path / "json.json"
+    assert radixgen_main(
+        ["bench", "serving", "--base-url", server.base_url, "--dataset", "json",
+         "--num-prompts", "2", "--json-output-len", "48", "--output-json", str(out)]
+    ) == 0  # fmt: skip
+    summary = json.loads(out.read_text())
+    assert summary["successful_requests"] == 2, summary.get("first_error")
