@@ -84,7 +84,7 @@ def random_ids(args: DatasetArgs) -> list[BenchRequest]:
     out_lens = _lengths(rng, args.random_output_len, args.random_range_ratio, args.num_prompts)
     return [
         BenchRequest(input_ids=_ids(rng, args.vocab_size, int(n_in)), output_len=int(n_out))
-        for n_in, n_out in zip(in_lens, out_lens)
+        for n_in, n_out in zip(in_lens, out_lens, strict=True)
     ]
 
 
