@@ -296,13 +296,18 @@ def print_summary(title: str, summary: dict) -> None:
 
 def main_serving(serving: ServingArgs, dataset: DatasetArgs, output_json: str | None) -> dict:
     requests = build_dataset(dataset)
-    summary, _ = asyncio.run(run_serving(serving, requests))
+    summary, results = asyncio.run(run_serving(serving, requests))
     summary["dataset"] = asdict(dataset)
     summary["backend"] = serving.backend
     summary["request_rate"] = serving.request_rate
     summary["max_concurrency"] = serving.max_concurrency
     print_summary(f"serving {dataset.dataset}", summary)
     if output_json:
+        per_request = [
+            {"ttft_ms": 1000 * r.ttft_s, "e2e_ms": 1000 * r.e2e_s, "output_len": r.output_len}
+            for r in results
+            if r.ok
+        ]
         with open(output_json, "w") as f:
-            json.dump(summary, f, indent=2, default=str)
+            json.dump({**summary, "per_request": per_request}, f, indent=2, default=str)
     return summary
