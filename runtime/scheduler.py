@@ -328,25 +328,37 @@ class Scheduler:
 
     def _ensure_decode_slots(self) -> None:
         """Makes room for one new token per running request: evict, then retract."""
-        while self.kv.available_size() < len(self.running.reqs) and len(self.running.reqs) > 1:
+        while self.kv.available_size() < len(self.running.reqs):
+            # Candidates: every other KV holder, and running requests but the last one (one
+            # request alone always fits: longer ones are rejected up front).
+            candidates = self.jump_forward_reqs + ([self.chunked_req] if self.chunked_req else [])
+            if len(self.running.reqs) > 1:
+                candidates += self.running.reqs
+            if not candidates:
+                return
             # Cheapest to redo: the fewest generated tokens (then the longest prompt, which
             # is most likely to be found in the cache again).
-            victim_row = min(
-                range(len(self.running.reqs)),
-                key=lambda i: (
-                    len(self.running.reqs[i].output_ids),
-                    -len(self.running.reqs[i].origin_input_ids),
-                ),
-            )
-            victim = self.running.reqs[victim_row]
-            self.running.filter([i for i in range(len(self.running.reqs)) if i != victim_row])
-            self.kv.release(victim)
-            victim.is_chunked = False
-            victim.num_retractions += 1
-            self.waiting.insert(0, victim)
-            self.counters["retractions"] += 1
-            self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
-            logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
+            victim = min(candidates, key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)))
+            self._retract(victim)
+
+    def _retract(self, victim: Req) -> None:
+        if victim is self.chunked_req:
+            self.chunked_req = None
+        elif victim in self.jump_forward_reqs:
+            self.jump_forward_reqs.remove(victim)
+        else:
+            rows = range(len(self.running.reqs))
+            self.running.filter([i for i in rows if self.running.reqs[i] is not victim])
+        self.kv.release(victim)  # its KV goes to the cache, evictable
+        victim.is_chunked = victim.jumped = False
+        if not victim.input_logprobs_done:  # a partial prompt-logprob pass restarts
+            victim.input_token_logprobs.clear()
+            victim.input_top_logprobs.clear()
+        victim.num_retractions += 1
+        self.waiting.insert(0, victim)
+        self.counters["retractions"] += 1
+        self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
+        logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
 
     # ---- results -----------------------------------------------------------------------------
 

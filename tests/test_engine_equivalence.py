@@ -95,8 +95,9 @@ def test_one_by_one_equals_batched(reference):
         {"disable_radix_cache": True},
         {"chunked_prefill_size": 8, "schedule_policy": "dfs-weight"},
         {"max_total_tokens": 96, "schedule_policy": "fcfs", "max_prefill_tokens": 64},
+        {"max_total_tokens": 80, "chunked_prefill_size": 16, "new_token_ratio": 0.1},
     ],
-    ids=["no_radix_cache", "chunked_prefill", "preemption"],
+    ids=["no_radix_cache", "chunked_prefill", "preemption", "chunked_preemption"],
 )
 def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options):
     _, expected = reference
