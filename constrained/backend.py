@@ -16,12 +16,7 @@ from typing import Any
 from radixgen.constrained.compile_cache import CompileCache, DiskCache
 from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar import CompiledGrammar
-from radixgen.constrained.regex_index import (
-    TokenAutomaton,
-    build_index_vocabulary,
-    compile_regex,
-    parse_regex_fsm,
-)
+from radixgen.constrained.regex_index import build_index_vocabulary, compile_regex
 from radixgen.constrained.retokenize import BoundaryTokenizer
 from radixgen.constrained.vocabulary import load_tokenizer_file, load_vocabulary
 
@@ -87,23 +82,14 @@ class GrammarBackend:
         if automaton is None:
             automaton = compile_regex(pattern, self.vocab, self._index_vocabulary)
             if self._disk_cache is not None:
-                self._disk_cache.store(key, _without_char_fsm(automaton))
-        else:
-            automaton.char_fsm = parse_regex_fsm(pattern)
-        return CompiledGrammar(
+                self._disk_cache.store(key, automaton)
+        grammar = CompiledGrammar(
             automaton=automaton,
             vocab=self.vocab,
             boundary_tokenizer=self._boundary_tokenizer,
             source=spec.describe(),
         )
-
-
-def _without_char_fsm(automaton: TokenAutomaton) -> TokenAutomaton:
-    """A copy for the disk cache: interegular FSMs are cheap to rebuild and large to pickle."""
-    return TokenAutomaton(
-        pattern=automaton.pattern,
-        index=automaton.index,
-        end_token=automaton.end_token,
-        vocab_size=automaton.vocab_size,
-        char_fsm=None,
-    )
+        if self._boundary_tokenizer is not None:
+            # Masks work without it; jump-forward starts once this background build finishes.
+            self._cache.run_in_background(grammar.build_char_automaton)
+        return grammar

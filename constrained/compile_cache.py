@@ -51,17 +51,23 @@ class CompileCache:
         """
         with self._lock:
             shared = self._futures.get(key)
-            if shared is None:
+            is_new = shared is None
+            if is_new:
                 shared = self._executor.submit(self._compile_fn, key)
                 self._futures[key] = shared
-                shared.add_done_callback(lambda done, key=key: self._forget_if_failed(key, done))
                 while len(self._futures) > self._max_entries:
                     self._futures.popitem(last=False)
             else:
                 self._futures.move_to_end(key)
+        if is_new:  # outside the lock: the callback runs at once if the compile already failed
+            shared.add_done_callback(lambda done, key=key: self._forget_if_failed(key, done))
         if timeout_s is None or shared.done():
             return shared
         return _with_timeout(shared, timeout_s, key)
+
+    def run_in_background(self, fn: Callable[[], Any]) -> Future:
+        """Runs `fn` on the compile pool (e.g. optional work after a compile)."""
+        return self._executor.submit(fn)
 
     def _forget_if_failed(self, key: Hashable, future: Future) -> None:
         # Failures are not cached: a later request may succeed (e.g. after a transient error).

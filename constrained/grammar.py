@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from radixgen.constrained.char_automaton import CharAutomaton
-from radixgen.constrained.regex_index import TokenAutomaton
+from radixgen.constrained.regex_index import TokenAutomaton, regex_char_fsm
 from radixgen.constrained.retokenize import BoundaryTokenizer
 from radixgen.constrained.vocabulary import TokenVocabulary
 
@@ -36,22 +36,33 @@ class CompiledGrammar:
     Attributes:
         automaton: the token-level DFA (outlines-core index without its end-of-match defect).
         vocab: the tokenizer's byte vocabulary (EOS ids, sizes).
-        char_automaton: the character-level FSM, for jump-forward.
         boundary_tokenizer: re-tokenises jump-forward boundaries; None disables jump-forward.
         source: a short description of the constraint, for errors and logs.
+        char_automaton: the character-level FSM for jump-forward; None until
+            `build_char_automaton()` has run (the backend runs it in the background, so a
+            grammar is usable for masking before jump-forward is).
     """
 
     automaton: TokenAutomaton
     vocab: TokenVocabulary
     boundary_tokenizer: BoundaryTokenizer | None = None
     source: str = ""
-    char_automaton: CharAutomaton = field(init=False)
+    char_automaton: CharAutomaton | None = field(default=None, init=False)
     _mask_by_state: dict = field(default_factory=dict, repr=False)
-    _mask_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
-        self.char_automaton = CharAutomaton(self.automaton.char_fsm)
         self._eos_ids = np.asarray(self.vocab.eos_token_ids, dtype=np.int64)
+
+    def build_char_automaton(self) -> CharAutomaton | None:
+        """Builds (once) the character automaton jump-forward needs; None if it cannot be built
+        or jump-forward is disabled. Safe to call from several threads."""
+        if self.boundary_tokenizer is None:
+            return None
+        with self._lock:
+            if self.char_automaton is None:
+                self.char_automaton = CharAutomaton(regex_char_fsm(self.automaton.pattern))
+        return self.char_automaton
 
     @property
     def vocab_size(self) -> int:
@@ -71,7 +82,7 @@ class CompiledGrammar:
             if self.automaton.is_accepting(state):
                 allowed = np.concatenate([allowed, self._eos_ids])
             mask = torch.from_numpy(pack_token_bitmask(allowed, self.vocab_size))
-            with self._mask_lock:
+            with self._lock:
                 mask = self._mask_by_state.setdefault(state, mask)
         return mask
 

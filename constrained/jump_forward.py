@@ -24,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
+from radixgen.constrained.char_automaton import CharAutomaton
+from radixgen.constrained.retokenize import BoundaryTokenizer
+
 # Re-tokenise at most this many trailing output tokens: bounds the cost of a jump-forward.
 MAX_WINDOW_TOKENS = 64
 
@@ -55,6 +58,7 @@ def _common_prefix_length(first: list[int], second: list[int]) -> int:
 
 def plan_jump_forward(
     grammar,
+    chars: CharAutomaton,
     output_ids: list[int],
     char_state: int | None,
     state_before: Callable[[int], int],
@@ -63,11 +67,12 @@ def plan_jump_forward(
 
     Args:
         grammar: the request's `CompiledGrammar`.
+        chars: its character automaton.
         output_ids: the regular token ids emitted so far.
         char_state: the character-automaton state after them (None: mid-character or unknown).
         state_before: i -> the token-automaton state before `output_ids[i]` (i == len: current).
     """
-    chars, tokenizer, vocab = grammar.char_automaton, grammar.boundary_tokenizer, grammar.vocab
+    tokenizer, vocab = grammar.boundary_tokenizer, grammar.vocab
     forced = chars.forced_text(char_state)
     if not forced or tokenizer is None:
         return None
@@ -86,7 +91,9 @@ def plan_jump_forward(
     if not token_ends or token_ends[-1] != len(text_bytes) or vocab.decode(ids) != text_bytes:
         return None  # the tokenizer does not round-trip this text (normaliser, prefix space)
 
-    stable_length = _stable_token_count(text, ids, token_ends, char_state, forced, grammar)
+    stable_length = _stable_token_count(
+        text, ids, token_ends, chars.step_text(char_state, forced), chars, tokenizer
+    )
     kept = _common_prefix_length(ids[:stable_length], window_ids)
     if window_start > 0 and kept == 0:
         return None  # the window does not start at a boundary the tokenizer agrees with
@@ -109,11 +116,15 @@ def plan_jump_forward(
 
 
 def _stable_token_count(
-    text: str, ids: list[int], token_ends: list[int], char_state, forced: str, grammar
+    text: str,
+    ids: list[int],
+    token_ends: list[int],
+    end_state: int | None,
+    chars: CharAutomaton,
+    tokenizer: BoundaryTokenizer,
 ) -> int:
-    """How many leading tokens of `ids` no continuation of `text` can re-tokenise."""
-    chars, tokenizer = grammar.char_automaton, grammar.boundary_tokenizer
-    end_state = chars.step_text(char_state, forced)
+    """How many leading tokens of `ids` no continuation of `text` (from the character-automaton
+    state `end_state`) can re-tokenise."""
     if chars.is_terminal(end_state):
         return len(ids)  # nothing may follow: every token is final
     probes = chars.probe_continuations(end_state)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 
+from radixgen.constrained.char_automaton import CharAutomaton
 from radixgen.constrained.grammar import CompiledGrammar, bitmask_num_words
 from radixgen.constrained.jump_forward import JumpForward, plan_jump_forward
 
@@ -24,9 +25,7 @@ class Matcher:
         self._output_ids: list[int] = []
         # _char_checkpoints[i]: (char-automaton state, undecoded trailing bytes) after i tokens;
         # extended lazily, only when jump-forward is asked for.
-        self._char_checkpoints: list[tuple[int | None, bytes]] = [
-            (grammar.char_automaton.initial_state, b"")
-        ]
+        self._char_checkpoints: list[tuple[int | None, bytes]] = []
         self._eos_accepted = False
 
     @property
@@ -84,12 +83,14 @@ class Matcher:
 
         Does not change the matcher; call `apply_jump_forward(plan)` once the engine applies it.
         """
-        if self._eos_accepted:
+        chars = self.grammar.char_automaton
+        if self._eos_accepted or chars is None:  # not built yet (background) or disabled
             return None
         return plan_jump_forward(
             self.grammar,
+            chars,
             self._output_ids,
-            self._char_state_at_end(),
+            self._char_state_at_end(chars),
             lambda position: self._states[position],
         )
 
@@ -112,10 +113,12 @@ class Matcher:
         for token_id in plan.append_ids:
             self.accept_token(token_id)
 
-    def _char_state_at_end(self) -> int | None:
+    def _char_state_at_end(self, chars: CharAutomaton) -> int | None:
         """The character-automaton state after the output; None if it ends inside a character."""
-        chars, token_bytes = self.grammar.char_automaton, self.grammar.vocab.token_bytes
+        token_bytes = self.grammar.vocab.token_bytes
         decoder = codecs.getincrementaldecoder("utf-8")()
+        if not self._char_checkpoints:
+            self._char_checkpoints.append((chars.initial_state, b""))
         while len(self._char_checkpoints) <= len(self._output_ids):
             char_state, pending = self._char_checkpoints[-1]
             token_id = self._output_ids[len(self._char_checkpoints) - 1]

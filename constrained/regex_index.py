@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from radixgen.constrained.vocabulary import TokenVocabulary
 
 END_SENTINEL = "\U0010ffff"
@@ -34,8 +35,8 @@ class RegexError(ValueError):
     """The regex is invalid or uses syntax whose meaning differs between dialects."""
 
 
-def parse_regex_fsm(pattern: str):
-    """Validates `pattern` and returns its character-level interegular FSM.
+def validate_regex(pattern: str):
+    """Validates `pattern` up front and returns interegular's parse of it (cheap).
 
     Patterns use the common subset of Python `re` and Rust `regex` syntax and are always matched
     against the whole output (no `^`/`$`, no lookaround, no backreferences).
@@ -49,10 +50,16 @@ def parse_regex_fsm(pattern: str):
         raise RegexError(f"regex must be a non-empty str, got {pattern!r}")
     _reject_rust_only_class_syntax(pattern)
     try:
-        return interegular.parse_pattern(pattern).to_fsm()
+        return interegular.parse_pattern(pattern)
     except Exception as error:  # interegular raises several unrelated exception types
         detail = str(error) or type(error).__name__
         raise RegexError(f"regex {pattern!r} is invalid or unsupported: {detail}") from error
+
+
+def regex_char_fsm(pattern: str):
+    """interegular's character-level FSM of a validated pattern (pure Python; can take seconds
+    for large schemas, so it is built in the background, only for jump-forward)."""
+    return validate_regex(pattern).to_fsm()
 
 
 def _reject_rust_only_class_syntax(pattern: str) -> None:
@@ -98,14 +105,12 @@ class TokenAutomaton:
 
     Attributes:
         pattern: the regex (matched against the whole output).
-        char_fsm: interegular's character-level FSM of the pattern (for jump-forward).
     """
 
     pattern: str
     index: object  # outlines_core.Index over "(?:pattern)END"
     end_token: int
     vocab_size: int
-    char_fsm: object
     initial_state: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -135,7 +140,7 @@ def compile_regex(pattern: str, vocab: TokenVocabulary, index_vocabulary=None) -
     """Builds the token automaton of `pattern` over `vocab`.
 
     Args:
-        pattern: the regex (see `parse_regex_fsm` for the dialect).
+        pattern: the regex (see `validate_regex` for the dialect).
         vocab: the tokenizer's byte vocabulary.
         index_vocabulary: `build_index_vocabulary(vocab)`, passed to reuse it across compiles.
 
@@ -144,7 +149,7 @@ def compile_regex(pattern: str, vocab: TokenVocabulary, index_vocabulary=None) -
     """
     import outlines_core
 
-    char_fsm = parse_regex_fsm(pattern)
+    validate_regex(pattern)
     if index_vocabulary is None:
         index_vocabulary = build_index_vocabulary(vocab)
     try:
@@ -158,5 +163,4 @@ def compile_regex(pattern: str, vocab: TokenVocabulary, index_vocabulary=None) -
         index=index,
         end_token=end_token_id(vocab),
         vocab_size=vocab.vocab_size,
-        char_fsm=char_fsm,
     )

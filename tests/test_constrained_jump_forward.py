@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_bitmask
 from tokenizers import Tokenizer
+
+from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_bitmask
 
 TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
 TOKENIZER = Tokenizer.from_file(str(TOKENIZER_PATH))
@@ -48,6 +49,7 @@ def allowed_ids(matcher) -> np.ndarray:
 
 def run(grammar, choose_token, *, jump_forward: bool, max_steps: int = 200):
     """Drives a matcher like the engine does; returns (output ids, decode steps, jumps)."""
+    grammar.build_char_automaton()  # normally built in the background after compiling
     matcher = grammar.new_matcher()
     decode_steps, jumps = 0, []
     while not matcher.is_terminated() and decode_steps < max_steps:
@@ -119,6 +121,7 @@ def test_random_model_with_jump_forward_always_satisfies_the_constraint(pattern)
 
 def test_forced_spans_appear_exactly_and_stop_at_choices():
     grammar = BACKEND.compile(ConstraintSpec.regex(r'\{"count": [0-9]+, "unit": "(kg|g)"\}'))
+    grammar.build_char_automaton()
     matcher = grammar.new_matcher()
     plan = matcher.find_jump_forward()
     assert plan.retract_tokens == 0 and plan.appended_text == '{"count":'  # " " may merge
@@ -135,6 +138,7 @@ def test_forced_spans_appear_exactly_and_stop_at_choices():
 
 def test_retracts_a_token_the_tokenizer_would_merge_with_forced_text():
     grammar = BACKEND.compile(ConstraintSpec.regex(r'[{\[]"identifier": (true|false)[}\]]'))
+    grammar.build_char_automaton()
     matcher = grammar.new_matcher()
     brace = TOKENIZER.token_to_id("{")
     assert matcher.accept_token(brace)
@@ -149,9 +153,12 @@ def test_retracts_a_token_the_tokenizer_would_merge_with_forced_text():
 
 def test_no_jump_forward_when_disabled_or_complete():
     backend = GrammarBackend(TOKENIZER, jump_forward=False)
-    matcher = backend.compile(ConstraintSpec.choices(["only option"])).new_matcher()
-    assert matcher.find_jump_forward() is None
-    matcher = BACKEND.compile(ConstraintSpec.choices(["only option"])).new_matcher()
+    grammar = backend.compile(ConstraintSpec.choices(["only option"]))
+    assert grammar.build_char_automaton() is None
+    assert grammar.new_matcher().find_jump_forward() is None
+    grammar = BACKEND.compile(ConstraintSpec.choices(["only option"]))
+    grammar.build_char_automaton()
+    matcher = grammar.new_matcher()
     plan = matcher.find_jump_forward()
     assert plan.appended_text == "only option"  # nothing may follow: the whole text is stable
     matcher.apply_jump_forward(plan)

@@ -9,6 +9,7 @@ from importlib.metadata import version
 import numpy as np
 import pytest
 import torch
+
 from radixgen.constrained import (
     ConstraintSpec,
     RegexError,

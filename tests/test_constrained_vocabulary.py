@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
 from radixgen.constrained import load_vocabulary
 from radixgen.constrained.vocabulary import byte_level_char_to_byte
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 CORPUS = [
     'def f(x):\n    return {"name": "Zoë", "age": 42, "tags": ["a", "b"]}\n',
