@@ -127,3 +127,4 @@ class SchedulerStats:
     max_total_tokens: int = 0
     context_length: int = 0
     num_jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
+    num_mixed_steps: int = 0  # extend forwards that also decoded the running requests

@@ -6,7 +6,7 @@ are filtered out, newly prefilled ones merged in; its `SamplingBatchInfo` follow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,6 +23,9 @@ class ScheduleBatch:
     # Decode batches keep theirs across steps; extend batches build one for the rows that
     # sample after the forward.
     sampling_info: SamplingBatchInfo | None = None
+    # Mixed batches: running requests that decode one token inside this EXTEND forward
+    # (after `reqs`), so long prefills do not stall them.
+    mixed_decode_reqs: list[Req] = field(default_factory=list)
 
     @property
     def batch_size(self) -> int:
@@ -32,10 +35,15 @@ class ScheduleBatch:
     def wants_all_logits(self) -> bool:
         return self.mode == ForwardMode.EXTEND and any(r.wants_input_logprobs for r in self.reqs)
 
+    @property
+    def forward_reqs(self) -> list[Req]:
+        """Every request in the forward, in row order."""
+        return self.reqs + self.mixed_decode_reqs
+
     def new_token_counts(self) -> list[int]:
         if self.mode == ForwardMode.DECODE:
             return [1] * len(self.reqs)
-        return [r.extend_input_len for r in self.reqs]
+        return [r.extend_input_len for r in self.reqs] + [1] * len(self.mixed_decode_reqs)
 
     def prepare_forward(self, kv: KVCacheManager, runner) -> ForwardBatch:
         """Allocates the new tokens' KV slots and packs the batch.
@@ -50,14 +58,15 @@ class ScheduleBatch:
                 f"out of KV slots for {sum(counts)} tokens; admission or retraction is wrong"
             )
         input_ids = []
-        for req, count in zip(self.reqs, counts, strict=True):
+        reqs = self.forward_reqs
+        for req, count in zip(reqs, counts, strict=True):
             start = req.kv_committed_len
             input_ids.append(req.fill_slice(start, start + count))
         return runner.build_forward_batch(
             mode=self.mode,
             input_ids=input_ids,
-            req_pool_indices=[r.req_pool_idx for r in self.reqs],
-            prefix_lens=[r.kv_committed_len for r in self.reqs],
+            req_pool_indices=[r.req_pool_idx for r in reqs],
+            prefix_lens=[r.kv_committed_len for r in reqs],
             out_cache_loc=out_cache_loc,
             return_all_logits=self.wants_all_logits,
         )

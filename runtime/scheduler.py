@@ -99,6 +99,7 @@ class Scheduler:
                 "retractions",
                 "finished_reqs",
                 "jump_forward_tokens",
+                "mixed_steps",
             ),
             0,
         )
@@ -182,6 +183,10 @@ class Scheduler:
         logits = self.runner.forward(forward_batch)
         self.counters["forward_steps"] += 1
         if batch.mode == ForwardMode.EXTEND:
+            if batch.mixed_decode_reqs:  # their rows follow the extend requests' rows
+                num_extend = len(batch.reqs)
+                outputs += self._process_decode(self.running, logits[num_extend:])
+                logits = logits[:num_extend]
             outputs += self._process_extend(batch, logits)
         else:
             outputs += self._process_decode(batch, logits)
@@ -239,6 +244,7 @@ class Scheduler:
             max_total_tokens=capacity,
             context_length=self.context_length,
             num_jump_forward_tokens=counters["jump_forward_tokens"],
+            num_mixed_steps=counters["mixed_steps"],
         )
 
     # ---- scheduling ------------------------------------------------------------------------
@@ -271,11 +277,23 @@ class Scheduler:
     def _get_next_batch(self) -> ScheduleBatch | None:
         batch = self._get_prefill_batch()
         if batch is not None:
+            self._maybe_mix_decode(batch)
             return batch
         if not self.running.reqs:
             return None
         self._ensure_decode_slots()
         return self.running
+
+    def _maybe_mix_decode(self, batch: ScheduleBatch) -> None:
+        """With enable_mixed_chunk, the running requests decode inside the extend forward."""
+        if not self.server_args.enable_mixed_chunk or not self.running.reqs:
+            return
+        if batch.wants_all_logits:
+            return  # per-token logits of the whole batch: keep prompt-logprob batches pure
+        needed = sum(batch.new_token_counts()) + len(self.running.reqs)
+        if self.kv.available_size() >= needed:
+            batch.mixed_decode_reqs = list(self.running.reqs)
+            self.counters["mixed_steps"] += 1
 
     def _is_ready(self, req: Req) -> bool:
         gate = req.prefill_gate
@@ -364,7 +382,7 @@ class Scheduler:
 
     def _process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
         reqs = batch.reqs
-        counts = batch.new_token_counts()
+        counts = [r.extend_input_len for r in reqs]
         prefix_lens = [r.kv_committed_len for r in reqs]
         if batch.wants_all_logits:
             starts = [0]

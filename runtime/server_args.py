@@ -43,6 +43,7 @@ class ServerArgs:
     # fraction of its remaining max_new_tokens
     max_queued_requests: int = 4096
     disable_radix_cache: bool = False
+    enable_mixed_chunk: bool = False  # running requests decode inside extend forwards
 
     # Kernels
     attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU

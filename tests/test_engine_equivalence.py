@@ -96,8 +96,9 @@ def test_one_by_one_equals_batched(reference):
         {"chunked_prefill_size": 8, "schedule_policy": "dfs-weight"},
         {"max_total_tokens": 96, "schedule_policy": "fcfs", "max_prefill_tokens": 64},
         {"max_total_tokens": 80, "chunked_prefill_size": 16, "new_token_ratio": 0.1},
+        {"enable_mixed_chunk": True, "chunked_prefill_size": 8, "max_prefill_tokens": 8},
     ],
-    ids=["no_radix_cache", "chunked_prefill", "preemption", "chunked_preemption"],
+    ids=["no_radix_cache", "chunked_prefill", "preemption", "chunked_preemption", "mixed"],
 )
 def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options):
     _, expected = reference
@@ -107,6 +108,8 @@ def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options)
         stats = engine.get_stats()
         if "max_total_tokens" in options:
             assert stats["num_retractions"] > 0  # preemption really happened
+        if "enable_mixed_chunk" in options:
+            assert stats["num_mixed_steps"] > 0
         if "disable_radix_cache" in options:
             assert stats["num_cached_tokens"] == 0
         assert_drained_without_leaks(engine)
