@@ -8,8 +8,9 @@ prefills it once, and then every program reads it from the radix cache.
 
 from __future__ import annotations
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 FEW_SHOT = (
     "Classify the sentiment of each review as positive or negative.\n"

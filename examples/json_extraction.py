@@ -9,8 +9,9 @@ Decoding is constrained by the schema, so even the random `tiny` model produces 
 from __future__ import annotations
 
 import pydantic
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 DOCUMENTS = [
     "Ada Lovelace, born 1815, wrote the first published computer program.",

@@ -6,8 +6,9 @@ holds every earlier turn and only the new message is prefilled.
 
 from __future__ import annotations
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 TURNS = [
     "Hi! I am planning a trip to Japan.",

@@ -9,8 +9,9 @@ text.
 
 from __future__ import annotations
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 
 @rg.function

@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 import operator
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 CAPITALS = {"france": "Paris", "japan": "Tokyo", "peru": "Lima"}
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}

@@ -6,8 +6,9 @@ sampling), with three scoring methods; `rg.gen(choices=...)` decodes constrained
 
 from __future__ import annotations
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 CHOICES = ["Paris", "London", "Berlin", "Antidisestablishmentarianism"]
 

@@ -6,8 +6,9 @@ question's KV (prefilled once), let each think, then let the model pick one.
 
 from __future__ import annotations
 
-import radixgen as rg
 from example_utils import run_main
+
+import radixgen as rg
 
 NUM_BRANCHES = 3
 

@@ -124,6 +124,7 @@ class Program:
                 target=self._execute_recorded, args=(state, scope, arguments), daemon=True
             ).start()
             return state
+        scope.enter_program()
         try:
             self.func(state, *arguments.args, **arguments.kwargs)
             state.sync()
@@ -184,13 +185,14 @@ class Program:
     def _new_state(
         self, backend: Backend, defaults: GenParams, *, stream: bool
     ) -> tuple[ProgramState, RunScope]:
-        scope = RunScope()
+        scope = RunScope(background=stream)
         executor = ProgramExecutor(backend, defaults, stream=stream)
         scope.add(executor)
         return ProgramState(executor, scope), scope
 
     def _execute_recorded(self, state: ProgramState, scope: RunScope, arguments: Arguments) -> None:
         """Runs the program; an error is recorded on the state instead of raised."""
+        scope.enter_program()
         try:
             self.func(state, *arguments.args, **arguments.kwargs)
             state.sync()

@@ -13,12 +13,28 @@ from radixgen.ir import Primitive, RoleBegin, RoleEnd, flatten, role_block, to_e
 
 
 class RunScope:
-    """Every executor of one program run (the root state and its forks), so the run can
-    wait for all of them and then close them."""
+    """One program run: every executor of it (the root state and its forks), so the run
+    can wait for all of them and close them, and whether the program function is done.
 
-    def __init__(self) -> None:
+    In a `stream=True` run, reads from any thread but the program's (the caller's) wait
+    for the whole program first, so `state["answer"]` never races a program that has not
+    appended the gen yet. Reads from the program's own thread wait only for queued steps.
+    """
+
+    def __init__(self, *, background: bool = False) -> None:
+        self._background = background
         self._executors: list[ProgramExecutor] = []
         self._lock = threading.Lock()
+        self._program_thread: int | None = None
+        self._done = threading.Event()
+
+    def enter_program(self) -> None:
+        """Marks the calling thread as the one running the program function."""
+        self._program_thread = threading.get_ident()
+
+    def wait_if_outside(self) -> None:
+        if self._background and threading.get_ident() != self._program_thread:
+            self._done.wait()
 
     def add(self, executor: ProgramExecutor) -> None:
         with self._lock:
@@ -33,6 +49,7 @@ class RunScope:
             executor.wait_idle()
         for executor in executors:
             executor.close(program_error)
+        self._done.set()
 
 
 class ProgramState:
@@ -79,7 +96,9 @@ class ProgramState:
     # ---- reading ----
 
     def sync(self) -> None:
-        """Waits for every queued step; raises the error of a failed one."""
+        """Waits for every queued step (and, outside the program, for the program to
+        finish); raises the error of a failed step."""
+        self._scope.wait_if_outside()
         self._executor.sync()
 
     def __getitem__(self, name: str) -> Any:

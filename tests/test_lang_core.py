@@ -11,6 +11,7 @@ import threading
 
 import pydantic
 import pytest
+
 import radixgen as rg
 from radixgen.chat_template import derive_chat_template, jinja_renderer
 from radixgen.context import BackendContext

@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pydantic
 import pytest
+
 import radixgen as rg
 from radixgen.prefix_trace import common_prefix, trace_prefix
 
@@ -72,6 +73,8 @@ def test_gen_returns_output_logprobs_when_asked(engine):
 
 
 def test_streaming_yields_the_text_in_order(engine):
+    early = qa.run(question="Now.", answer_tokens=2, stream=True, backend=engine)
+    assert early["answer"]  # a read from the caller waits for the background program
     state = qa.run(question="Count.", answer_tokens=8, temperature=0.0, stream=True, backend=engine)
     answer_chunks = list(state.text_iter("answer"))
     all_chunks = list(state.text_iter())

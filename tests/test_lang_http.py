@@ -14,6 +14,7 @@ import httpx
 import jsonschema
 import pydantic
 import pytest
+
 import radixgen as rg
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
