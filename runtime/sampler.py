@@ -95,7 +95,11 @@ class Sampler:
     ) -> SampleOutput:
         logits = logits.float()
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
-        processed = logits.clone()
+        modifies = (
+            info.vocab_bitmask is not None or info.banned_rows is not None or info.has_penalties
+        )
+        # The model's logits are not ours to change in place: copy only when we must.
+        processed = logits.clone() if modifies else logits
         if info.vocab_bitmask is not None:
             # The constrained backend's op: torch on CPU, a Triton kernel on CUDA.
             from radixgen.constrained.bitmask import apply_token_bitmask_
