@@ -30,8 +30,8 @@ class TokenizedGenerateReq:
         sampling_params: a validated SamplingParams.
         return_logprob: return logprobs of output tokens (and of prompt tokens from
             `logprob_start_len` on).
-        logprob_start_len: first prompt position whose logprob is returned; None: no prompt
-            logprobs. Position 0 has no logprob (reported as None).
+        logprob_start_len: first prompt position whose logprob is returned; None (or -1, as
+            in SGLang): no prompt logprobs. Position 0 has no logprob (reported as None).
         top_logprobs_num: how many top alternatives to return per position (0: none).
         stream: the front end wants incremental outputs (the scheduler streams every step
             either way; this is carried for the front end's bookkeeping).

@@ -52,6 +52,8 @@ def validate_request(
             f"exceeds the KV cache capacity ({kv_capacity} tokens)"
         )
     start = request.logprob_start_len
+    if start == -1:
+        request.logprob_start_len = start = None  # SGLang's "output logprobs only"
     if start is not None and (
         not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= prompt_len
     ):
