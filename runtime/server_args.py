@@ -48,7 +48,7 @@ class ServerArgs:
     # Kernels
     attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 160
+    cuda_graph_max_bs: int = 256  # decode batches up to this size replay CUDA graphs
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
