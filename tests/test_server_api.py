@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 
 import httpx
 import jsonschema
 import openai
 import pytest
+
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 API_KEY = "test-secret-key"
@@ -269,6 +271,18 @@ def test_openai_json_schema_response_format(oai):
     )
     content = chat.choices[0].message.content
     jsonschema.validate(json.loads(content), schema)
+
+
+def test_extra_body_regex_and_choices_constrain_the_output(oai):
+    messages = [{"role": "user", "content": "A number?"}]
+    digits = oai.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=10, extra_body={"regex": "[0-9]{3}"}
+    )
+    assert re.fullmatch("[0-9]{3}", digits.choices[0].message.content)
+    choice = oai.completions.create(
+        model="tiny", prompt="Answer:", max_tokens=10, extra_body={"choices": ["yes", "no"]}
+    )
+    assert choice.choices[0].text in ("yes", "no")
 
 
 # ---- bad input -------------------------------------------------------------------------------

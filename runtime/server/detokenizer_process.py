@@ -11,6 +11,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 import zmq
+
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
 from radixgen.runtime.io_struct import AbortReq, BatchTokenOutput, ReqOutput
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process

@@ -13,6 +13,7 @@ from typing import TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+
 from radixgen.runtime.server.openai_protocol import ErrorDetail, ErrorResponse
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

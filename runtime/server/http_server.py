@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from radixgen.runtime.server import native_api, openai_api
-from radixgen.runtime.server.errors import RequestError, error_response
-from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from radixgen.runtime.server import native_api, openai_api
+from radixgen.runtime.server.errors import RequestError, error_response
+from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
 

@@ -173,6 +173,7 @@ def _serve_http(
     children: list[ChildProcess],
 ) -> None:
     import uvicorn
+
     from radixgen.runtime.server.http_server import create_app
     from radixgen.runtime.server.metrics import ServerMetrics
     from radixgen.runtime.server.tokenizer_manager import TokenizerManager

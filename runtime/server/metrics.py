@@ -8,6 +8,7 @@ at each scrape, so they are never stale.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
 from radixgen.runtime.io_struct import SchedulerStats
 
 # Latency buckets in seconds: from sub-millisecond GPU decode steps to minute-long CPU runs.

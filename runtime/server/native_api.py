@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import radixgen
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict
+
+import radixgen
 from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.server.errors import RequestError, parse_json_body
 from radixgen.runtime.server.streaming import (

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
+
 from radixgen.runtime.server.errors import RequestError, parse_json_body
 from radixgen.runtime.server.native_api import build_sampling_params
 from radixgen.runtime.server.openai_protocol import (

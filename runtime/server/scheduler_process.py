@@ -14,6 +14,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 import zmq
+
 from radixgen.runtime.io_struct import (
     AbortReq,
     BatchTokenOutput,
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 # Idle wait between checks that the parent is alive; a new request wakes poll() at once.
 POLL_INTERVAL_MS = 200
+# Wait after a step that produced nothing; far below any forward pass, so never a slowdown.
+IDLE_STEP_WAIT_MS = 1
 # Prompt tokens the detokenizer needs as decoding context (see runtime/detokenizer.py).
 DETOKENIZE_CONTEXT_TOKENS = 8
 
@@ -69,6 +72,10 @@ class SchedulerLoop:
                 outputs = self.scheduler.step()
                 if outputs:
                     self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=outputs))
+                else:
+                    # Nothing to run yet (e.g. a grammar still compiling on another thread):
+                    # yield the CPU for a moment instead of spinning on has_work().
+                    self.requests.poll(IDLE_STEP_WAIT_MS)
         logger.info("parent process is gone; scheduler exits")
 
     def _handle(self, message: object) -> None:

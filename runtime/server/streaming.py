@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+
 from radixgen.runtime.server.errors import RequestError, error_body
 from radixgen.runtime.server.tokenizer_manager import GenerateInput, StreamEvent, TokenizerManager
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import zmq
 import zmq.asyncio
+
 from radixgen.runtime.io_struct import (
     AbortReq,
     FlushCacheOutput,
