@@ -30,13 +30,15 @@ _AUTO_THREADS_MAX = 256
 
 # Keyword options of run()/run_batch(); a program parameter with one of these names could
 # never be passed, so @rg.function refuses it.
-_RUN_OPTIONS = frozenset(
+_SAMPLING_OPTIONS = frozenset(
     {
-        "backend", "stream", "num_threads", "progress_bar", "warm_prefix", "max_new_tokens",
-        "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-        "stop", "ignore_eos", "seed",
+        "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
+        "presence_penalty", "stop", "ignore_eos", "seed",
     }
 )  # fmt: skip
+_RUN_OPTIONS = _SAMPLING_OPTIONS | {
+    "backend", "stream", "num_threads", "progress_bar", "warm_prefix"
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class Program:
         scope.enter_program()
         try:
             self.func(state, *arguments.args, **arguments.kwargs)
-            state.sync()
+            scope.sync_all()
         finally:
             scope.finish()
         return state
@@ -160,6 +162,12 @@ class Program:
         if not batch_arguments:
             return []
         max_workers = _thread_count(num_threads, len(batch_arguments))
+        unknown = sorted(set(sampling_defaults) - _SAMPLING_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"run_batch got unknown option(s) {unknown}; program arguments go in "
+                f"batch_arguments, sampling options are {sorted(_SAMPLING_OPTIONS)}"
+            )
         defaults = GenParams.build(**sampling_defaults)
         resolved = resolve_backend(backend)
         bound = [self._bind_arguments((), {**self.bound_arguments, **a}) for a in batch_arguments]
@@ -195,7 +203,7 @@ class Program:
         scope.enter_program()
         try:
             self.func(state, *arguments.args, **arguments.kwargs)
-            state.sync()
+            scope.sync_all()
         except Exception as error:
             state.error = error
             logger.debug("program %s failed: %r", self.__name__, error)

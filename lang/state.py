@@ -40,6 +40,13 @@ class RunScope:
         with self._lock:
             self._executors.append(executor)
 
+    def sync_all(self) -> None:
+        """Waits for every state of the run (forks too); raises the first step error."""
+        with self._lock:
+            executors = list(self._executors)
+        for executor in executors:
+            executor.sync()
+
     def finish(self, program_error: BaseException | None = None) -> None:
         """Waits for queued steps everywhere, then closes every state of the run; stream
         readers then see `program_error` (an exception the program function raised)."""
@@ -209,6 +216,11 @@ class ForkGroup:
         if isinstance(key, str):
             return [child[key] for child in self.children]
         return self.children[key]
+
+    def __setitem__(self, index: int, child: ProgramState) -> None:
+        # `forks[i] += expr` appends in place, then assigns the same child back
+        if child is not self.children[index]:
+            raise TypeError("a fork group's children cannot be replaced")
 
     def __iadd__(self, expr: Any) -> ForkGroup:
         for child in self.children:

@@ -256,6 +256,8 @@ def test_program_arguments_are_checked_against_the_signature():
         echo.run_batch(["a"])
     with pytest.raises(ValueError, match="num_threads"):
         echo.run_batch([{"word": "a"}], num_threads=0)
+    with pytest.raises(TypeError, match="word"):
+        echo.run_batch([{"word": "a"}], word="b")
 
 
 def _free_port() -> int:

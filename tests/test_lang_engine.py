@@ -242,10 +242,17 @@ def test_gen_used_as_a_value_and_appending_after_the_run(engine):
 def test_backend_errors_surface_as_backend_error(engine):
     @rg.function
     def too_long(s):
-        s += rg.gen("x", max_tokens=100_000)
+        s += "Hi" + rg.gen("x", max_tokens=100_000)
 
-    with pytest.raises(rg.BackendError, match="rejected"):
-        too_long.run(backend=engine)
+    @rg.function
+    def fork_fails_unread(s):
+        s += "Hi"
+        forks = s.fork(2)
+        forks[1] += rg.gen("x", max_tokens=100_000)  # never read: run() still reports it
+
+    for program in (too_long, fork_fails_unread):
+        with pytest.raises(rg.BackendError, match="rejected"):
+            program.run(backend=engine)
 
 
 # ---- examples ------------------------------------------------------------------------------
