@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from radixgen.runtime.server.errors import RequestError, error_body
 from radixgen.runtime.server.tokenizer_manager import GenerateInput, StreamEvent, TokenizerManager
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 # How often a non-streaming handler checks whether its client is still connected.
 DISCONNECT_POLL_S = 0.25
@@ -103,7 +105,7 @@ async def merge_streams(
                 async for event in events:
                     queue.put_nowait((prompt_index, event))
             queue.put_nowait((prompt_index, stream_done))
-        except RequestError as error:
+        except Exception as error:  # handed to the consumer, which must not wait forever
             queue.put_nowait((prompt_index, error))
 
     tasks = [asyncio.ensure_future(pump(i, request)) for i, request in enumerate(requests)]
@@ -113,7 +115,7 @@ async def merge_streams(
             prompt_index, item = await queue.get()
             if item is stream_done:
                 unfinished -= 1
-            elif isinstance(item, RequestError):
+            elif isinstance(item, Exception):
                 raise item
             else:
                 yield prompt_index, item
@@ -180,6 +182,9 @@ async def sse_response(
                 yield sse_event(payload)
         except RequestError as error:
             yield sse_event(error_body(error.message, error.status_code, error.param))
+        except Exception as error:  # a bug: still end the stream properly, and log it
+            logger.exception("stream failed")
+            yield sse_event(error_body(f"internal error: {error!r}", 500))
         finally:
             # Runs on a client disconnect too (Starlette cancels this generator).
             await events.aclose()

@@ -300,11 +300,12 @@ class TokenizerManager:
 
     async def _receive_loop(self) -> None:
         while True:
-            message = await self._from_workers.recv_pyobj()
             try:
-                self._dispatch(message)
-            except Exception:  # a routing bug must not silence every later output
-                logger.exception("failed to route %s", type(message).__name__)
+                self._dispatch(await self._from_workers.recv_pyobj())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad message must not silence every later output
+                logger.exception("dropped a message from the scheduler or detokenizer")
 
     def _dispatch(self, message: object) -> None:
         if isinstance(message, BatchStrOutput):
