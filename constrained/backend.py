@@ -18,14 +18,15 @@ from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar import CompiledGrammar
 from radixgen.constrained.regex_index import build_index_vocabulary, compile_regex
 from radixgen.constrained.retokenize import BoundaryTokenizer
-from radixgen.constrained.vocabulary import load_tokenizer_file, load_vocabulary
+from radixgen.constrained.vocabulary import TokenVocabulary, load_tokenizer_file, load_vocabulary
 
 
 class GrammarBackend:
     """Compiles constraints for one tokenizer and hands out compiled grammars.
 
     Args:
-        tokenizer: a transformers tokenizer, a `tokenizers.Tokenizer` or a tokenizer.json path.
+        tokenizer: a transformers tokenizer, a `tokenizers.Tokenizer`, a tokenizer.json path, or
+            a ready `TokenVocabulary` (then without jump-forward, which needs the tokenizer).
         vocab_size: the model's logits width (may exceed the tokenizer's size).
         eos_token_ids: ids that end generation (default: the tokenizer's EOS).
         cache_size: compiled constraints kept in memory.
@@ -45,9 +46,14 @@ class GrammarBackend:
         max_workers: int = 2,
         jump_forward: bool = True,
     ) -> None:
-        if isinstance(tokenizer, (str, Path)):
-            tokenizer = load_tokenizer_file(tokenizer)
-        self.vocab = load_vocabulary(tokenizer, vocab_size=vocab_size, eos_token_ids=eos_token_ids)
+        if isinstance(tokenizer, TokenVocabulary):  # bytes only: no re-tokenising, no jump-forward
+            self.vocab, jump_forward = tokenizer, False
+        else:
+            if isinstance(tokenizer, (str, Path)):
+                tokenizer = load_tokenizer_file(tokenizer)
+            self.vocab = load_vocabulary(
+                tokenizer, vocab_size=vocab_size, eos_token_ids=eos_token_ids
+            )
         self._boundary_tokenizer = BoundaryTokenizer(tokenizer) if jump_forward else None
         self._index_vocabulary = build_index_vocabulary(self.vocab)
         self._disk_cache = DiskCache(cache_dir) if cache_dir is not None else None

@@ -9,6 +9,8 @@ the free part could still continue (the digits of a number, an optional space, t
 
 from __future__ import annotations
 
+import unicodedata
+
 from interegular.fsm import anything_else
 
 # Characters tried when a transition class is "anything else" or when picking probe continuations.
@@ -105,4 +107,11 @@ class CharAutomaton:
             probes.extend(c for c in _PROBE_POOL if c in concrete)
             if anything_else in chars:
                 probes.extend(c for c in _PROBE_POOL if self.fsm.alphabet[c] == transition)
-        return list(dict.fromkeys(probes))
+        # Pre-tokenizers split on character categories (letters, digits, spaces, punctuation),
+        # with a few single-character rules (contractions, newlines): one probe per kind.
+        by_kind = {_probe_kind(c): c for c in reversed(probes)}
+        return list(dict.fromkeys(by_kind.values()))
+
+
+def _probe_kind(char: str) -> tuple[str, str]:
+    return (unicodedata.category(char)[0], char if char in " \t\r\n'" else "")
