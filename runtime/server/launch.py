@@ -15,6 +15,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -29,6 +30,8 @@ from radixgen.runtime.tiny_model import TINY_MODEL_NAME
 
 logger = logging.getLogger("radixgen.server")
 
+# What both `logging` and uvicorn understand.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # How often the HTTP process checks that its children are alive.
 WATCHDOG_INTERVAL_S = 0.5
 # Seconds a child gets to exit after SIGTERM before it is killed.
@@ -54,6 +57,11 @@ class ChildProcess:
 
 def launch_server(server_args: ServerArgs) -> int:
     """Runs the server until a signal (returns 0) or a child's death (returns 1)."""
+    if server_args.log_level.lower() not in LOG_LEVELS:
+        print(
+            f"log_level must be one of {LOG_LEVELS}, got {server_args.log_level!r}", file=sys.stderr
+        )
+        return 2
     configure_logging("server", server_args.log_level)
     model_path = server_args.model_path
     if model_path != TINY_MODEL_NAME and not os.path.isdir(os.path.expanduser(model_path)):
