@@ -49,6 +49,7 @@ class CompiledGrammar:
     source: str = ""
     char_automaton: CharAutomaton | None = field(default=None, init=False)
     _mask_by_state: dict = field(default_factory=dict, repr=False)
+    _terminal_by_state: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +86,17 @@ class CompiledGrammar:
             with self._lock:
                 mask = self._mask_by_state.setdefault(state, mask)
         return mask
+
+    def is_terminal(self, state: int) -> bool:
+        """Whether `state` is a complete match that no regular token can extend (cached)."""
+        terminal = self._terminal_by_state.get(state)
+        if terminal is None:
+            automaton = self.automaton
+            terminal = (
+                automaton.is_accepting(state) and automaton.allowed_token_ids(state).size == 0
+            )
+            self._terminal_by_state[state] = terminal
+        return terminal
 
     def new_matcher(self):
         """A fresh per-request matcher at the start of the output."""

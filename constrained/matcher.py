@@ -58,8 +58,10 @@ class Matcher:
                 return False
             self._eos_accepted = True
             return True
+        if not 0 <= token_id < self.grammar.vocab_size:
+            return False
         next_state = self.grammar.automaton.next_state(self._states[-1], token_id)
-        if next_state is None or token_id >= self.grammar.vocab_size:
+        if next_state is None:
             return False
         self._states.append(next_state)
         self._output_ids.append(token_id)
@@ -72,11 +74,7 @@ class Matcher:
     def is_terminated(self) -> bool:
         """Whether generation must stop: EOS was accepted, or the match is complete and no
         regular token can extend it."""
-        if self._eos_accepted:
-            return True
-        state = self._states[-1]
-        automaton = self.grammar.automaton
-        return automaton.is_accepting(state) and automaton.allowed_token_ids(state).size == 0
+        return self._eos_accepted or self.grammar.is_terminal(self._states[-1])
 
     def find_jump_forward(self) -> JumpForward | None:
         """A jump-forward the engine may apply now, or None (then sample as usual).
