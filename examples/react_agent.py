@@ -51,7 +51,9 @@ def agent(s, task, max_steps, thought_tokens):
     s += f"Task: {task}\n"
     for step in range(max_steps):
         s += "Thought: " + rg.gen(f"thought_{step}", max_tokens=thought_tokens, stop="\n")
-        s += "\nAction: " + rg.select(f"action_{step}", [*TOOLS, "finish"])
+        # The first step must consult a tool; later steps may finish.
+        actions = list(TOOLS) if step == 0 else [*TOOLS, "finish"]
+        s += "\nAction: " + rg.select(f"action_{step}", actions)
         if s[f"action_{step}"] == "finish":
             s += "\nFinal answer: " + rg.gen("answer", max_tokens=thought_tokens, stop="\n")
             return

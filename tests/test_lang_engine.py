@@ -285,3 +285,13 @@ def test_example_runs(engine, name, max_new_tokens, capsys):
     result = load_example(name).run_example(engine, max_new_tokens)
     assert result is not None
     assert capsys.readouterr().out.strip()
+
+
+def test_react_agent_calls_a_tool_with_a_valid_input(engine, capsys):
+    agent = load_example("react_agent")
+    state = agent.run_example(engine, 4)
+    assert state["action_0"] in agent.TOOLS
+    assert re.fullmatch(agent.TOOL_INPUT_REGEX, state["input_0"])
+    observation = agent.TOOLS[state["action_0"]](state["input_0"])
+    assert f"Observation: {observation}\n" in state.text()
+    assert agent.calculator("12 * 7") == "84"
