@@ -70,7 +70,9 @@ class OpenAI(Backend):
         self.model = model
         self._openai = openai
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key)
-        self.is_radixgen = _probe_radixgen(base_url) if is_radixgen is None else is_radixgen
+        if is_radixgen is None:
+            is_radixgen = _probe_radixgen(base_url, api_key)
+        self.is_radixgen = is_radixgen
 
     def chat_template(self) -> ChatTemplate:
         # The server applies the model's real template to `messages`; this one only
@@ -225,16 +227,19 @@ def _loads(schema: str) -> Any:
     return json.loads(schema)
 
 
-def _probe_radixgen(base_url: str | None) -> bool:
-    """Whether `base_url` belongs to a radixgen server (its native /get_model_info answers)."""
+def _probe_radixgen(base_url: str | None, api_key: str | None) -> bool:
+    """Whether `base_url` belongs to a radixgen server: its native /get_model_info (next to
+    the /v1 root) answers with radixgen's fields."""
     if base_url is None:
         return False
     import httpx
 
     root = base_url.rstrip("/")
     root = root[: -len("/v1")] if root.endswith("/v1") else root
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(f"{root}/get_model_info", timeout=10.0)
-    except httpx.HTTPError:
+        response = httpx.get(f"{root}/get_model_info", headers=headers, timeout=10.0)
+        info = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
         return False
-    return response.status_code in (200, 401)  # 401: a radixgen server with --api-key
+    return isinstance(info, dict) and "model_path" in info and "max_total_tokens" in info
