@@ -158,6 +158,7 @@ def test_generate_logprobs(http):
 def test_info_metrics_and_flush(http):
     model_info = http.get("/get_model_info").json()
     assert model_info["context_length"] == CONTEXT_LENGTH
+    assert "{%" in model_info["chat_template"]  # clients render chat prompts with it
     info = server_info(http)
     assert 0.0 <= info["kv_usage"] <= 1.0 and 0.0 <= info["cache_hit_rate"] <= 1.0
     assert info["server_args"]["api_key"] == "<set>"  # never echoed back

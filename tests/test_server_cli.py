@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from radixgen.runtime.cli import build_parser, flag_name, server_args_from_namespace
 from radixgen.runtime.server_args import ServerArgs
 

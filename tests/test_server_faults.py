@@ -8,6 +8,7 @@ import threading
 
 import httpx
 import pytest
+
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 
