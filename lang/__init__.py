@@ -101,12 +101,8 @@ def __getattr__(name):
         from radixgen.runtime.server_args import ServerArgs
 
         return ServerArgs
-    if name == "RuntimeEndpoint":
-        from radixgen.backends.runtime_endpoint import RuntimeEndpoint
+    if name in ("RuntimeEndpoint", "OpenAI"):
+        import radixgen.backends
 
-        return RuntimeEndpoint
-    if name == "OpenAI":
-        from radixgen.backends.openai_backend import OpenAI
-
-        return OpenAI
+        return getattr(radixgen.backends, name)
     raise AttributeError(f"module 'radixgen' has no attribute {name!r}")
