@@ -1,10 +1,10 @@
 """Batched sampling on the device: masks, penalties, temperature, top-k/top-p/min-p.
 
-Randomness is counter-based: the noise for (request seed, output step, token id) is a hash,
-so a request draws the same token whatever batch it is in and whenever it runs (after a
-retraction, a resumed request re-draws exactly what it would have drawn). Sampling uses the
-exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. picks token i with probability p_i,
-and needs no normalisation, so masked probabilities can stay unnormalised.
+Randomness is counter-based: each row's random number is a hash of (request seed, output
+step), so a request draws the same token whatever batch it is in and whenever it runs (after
+a retraction, a resumed request re-draws exactly what it would have drawn). A draw is an
+inverse-CDF lookup with that one number per row: no per-token noise, and masked
+probabilities can stay unnormalised.
 
 Logprobs are those of the model's raw distribution (log_softmax of the logits before
 penalties, masks and temperature), as SGLang reports them.
@@ -41,17 +41,16 @@ def hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Exp(1) noise that depends only on (seed, step, token id).
+def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """One uniform number in [0, 1) per row that depends only on (seed, step).
 
-    seeds, steps: [batch] int64. Returns [batch, vocab] float32, strictly positive.
+    seeds, steps: [batch] int64. Returns [batch] float64.
     """
-    row_keys = hash32(hash32(seeds) ^ hash32(steps * 0x9E3779B1 + (seeds >> 32)))  # [batch]
-    token_ids = torch.arange(vocab_size, dtype=torch.int64, device=seeds.device)
-    bits = hash32(row_keys.unsqueeze(1) ^ (token_ids.unsqueeze(0) * 0x85EBCA77))
-    # 24 random bits -> uniform in (0, 1), exactly representable in float32.
-    uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
-    return -torch.log(uniform)
+    mixed = hash32(hash32(seeds) ^ hash32(steps * 0x9E3779B1 + (seeds >> 32)))
+    low = hash32(mixed ^ 0x5BD1E995)
+    # 53 random bits (32 + 21) -> a float64 uniform in [0, 1).
+    bits = (mixed << 21) | (low >> 11)
+    return bits.to(torch.float64) * (1.0 / (1 << 53))
 
 
 def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
@@ -81,6 +80,22 @@ def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs)
     return probs
+
+
+def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Draws one token per row: the first whose cumulative mass exceeds u * total mass.
+
+    probs: [batch, vocab], unnormalised, zeros for excluded tokens; uniform: [batch] in
+    [0, 1). One random number per row (not per token), so a draw is cheap and reproducible.
+    """
+    cdf = probs.cumsum(dim=-1)  # [batch, vocab]
+    target = (uniform.to(cdf.dtype) * cdf[:, -1]).unsqueeze(1)  # [batch, 1]
+    ids = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    ids = ids.clamp_max(probs.shape[1] - 1)
+    # Rounding at the very top of the cdf could land on an excluded token: take the most
+    # likely one instead (probability ~1e-7).
+    chosen = probs.gather(1, ids.unsqueeze(1)).squeeze(1)
+    return torch.where(chosen > 0, ids, probs.argmax(dim=-1))
 
 
 class Sampler:
@@ -114,7 +129,6 @@ class Sampler:
             return SampleOutput(next_token_ids=greedy_ids, logprobs=logprobs)
         probs = torch.softmax(processed / info.temperatures, dim=-1)
         probs = filter_probs(probs, info)
-        noise = exponential_noise(info.seeds, steps, probs.shape[1])
-        sampled_ids = (probs / noise).argmax(dim=-1)
+        sampled_ids = sample_inverse_cdf(probs, counter_uniform(info.seeds, steps))
         next_ids = torch.where(info.greedy, greedy_ids, sampled_ids)
         return SampleOutput(next_token_ids=next_ids, logprobs=logprobs)

@@ -9,8 +9,9 @@ from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import (
     Sampler,
     apply_penalties,
-    exponential_noise,
+    counter_uniform,
     filter_probs,
+    sample_inverse_cdf,
 )
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 from radixgen.runtime.sampling_params import SamplingParams
@@ -129,13 +130,21 @@ def test_sampling_follows_the_distribution():
     assert torch.allclose(freq, expected, atol=0.015)
 
 
-def test_exponential_noise_changes_with_seed_and_step():
-    seeds = torch.tensor([1, 1, 2])
-    steps = torch.tensor([0, 1, 0])
-    noise = exponential_noise(seeds, steps, 64)
-    assert (noise > 0).all()
-    assert not torch.equal(noise[0], noise[1]) and not torch.equal(noise[0], noise[2])
-    assert torch.equal(noise, exponential_noise(seeds, steps, 64))
+def test_counter_uniform_changes_with_seed_and_step():
+    seeds = torch.tensor([1, 1, 2, 2**40 + 1])
+    steps = torch.tensor([0, 1, 0, 0])
+    u = counter_uniform(seeds, steps)
+    assert ((u >= 0) & (u < 1)).all()
+    assert len(set(u.tolist())) == 4
+    assert torch.equal(u, counter_uniform(seeds, steps))
+    many = counter_uniform(torch.arange(10000), torch.zeros(10000, dtype=torch.int64))
+    assert abs(many.mean().item() - 0.5) < 0.01
+
+
+def test_inverse_cdf_never_picks_excluded_tokens():
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0]]).repeat(5, 1)
+    uniform = torch.tensor([0.0, 0.29, 0.43, 0.9999, 1.0 - 2**-53], dtype=torch.float64)
+    assert sample_inverse_cdf(probs, uniform).tolist() == [1, 1, 3, 3, 3]
 
 
 def test_vocab_bitmask_hook_restricts_constrained_rows_only():
