@@ -23,7 +23,7 @@ class ServerMetrics:
         registry = self.registry
         self.requests = Counter(
             "radixgen_requests",
-            "Requests by outcome (finished, aborted, rejected).",
+            "Requests by outcome: finished, aborted (client left), rejected (bad input or full).",
             ["outcome"],
             registry=registry,
         )

@@ -189,6 +189,7 @@ class TokenizerManager:
             raise RequestError(self.failure, status_code=503)
         num_samples = request.sampling_params.n
         if self.num_samples_in_flight + num_samples > self.max_samples_in_flight:
+            self.metrics.requests.labels(outcome="rejected").inc()
             raise RequestError(
                 f"the server is at capacity ({self.num_samples_in_flight} sequences in "
                 f"flight, limit {self.max_samples_in_flight}); retry later",
