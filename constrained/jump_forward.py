@@ -131,13 +131,12 @@ def _stable_token_count(
 
     starts = tokenizer.pre_token_starts(text)
     if starts is None:
-        cut_bytes = token_ends[-2] if len(ids) > 1 else 0  # drop the last token
-    else:
-        cut_chars = max((s for s in starts if s < len(text)), default=0)
-        for probe in probes:
-            probe_starts = tokenizer.pre_token_starts(text + probe) or [0]
-            cut_chars = min(cut_chars, max(s for s in probe_starts if s <= len(text)))
-        cut_bytes = len(text[:cut_chars].encode())
+        return 0  # no pre-token boundaries to trust: no token is known to be final
+    cut_chars = max((s for s in starts if s < len(text)), default=0)
+    for probe in probes:
+        probe_starts = tokenizer.pre_token_starts(text + probe) or [0]
+        cut_chars = min(cut_chars, max(s for s in probe_starts if s <= len(text)))
+    cut_bytes = len(text[:cut_chars].encode())
 
     char_boundaries = set(accumulate((len(c.encode()) for c in text), initial=0))
     stable = 0

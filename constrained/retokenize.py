@@ -23,11 +23,8 @@ class BoundaryTokenizer:
             backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend
         self._slow_tokenizer = tokenizer if backend is None else None
-        # The pre-tokenizer sees text before normalisation; with a normaliser its offsets would
-        # not be ours, so boundaries then fall back to "all but the last token".
-        self._pre_tokenizer = (
-            backend.pre_tokenizer if backend is not None and backend.normalizer is None else None
-        )
+        self._normalizer = backend.normalizer if backend is not None else None
+        self._pre_tokenizer = backend.pre_tokenizer if backend is not None else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without special tokens."""
@@ -36,7 +33,14 @@ class BoundaryTokenizer:
         return list(self._slow_tokenizer.encode(text, add_special_tokens=False))
 
     def pre_token_starts(self, text: str) -> list[int] | None:
-        """Character offsets where the pre-tokens of `text` start; None if unknown."""
+        """Character offsets where the pre-tokens of `text` start; None if unknown.
+
+        Unknown without a pre-tokenizer (merges may then span any boundary: SentencePiece
+        BPE) or when normalisation changes the text (offsets would not be ours: Llama-2's
+        prepended "▁"); jump-forward is then not attempted.
+        """
         if self._pre_tokenizer is None:
+            return None
+        if self._normalizer is not None and self._normalizer.normalize_str(text) != text:
             return None
         return [start for _, (start, _) in self._pre_tokenizer.pre_tokenize_str(text)]

@@ -163,3 +163,63 @@ def test_no_jump_forward_when_disabled_or_complete():
     assert plan.appended_text == "only option"  # nothing may follow: the whole text is stable
     matcher.apply_jump_forward(plan)
     assert matcher.is_terminated() and matcher.find_jump_forward() is None
+
+
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_llama3_style_tokenizer() -> Tokenizer:
+    """Byte-level BPE behind Llama-3's pre-tokenizer regex (digits in runs of 1-3, one
+    punctuation character glued to the letters after it), trained on local text."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = [document for _, document in DOCUMENTS] * 30 + [PERSON, "Paris London Berlin 2024"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=["<|eos|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    return tokenizer
+
+
+def test_scripted_equivalence_with_a_llama3_style_pre_tokenizer():
+    tokenizer = build_llama3_style_tokenizer()
+    backend = GrammarBackend(tokenizer, eos_token_ids=[tokenizer.token_to_id("<|eos|>")])
+    try:
+        for spec, document in DOCUMENTS:
+            grammar = backend.compile(spec)
+            grammar.build_char_automaton()
+            target = tokenizer.encode(document).ids
+            eos_id = backend.vocab.eos_token_ids[0]
+            outputs = []
+            for enabled in (False, True):
+                matcher, steps = grammar.new_matcher(), 0
+                while not matcher.is_terminated():
+                    plan = matcher.find_jump_forward() if enabled else None
+                    if plan is not None:
+                        matcher.apply_jump_forward(plan)
+                        continue
+                    position = len(matcher.output_ids)
+                    assert list(matcher.output_ids) == target[:position]
+                    assert matcher.accept_token(
+                        target[position] if position < len(target) else eos_id
+                    )
+                    steps += 1
+                outputs.append((list(matcher.output_ids), steps))
+            assert outputs[0][0] == outputs[1][0] == target
+            assert outputs[1][1] < outputs[0][1]
+    finally:
+        backend.shutdown()
