@@ -251,7 +251,13 @@ def test_openai_completions_stream_and_stop(oai):
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     expected = full[: full.find(stop)]
     stream = oai.completions.create(
-        model="tiny", prompt="Tell me", max_tokens=12, temperature=0, stop=[stop], stream=True
+        model="tiny",
+        prompt="Tell me",
+        max_tokens=12,
+        temperature=0,
+        stop=[stop],
+        stream=True,
+        extra_body={"ignore_eos": True},  # as above: the same tokens up to the stop string
     )
     chunks = list(stream)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == expected
