@@ -190,3 +190,16 @@ def test_index_vocabulary_excludes_sentinel_lead_byte_tokens():
     after_a = automaton.next_state(automaton.initial_state, 1)
     assert automaton.is_accepting(after_a)
     assert automaton.next_state(after_a, 2) is None and automaton.next_state(after_a, 3) is None
+
+
+def test_top_level_number_schema_accepts_decimals():
+    pattern = ConstraintSpec.json_schema({"type": "number"}).to_regex()
+    automaton = compile_regex(pattern, VOCAB)
+    for text in ["1.5", "-1.5", "15.05", "0", "1e+5"]:
+        assert re.fullmatch(pattern, text)
+        for token_ids in tokenizations(text):
+            state = automaton.initial_state
+            for token_id in token_ids:
+                state = automaton.next_state(state, token_id)
+                assert state is not None, (text, token_ids)
+            assert automaton.is_accepting(state), text
