@@ -61,9 +61,10 @@ class CompileCache:
                 self._futures.move_to_end(key)
         if is_new:  # outside the lock: the callback runs at once if the compile already failed
             shared.add_done_callback(lambda done, key=key: self._forget_if_failed(key, done))
-        if timeout_s is None or shared.done():
+        if shared.done():
             return shared
-        return _with_timeout(shared, timeout_s, key)
+        # A per-request future: cancelling or timing it out never touches the shared compile.
+        return _request_future(shared, timeout_s, key)
 
     def run_in_background(self, fn: Callable[[], Any]) -> Future:
         """Runs `fn` on the compile pool (e.g. optional work after a compile)."""
@@ -83,29 +84,36 @@ class CompileCache:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _with_timeout(shared: Future, timeout_s: float, key: Hashable) -> Future:
+def _request_future(shared: Future, timeout_s: float | None, key: Hashable) -> Future:
     """A future mirroring `shared` that fails with CompileTimeoutError after `timeout_s`."""
     request_future: Future = Future()
-    request_future.set_running_or_notify_cancel()
+    timer = None
+    if timeout_s is not None:
 
-    def expire() -> None:
-        message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
-        _settle(request_future, error=CompileTimeoutError(message))
+        def expire() -> None:
+            message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
+            _settle(request_future, error=CompileTimeoutError(message))
 
-    timer = threading.Timer(timeout_s, expire)
-    timer.daemon = True
+        timer = threading.Timer(timeout_s, expire)
+        timer.daemon = True
+        timer.start()
 
     def mirror(done: Future) -> None:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
+        if done.cancelled():
+            request_future.cancel()
+            return
         error = done.exception()
         _settle(request_future, error=error, result=None if error else done.result())
 
-    timer.start()
     shared.add_done_callback(mirror)
     return request_future
 
 
 def _settle(future: Future, *, error: BaseException | None = None, result: Any = None) -> None:
+    if future.cancelled():  # the request gave up waiting
+        return
     try:
         if error is not None:
             future.set_exception(error)

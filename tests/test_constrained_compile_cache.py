@@ -175,3 +175,22 @@ def test_apply_token_bitmask_names_bad_arguments():
         apply_token_bitmask_(logits, allocate_token_bitmask(2, 64), torch.tensor([0.5]))
     with pytest.raises(ValueError, match="vocab_size"):
         allocate_token_bitmask(1, 0)
+
+
+def test_cancelling_one_request_leaves_the_shared_compile_running():
+    release = threading.Event()
+
+    def slow_compile(key):
+        release.wait(10)
+        return f"compiled {key}"
+
+    cache = CompileCache(slow_compile, max_workers=1)
+    try:
+        abandoned, waiting = cache.submit("k"), cache.submit("k")
+        assert abandoned is not waiting
+        assert abandoned.cancel()
+        release.set()
+        assert waiting.result(timeout=5) == "compiled k"
+    finally:
+        release.set()
+        cache.shutdown()
