@@ -69,17 +69,31 @@ def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
         max_probs = probs.max(dim=-1, keepdim=True).values
         probs = probs.masked_fill(probs < info.min_ps.unsqueeze(1) * max_probs, 0.0)
     if info.need_top_k_or_p:
-        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
-        ranks = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
-        drop = ranks >= info.top_ks.unsqueeze(1)
-        # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass
-        # before it already reaches top_p (the first token is always kept).
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        drop |= mass_before >= info.top_ps.unsqueeze(1) * sorted_probs.sum(-1, keepdim=True)
-        drop[:, 0] = False
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs)
+        vocab_size = probs.shape[1]
+        needs = ~info.greedy & ((info.top_ps < 1.0) | (info.top_ks < vocab_size))
+        rows = needs.nonzero().squeeze(1)  # host sync: sort only the rows that need it
+        if rows.numel() == probs.shape[0]:
+            return top_k_top_p(probs, info.top_ks, info.top_ps)
+        filtered = top_k_top_p(probs[rows], info.top_ks[rows], info.top_ps[rows])
+        probs = probs.index_copy(0, rows, filtered)
     return probs
+
+
+def top_k_top_p(
+    probs: torch.Tensor,  # [rows, vocab]
+    top_ks: torch.Tensor,  # [rows] int64
+    top_ps: torch.Tensor,  # [rows] float32
+) -> torch.Tensor:
+    """Keeps each row's top-k tokens, then the smallest prefix whose mass reaches top-p."""
+    sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
+    ranks = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
+    drop = ranks >= top_ks.unsqueeze(1)
+    # Drop a token when the mass before it already reaches top_p (the first is always kept).
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    drop |= mass_before >= top_ps.unsqueeze(1) * sorted_probs.sum(-1, keepdim=True)
+    drop[:, 0] = False
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs)
 
 
 def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
