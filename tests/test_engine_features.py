@@ -207,3 +207,21 @@ def test_constrained_outputs_follow_the_constraint(engine):
     with pytest.raises(ValueError, match="invalid constraint"):
         engine.generate("x", {"max_new_tokens": 3, "regex": "("})
     engine.check_integrity()
+
+
+def test_concurrent_callers_batch_together(engine):
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = [f"Concurrent prompt number {i}:" for i in range(6)]
+    params = {**GREEDY, "max_new_tokens": 6}
+    expected = [out["output_ids"] for out in engine.generate(prompts, params)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        threaded = list(pool.map(lambda p: engine.generate(p, params)["output_ids"], prompts))
+
+    async def gather():
+        results = await asyncio.gather(*(engine.async_generate(p, params) for p in prompts))
+        return [r["output_ids"] for r in results]
+
+    assert threaded == expected
+    assert asyncio.run(gather()) == expected
+    engine.check_integrity()
