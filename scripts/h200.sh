@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
-# `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: setup gpu-tests latency
-# offline. Logs and JSON go to $OUT (or ./h200_out).
+# `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
+# bench-latency bench-offline bench-gsp bench-hf. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -37,6 +37,62 @@ offline() {
     --output-json "$OUT/offline_256_512_256.json" 2>&1 | grep -v Warning | tail -14
 }
 
+MODEL=/tmp/llama-3.1-8b
+BENCH="python3 -m radixgen.runtime.bench.cli"
+
+bench_latency() {
+  log "bench latency 128/256 over batch sizes"
+  $BENCH latency --model-path $MODEL --load-format dummy --batch-sizes 1 8 32 64 128 256 \
+    --input-len 128 --output-len 256 --output-json "$OUT/latency_cuda_graphs.json" 2>&1 | grep '^{' | tail -8
+}
+
+bench_offline() {
+  for lens in "1000 1000" "200 200"; do
+    set -- $lens
+    log "bench offline 1000 x ($1 in / $2 out)"
+    $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
+      --random-input-len $1 --random-output-len $2 --output-json "$OUT/offline_1000_$1_$2.json" 2>&1 \
+      | grep -E "duration|throughput|successful" | tail -8
+  done
+}
+
+start_server() {  # $@: extra server flags
+  python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
+    --log-level warning "$@" >"$OUT/server_$$.log" 2>&1 &
+  SERVER_PID=$!
+  python3 - <<'PY'
+import time, httpx
+for _ in range(600):
+    try:
+        if httpx.get("http://127.0.0.1:30000/health", timeout=1).status_code == 200:
+            break
+    except Exception:
+        pass
+    time.sleep(0.5)
+else:
+    raise SystemExit("server did not become healthy")
+PY
+}
+
+stop_server() { kill -INT $SERVER_PID; wait $SERVER_PID 2>/dev/null; }
+
+bench_gsp() {
+  for mode in cache nocache; do
+    log "bench serving generated-shared-prefix (defaults), radix $mode"
+    if [ $mode = cache ]; then start_server; else start_server --disable-radix-cache; fi
+    $BENCH serving --base-url http://127.0.0.1:30000 --dataset generated-shared-prefix \
+      --output-json "$OUT/serving_gsp_$mode.json" 2>&1 \
+      | grep -E "duration|throughput|ttft|tpot|hit_rate|successful|failed" | tail -14
+    stop_server
+  done
+}
+
+bench_hf() {
+  log "bench hf: transformers generate, bf16 sdpa, 128/256"
+  $BENCH hf --model-path $MODEL --load-format dummy --batch-sizes 1 8 32 64 --input-len 128 \
+    --output-len 256 --output-json "$OUT/hf_peer.json" 2>&1 | grep '^{' | tail -6
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -44,6 +100,10 @@ for stage in "$@"; do
     gpu-tests) gpu_tests ;;
     latency) latency ;;
     offline) offline ;;
+    bench-latency) bench_latency ;;
+    bench-offline) bench_offline ;;
+    bench-gsp) bench_gsp ;;
+    bench-hf) bench_hf ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
