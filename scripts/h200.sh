@@ -37,7 +37,7 @@ offline() {
     --output-json "$OUT/offline_256_512_256.json" 2>&1 | grep -v Warning | tail -14
 }
 
-MODEL=/tmp/llama-3.1-8b
+MODEL=${MODEL:-/tmp/llama-3.1-8b}
 BENCH="python3 -m radixgen.runtime.bench.cli"
 
 bench_latency() {
