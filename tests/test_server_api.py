@@ -321,6 +321,7 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
         ("/v1/chat/completions", {"messages": []}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 0}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": -1}),
+        ("/v1/completions", {"prompt": "hi", "n": 10**6}),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}),
         (
             "/v1/chat/completions",

@@ -188,6 +188,12 @@ class TokenizerManager:
         if self.failure is not None:
             raise RequestError(self.failure, status_code=503)
         num_samples = request.sampling_params.n
+        if num_samples > self.max_samples_in_flight:
+            raise RequestError(
+                f"n={num_samples} exceeds what this server holds at once "
+                f"({self.max_samples_in_flight} sequences)",
+                param="n",
+            )
         if self.num_samples_in_flight + num_samples > self.max_samples_in_flight:
             self.metrics.requests.labels(outcome="rejected").inc()
             raise RequestError(
