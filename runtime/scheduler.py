@@ -34,6 +34,7 @@ from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo, set_min_token_bans
 from radixgen.runtime.schedule_batch import ScheduleBatch, last_token_rows
 from radixgen.runtime.schedule_policy import SchedulePolicy
+from radixgen.runtime.scheduler_counters import SchedulerCounters
 from radixgen.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -89,20 +90,7 @@ class Scheduler:
         self.jump_forward_reqs: list[Req] = []  # hold KV; their jumped tokens need an extend
         self.reqs_by_rid: dict[str, list[Req]] = {}
         self.pending_outputs: list[ReqOutput] = []
-        self.counters = dict.fromkeys(
-            (
-                "prompt_tokens",
-                "cached_tokens",
-                "generated_tokens",
-                "computed_prefill_tokens",
-                "forward_steps",
-                "retractions",
-                "finished_reqs",
-                "jump_forward_tokens",
-                "mixed_steps",
-            ),
-            0,
-        )
+        self.counters = SchedulerCounters()
 
     # ---- public interface ----------------------------------------------------------------
 
@@ -181,7 +169,7 @@ class Scheduler:
             return outputs
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
-        self.counters["forward_steps"] += 1
+        self.counters.forward_steps += 1
         if batch.mode == ForwardMode.EXTEND:
             if batch.mixed_decode_reqs:  # their rows follow the extend requests' rows
                 num_extend = len(batch.reqs)
@@ -219,32 +207,15 @@ class Scheduler:
         self.kv.check_integrity(live)
 
     def get_stats(self) -> SchedulerStats:
-        capacity = self.kv.capacity
-        free = self.kv.free_size()
-        cached = self.kv.tree.total_size()
-        counters = self.counters
-        return SchedulerStats(
+        return self.counters.to_stats(
             num_running_reqs=len(self.running.reqs)
             + len(self.jump_forward_reqs)
             + (1 if self.chunked_req else 0),
             num_queued_reqs=len(self.waiting),
-            kv_total_slots=capacity,
-            kv_free_slots=free,
-            kv_cached_slots=cached,
-            kv_used_slots=capacity - free - cached,
-            kv_usage=(capacity - free) / capacity,
-            cache_hit_rate=counters["cached_tokens"] / max(counters["prompt_tokens"], 1),
-            num_prompt_tokens=counters["prompt_tokens"],
-            num_cached_tokens=counters["cached_tokens"],
-            num_generated_tokens=counters["generated_tokens"],
-            num_computed_prefill_tokens=counters["computed_prefill_tokens"],
-            num_forward_steps=counters["forward_steps"],
-            num_retractions=counters["retractions"],
-            num_finished_reqs=counters["finished_reqs"],
-            max_total_tokens=capacity,
+            kv_total_slots=self.kv.capacity,
+            kv_free_slots=self.kv.free_size(),
+            kv_cached_slots=self.kv.tree.total_size(),
             context_length=self.context_length,
-            num_jump_forward_tokens=counters["jump_forward_tokens"],
-            num_mixed_steps=counters["mixed_steps"],
         )
 
     # ---- scheduling ------------------------------------------------------------------------
@@ -293,7 +264,7 @@ class Scheduler:
         needed = sum(batch.new_token_counts()) + len(self.running.reqs)
         if self.kv.available_size() >= needed:
             batch.mixed_decode_reqs = list(self.running.reqs)
-            self.counters["mixed_steps"] += 1
+            self.counters.mixed_steps += 1
 
     def _is_ready(self, req: Req) -> bool:
         gate = req.prefill_gate
@@ -336,12 +307,12 @@ class Scheduler:
             if not req.admitted_once:
                 req.admitted_once = True
                 req.cached_tokens = req.kv_committed_len
-                self.counters["prompt_tokens"] += len(req.origin_input_ids)
-                self.counters["cached_tokens"] += req.kv_committed_len
+                self.counters.prompt_tokens += len(req.origin_input_ids)
+                self.counters.cached_tokens += req.kv_committed_len
             if id(req) in jumped_ids:
-                self.counters["jump_forward_tokens"] += req.extend_input_len
+                self.counters.jump_forward_tokens += req.extend_input_len
             else:
-                self.counters["computed_prefill_tokens"] += req.extend_input_len
+                self.counters.computed_prefill_tokens += req.extend_input_len
         return ScheduleBatch(ForwardMode.EXTEND, list(adder.admitted))
 
     def _ensure_decode_slots(self) -> None:
@@ -374,7 +345,7 @@ class Scheduler:
             victim.input_top_logprobs.clear()
         victim.num_retractions += 1
         self.waiting.insert(0, victim)
-        self.counters["retractions"] += 1
+        self.counters.retractions += 1
         self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
         logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
 
@@ -442,7 +413,7 @@ class Scheduler:
         if want_logprobs:
             record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
         next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
-        self.counters["generated_tokens"] += len(next_ids)
+        self.counters.generated_tokens += len(next_ids)
         outputs = []
         for req, token_id in zip(reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
@@ -462,5 +433,5 @@ class Scheduler:
         siblings = self.reqs_by_rid.get(req.rid, [])
         if all(s.finished for s in siblings):
             self.reqs_by_rid.pop(req.rid, None)
-        self.counters["finished_reqs"] += 1
+        self.counters.finished_reqs += 1
         return make_req_output(req)

@@ -89,12 +89,12 @@ def run(server_args, num_prompts: int, input_len: int, output_len: int, seed: in
         num_output = 0
         start = time.perf_counter()
         while scheduler.has_work():
-            prefill_before = scheduler.counters["computed_prefill_tokens"]
+            prefill_before = scheduler.counters.computed_prefill_tokens
             step_start = time.perf_counter()
             outputs = scheduler.step()
             _sync(scheduler)
             # A step that computed prompt tokens was an extend step.
-            extended = scheduler.counters["computed_prefill_tokens"] > prefill_before
+            extended = scheduler.counters.computed_prefill_tokens > prefill_before
             mode = ForwardMode.EXTEND if extended else ForwardMode.DECODE
             step_times[mode] += time.perf_counter() - step_start
             step_counts[mode] += 1
