@@ -69,23 +69,45 @@ class CompiledGrammar:
     def vocab_size(self) -> int:
         return self.vocab.vocab_size
 
-    def token_mask(self, state: int):
+    def token_mask(self, state: int, guide=None):
         """The packed allowed-token row of `state` as a CPU int32 torch tensor [num_words].
 
-        Computed once per state (one numpy pass over the allowed ids, no Python loop over the
-        vocabulary) and cached: decoding revisits the same few states.
+        Computed once per state and cached: decoding revisits the same few states. With an
+        outlines-core `Guide` standing in `state`, the bits are written by Rust
+        (`Guide.write_mask_into`, ~10x faster on a broad state); otherwise the allowed ids are
+        packed with numpy. Neither loops over the vocabulary in Python.
         """
         mask = self._mask_by_state.get(state)
         if mask is None:
-            import torch
-
-            allowed = self.automaton.allowed_token_ids(state)
-            if self.automaton.is_accepting(state):
-                allowed = np.concatenate([allowed, self._eos_ids])
-            mask = torch.from_numpy(pack_token_bitmask(allowed, self.vocab_size))
+            if guide is not None and guide.get_state() == state:
+                mask = self._mask_from_guide(state, guide)
+            else:
+                mask = self._mask_from_index(state)
             with self._lock:
                 mask = self._mask_by_state.setdefault(state, mask)
         return mask
+
+    def _mask_from_index(self, state: int):
+        import torch
+
+        allowed = self.automaton.allowed_token_ids(state)
+        if self.automaton.is_accepting(state):
+            allowed = np.concatenate([allowed, self._eos_ids])
+        return torch.from_numpy(pack_token_bitmask(allowed, self.vocab_size))
+
+    def _mask_from_guide(self, state: int, guide):
+        import torch
+
+        num_words = bitmask_num_words(self.vocab_size)
+        # the index also knows the END pseudo-token (id vocab_size) and its own EOS (+1)
+        scratch = torch.zeros(bitmask_num_words(self.vocab_size + 2), dtype=torch.int32)
+        guide.write_mask_into(scratch.data_ptr(), scratch.numel(), scratch.element_size())
+        bits = scratch[:num_words].numpy().copy()  # [num_words]
+        if self.vocab_size % 32:  # clear the pseudo-token bits in the last, partial word
+            bits[-1] &= np.int32((1 << (self.vocab_size % 32)) - 1)
+        if self.automaton.is_accepting(state):
+            bits |= pack_token_bitmask(self._eos_ids, self.vocab_size)
+        return torch.from_numpy(bits)
 
     def is_terminal(self, state: int) -> bool:
         """Whether `state` is a complete match that no regular token can extend (cached)."""

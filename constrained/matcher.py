@@ -27,6 +27,8 @@ class Matcher:
         # extended lazily, only when jump-forward is asked for.
         self._char_checkpoints: list[tuple[int | None, bytes]] = []
         self._eos_accepted = False
+        # An outlines-core Guide kept in step with _states: it writes a new state's mask in Rust.
+        self._guide = self._new_guide()
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -47,7 +49,9 @@ class Matcher:
             )
         if not 0 <= row < bitmask.shape[0]:
             raise ValueError(f"row {row} is outside the bitmask's {bitmask.shape[0]} rows")
-        bitmask[row].copy_(self.grammar.token_mask(self._states[-1]), non_blocking=True)
+        bitmask[row].copy_(
+            self.grammar.token_mask(self._states[-1], self._guide), non_blocking=True
+        )
 
     def accept_token(self, token_id: int) -> bool:
         """Advances on the sampled token; False (and no change) if the token is not allowed."""
@@ -65,6 +69,7 @@ class Matcher:
             return False
         self._states.append(next_state)
         self._output_ids.append(token_id)
+        self._guide.advance(token_id, return_tokens=False)
         return True
 
     def is_accepting(self) -> bool:
@@ -108,8 +113,19 @@ class Matcher:
                 raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
         del self._states[keep + 1 :], self._output_ids[keep:]
         del self._char_checkpoints[keep + 1 :]
+        if plan.retract_tokens <= self._guide.get_allowed_rollback():
+            self._guide.rollback_state(plan.retract_tokens)
+        else:  # beyond the guide's history: replay the kept tokens into a fresh one
+            self._guide = self._new_guide()
+            for token_id in self._output_ids:
+                self._guide.advance(token_id, return_tokens=False)
         for token_id in plan.append_ids:
             self.accept_token(token_id)
+
+    def _new_guide(self):
+        import outlines_core
+
+        return outlines_core.Guide(self.grammar.automaton.index, max_rollback=64)
 
     def _char_state_at_end(self, chars: CharAutomaton) -> int | None:
         """The character-automaton state after the output; None if it ends inside a character."""

@@ -203,3 +203,22 @@ def test_top_level_number_schema_accepts_decimals():
                 state = automaton.next_state(state, token_id)
                 assert state is not None, (text, token_ids)
             assert automaton.is_accepting(state), text
+
+
+@pytest.mark.parametrize("padding", [0, 3, 32 - (len(VOCAB.token_bytes) + 1) % 32])
+def test_guide_written_masks_equal_numpy_packed_masks(padding):
+    vocab = TokenVocabulary(
+        dict(VOCAB.token_bytes), (EOS_ID,), len(VOCAB.token_bytes) + 1 + padding, "byte_level"
+    )
+    grammar = CompiledGrammar(automaton=compile_regex(RANDOM_WALK_PATTERNS[2], vocab), vocab=vocab)
+    generator = random.Random(padding)
+    matcher = grammar.new_matcher()
+    for _ in range(30):
+        state = matcher._states[-1]
+        from_guide = grammar._mask_from_guide(state, matcher._guide)
+        from_index = grammar._mask_from_index(state)
+        assert torch.equal(from_guide, from_index)
+        allowed = [t for t in unpack(from_index).tolist() if t != EOS_ID]
+        if not allowed:
+            break
+        assert matcher.accept_token(generator.choice(allowed))
