@@ -1,8 +1,9 @@
 """Incremental detokenization that never emits a broken character, with stop strings trimmed.
 
 Byte-level BPE splits multi-byte UTF-8 characters across tokens; decoding a prefix of such a
-split yields U+FFFD. We decode a short window of recent tokens and hold back any text that
-ends in U+FFFD until the following tokens complete it. Text that could be the start of a
+split yields U+FFFD. We decode a short window of recent tokens and hold back a trailing
+U+FFFD until the following tokens complete it (an invalid byte stays U+FFFD for good and is
+emitted once text follows it). Text that could be the start of a
 stop string is also held back, so streamed text is never retracted when the stop string
 completes; once a stop string appears, the text is cut right before it.
 
@@ -69,6 +70,8 @@ class IncrementalDetokenizer:
         self.prefix_offset = 0
         self.read_offset = len(context)
         self.decoded_text = ""  # all output text decoded so far (stop strings not trimmed)
+        # Text of the open window (ids[read_offset:]) already added to decoded_text.
+        self.window_decoded_len = 0
         self.emitted_len = 0  # how much of the output text was handed out
         self.stopped_at: int | None = None  # text position of the matched stop string
         self.matched_stop: str | None = None
@@ -99,12 +102,17 @@ class IncrementalDetokenizer:
     def _decode_new_text(self, flush: bool) -> None:
         prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
         window_text = self._decode(self.ids[self.prefix_offset :])
-        if len(window_text) <= len(prefix_text) and not flush:
+        new_text = window_text[len(prefix_text) :]
+        if new_text.endswith(REPLACEMENT_CHAR) and not flush:
+            # Only the last U+FFFD can still become a character (UTF-8 decoding replaces an
+            # incomplete tail with exactly one U+FFFD; earlier ones are invalid bytes for
+            # good): keep the text before it, and this window open for the missing bytes.
+            stable = new_text[:-1]
+            self.decoded_text += stable[self.window_decoded_len :]
+            self.window_decoded_len = max(self.window_decoded_len, len(stable))
             return
-        if window_text.endswith(REPLACEMENT_CHAR) and not flush:
-            # A multi-byte character is still incomplete: wait for its remaining bytes.
-            return
-        self.decoded_text += window_text[len(prefix_text) :]
+        self.decoded_text += new_text[self.window_decoded_len :]
+        self.window_decoded_len = 0
         self.prefix_offset = self.read_offset
         self.read_offset = len(self.ids)
 

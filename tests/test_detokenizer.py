@@ -74,3 +74,14 @@ def test_helpers():
     assert find_stop("one", ["x"]) is None
     assert partial_stop_suffix_len("hello wor", ["world", "xx"]) == 3
     assert partial_stop_suffix_len("hello", ["xyz"]) == 0
+
+
+def test_invalid_bytes_do_not_stall_the_stream(tokenizer):
+    # A lone continuation byte is invalid for good; the text after it streams normally.
+    lone = next(i for i in range(tokenizer.vocab_size) if tokenizer.decode([i]) == "\ufffd")
+    ids = [lone] + tokenizer.encode(" and then some words")
+    detok = IncrementalDetokenizer(tokenizer)
+    deltas = [detok.add_tokens([i]) for i in ids]
+    assert deltas[0] == ""  # the lone byte might still start a character
+    assert "".join(deltas) == tokenizer.decode(ids)  # all streamed before finishing
+    assert detok.add_tokens([], finished=True) == ""
