@@ -136,6 +136,7 @@ class Scheduler:
                 error = self.grammar.start_compile(req)
                 if error is not None:
                     for failed in reqs:
+                        self.grammar.forget(failed)
                         self.pending_outputs.append(make_error_output(request, failed.index, error))
                     return
         if len(reqs) > 1 and not self.kv.tree.disabled:
