@@ -38,7 +38,7 @@ offline() {
 }
 
 MODEL=${MODEL:-/tmp/llama-3.1-8b}
-BENCH="python3 -m radixgen.runtime.bench.cli"
+BENCH="timeout ${STAGE_TIMEOUT:-330} python3 -m radixgen.runtime.bench.cli"
 
 bench_latency() {
   log "bench latency 128/256 over batch sizes"
