@@ -69,16 +69,13 @@ def test_greedy_matches_transformers(tiny_model_path, reference):
     engine, outputs = reference
     model = transformers.LlamaForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     model.eval()
-    for row in (0, 5):  # greedy rows without penalties
+    for row in (0, 2):  # the greedy rows without penalties
         ids = torch.tensor([engine.tokenizer.encode(PROMPTS[row])])
         with torch.no_grad():
             for _ in range(NUM_NEW):
                 next_id = model(ids).logits[0, -1].argmax()
                 ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
-        expected = ids[0, -NUM_NEW:].tolist()
-        if row == 5:
-            continue  # row 5 has a presence penalty; checked for consistency only
-        assert outputs[row] == expected
+        assert outputs[row] == ids[0, -NUM_NEW:].tolist()
 
 
 def test_one_by_one_equals_batched(reference):
