@@ -35,11 +35,16 @@ class ResultChannel:
         else:
             self._queue = asyncio.Queue()
 
-    def put(self, item: ReqOutput | BaseException) -> None:
+    def put(self, item: ReqOutput | BaseException) -> bool:
+        """Delivers `item`; False if the receiving event loop is gone (nobody listens)."""
         if self.loop is None:
             self._queue.put(item)
-        else:
+            return True
+        try:
             self.loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop was closed
+            return False
+        return True
 
     def get(self) -> ReqOutput:
         item = self._queue.get()
@@ -136,7 +141,8 @@ class SchedulerThread:
             channel = self._channels.get(output.rid)
             if channel is None:
                 continue
-            channel.put(output)
+            if not channel.put(output):
+                self.scheduler.abort_request(output.rid)  # its caller is gone: free the KV
             if output.finished:
                 self._unfinished_samples[output.rid] -= 1
                 if self._unfinished_samples[output.rid] <= 0:  # every sample is done
