@@ -294,6 +294,12 @@ class Scheduler:
             for req in self.policy.order(ready, time.monotonic()):
                 if len(self.running.reqs) + len(adder.admitted) >= max_running:
                     break
+                if adder.admitted and (
+                    req.wants_input_logprobs != adder.admitted[0].wants_input_logprobs
+                ):
+                    # Prompt logprobs need every token's logits: keep such batches apart so
+                    # the others still get last-token logits only.
+                    continue
                 if adder.add(req) == AddResult.BUDGET_FULL:
                     break
         if not adder.admitted:
