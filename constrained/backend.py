@@ -33,6 +33,9 @@ class GrammarBackend:
         cache_dir: if set, compiled indexes are also stored there and reused across restarts.
         max_workers: concurrent compilations.
         jump_forward: whether matchers may propose jump-forwards.
+        char_fsm_timeout_s: budget of the background character-automaton build (a separate
+            process, so its pure-Python work never holds this process's GIL); past it, that
+            grammar simply has no jump-forward.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class GrammarBackend:
         cache_dir: str | Path | None = None,
         max_workers: int = 2,
         jump_forward: bool = True,
+        char_fsm_timeout_s: float = 120.0,
     ) -> None:
         if isinstance(tokenizer, TokenVocabulary):  # bytes only: no re-tokenising, no jump-forward
             self.vocab, jump_forward = tokenizer, False
@@ -56,6 +60,7 @@ class GrammarBackend:
             )
         self._boundary_tokenizer = BoundaryTokenizer(tokenizer) if jump_forward else None
         self._index_vocabulary = build_index_vocabulary(self.vocab)
+        self._char_fsm_timeout_s = char_fsm_timeout_s
         self._disk_cache = DiskCache(cache_dir) if cache_dir is not None else None
         self._cache = CompileCache(
             self._compile_key, max_entries=cache_size, max_workers=max_workers
@@ -97,5 +102,7 @@ class GrammarBackend:
         )
         if self._boundary_tokenizer is not None:
             # Masks work without it; jump-forward starts once this background build finishes.
-            self._cache.run_in_background(grammar.build_char_automaton)
+            self._cache.run_in_background(
+                lambda: grammar.build_char_automaton(subprocess_timeout_s=self._char_fsm_timeout_s)
+            )
         return grammar

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from radixgen.constrained.char_automaton import CharAutomaton
-from radixgen.constrained.regex_index import TokenAutomaton, regex_char_fsm
+from radixgen.constrained.regex_index import TokenAutomaton
 from radixgen.constrained.retokenize import BoundaryTokenizer
 from radixgen.constrained.vocabulary import TokenVocabulary
 
@@ -50,19 +50,38 @@ class CompiledGrammar:
     char_automaton: CharAutomaton | None = field(default=None, init=False)
     _mask_by_state: dict = field(default_factory=dict, repr=False)
     _terminal_by_state: dict = field(default_factory=dict, repr=False)
+    _char_automaton_failed: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self._eos_ids = np.asarray(self.vocab.eos_token_ids, dtype=np.int64)
 
-    def build_char_automaton(self) -> CharAutomaton | None:
-        """Builds (once) the character automaton jump-forward needs; None if it cannot be built
-        or jump-forward is disabled. Safe to call from several threads."""
+    def build_char_automaton(self, *, subprocess_timeout_s: float | None = None):
+        """Builds (once) the character automaton jump-forward needs.
+
+        Args:
+            subprocess_timeout_s: if set, interegular runs in a separate process killed after
+                this many seconds (then jump-forward stays off for this grammar); otherwise it
+                runs in this thread.
+
+        Returns the automaton, or None when jump-forward is disabled or the build failed.
+        """
+        from radixgen.constrained import char_fsm_worker
+
         if self.boundary_tokenizer is None:
             return None
         with self._lock:
-            if self.char_automaton is None:
-                self.char_automaton = CharAutomaton(regex_char_fsm(self.automaton.pattern))
+            if self.char_automaton is None and not self._char_automaton_failed:
+                try:
+                    if subprocess_timeout_s is None:
+                        table = char_fsm_worker.build_char_fsm_table(self.automaton.pattern)
+                    else:
+                        table = char_fsm_worker.build_char_fsm_table_in_subprocess(
+                            self.automaton.pattern, timeout_s=subprocess_timeout_s
+                        )
+                    self.char_automaton = CharAutomaton(table)
+                except Exception:  # jump-forward is an optimisation: sample instead
+                    self._char_automaton_failed = True
         return self.char_automaton
 
     @property

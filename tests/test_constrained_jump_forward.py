@@ -223,3 +223,38 @@ def test_scripted_equivalence_with_a_llama3_style_pre_tokenizer():
             assert outputs[1][1] < outputs[0][1]
     finally:
         backend.shutdown()
+
+
+def test_char_automaton_built_in_a_subprocess_matches_and_times_out_cleanly():
+    from radixgen.constrained import CompiledGrammar
+
+    compiled = BACKEND.compile(ConstraintSpec.regex(r'\{"count": [0-9]+, "unit": "(kg|g)"\}'))
+
+    def fresh_grammar():
+        return CompiledGrammar(
+            automaton=compiled.automaton,
+            vocab=compiled.vocab,
+            boundary_tokenizer=compiled.boundary_tokenizer,
+        )
+
+    in_thread = fresh_grammar().build_char_automaton()
+    in_subprocess = fresh_grammar().build_char_automaton(subprocess_timeout_s=60)
+    for chars in (in_thread, in_subprocess):
+        assert chars.forced_text(chars.initial_state) == '{"count": '
+    for prefix in [
+        '{"count": 1',
+        '{"count": 12, ',
+        '{"count": 1, "unit": "k',
+        '{"count": 1, "unit": "g"}',
+    ]:
+        states = [
+            chars.step_text(chars.initial_state, prefix) for chars in (in_thread, in_subprocess)
+        ]
+        assert in_thread.forced_text(states[0]) == in_subprocess.forced_text(states[1])
+        assert in_thread.is_accepting(states[0]) == in_subprocess.is_accepting(states[1])
+
+    too_slow = fresh_grammar()
+    assert too_slow.build_char_automaton(subprocess_timeout_s=0.001) is None
+    matcher = too_slow.new_matcher()
+    assert matcher.find_jump_forward() is None  # no jump-forward, masks unaffected
+    assert matcher.accept_token(TOKENIZER.token_to_id('{"'))
