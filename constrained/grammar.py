@@ -51,7 +51,9 @@ class CompiledGrammar:
     _mask_by_state: dict = field(default_factory=dict, repr=False)
     _terminal_by_state: dict = field(default_factory=dict, repr=False)
     _char_automaton_failed: bool = field(default=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _mask_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Separate: the char automaton build may take seconds and must never delay a mask.
+    _char_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self._eos_ids = np.asarray(self.vocab.eos_token_ids, dtype=np.int64)
@@ -70,7 +72,7 @@ class CompiledGrammar:
 
         if self.boundary_tokenizer is None:
             return None
-        with self._lock:
+        with self._char_lock:
             if self.char_automaton is None and not self._char_automaton_failed:
                 try:
                     if subprocess_timeout_s is None:
@@ -102,7 +104,7 @@ class CompiledGrammar:
                 mask = self._mask_from_guide(state, guide)
             else:
                 mask = self._mask_from_index(state)
-            with self._lock:
+            with self._mask_lock:
                 mask = self._mask_by_state.setdefault(state, mask)
         return mask
 
