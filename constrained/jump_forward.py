@@ -76,12 +76,11 @@ def plan_jump_forward(
     forced = chars.forced_text(char_state)
     if not forced or tokenizer is None:
         return None
-    window_start = max(0, len(output_ids) - MAX_WINDOW_TOKENS)
-    window_ids = output_ids[window_start:]
-    try:
-        emitted = vocab.decode(window_ids).decode("utf-8")
-    except UnicodeDecodeError:  # the window starts inside a character
+    window_start = _window_start(output_ids, vocab, tokenizer)
+    if window_start is None:
         return None
+    window_ids = output_ids[window_start:]
+    emitted = vocab.decode(window_ids).decode("utf-8")
     text = emitted + forced
     text_bytes = text.encode()
     ids = tokenizer.encode(text)
@@ -95,8 +94,6 @@ def plan_jump_forward(
         text, ids, token_ends, chars.step_text(char_state, forced), chars, tokenizer
     )
     kept = _common_prefix_length(ids[:stable_length], window_ids)
-    if window_start > 0 and kept == 0:
-        return None  # the window does not start at a boundary the tokenizer agrees with
     emitted_length = len(emitted.encode())
     stable_end = token_ends[stable_length - 1] if stable_length else 0
     if stable_end <= emitted_length:
@@ -113,6 +110,30 @@ def plan_jump_forward(
         append_ids=tuple(append_ids),
         appended_text=text_bytes[emitted_length:stable_end].decode("utf-8"),
     )
+
+
+def _window_start(output_ids: list[int], vocab, tokenizer: BoundaryTokenizer) -> int | None:
+    """Where re-tokenisation starts: the whole output if short, else the first token within the
+    last MAX_WINDOW_TOKENS that starts a pre-token (so the tokenizer sees a natural start)."""
+    if len(output_ids) <= MAX_WINDOW_TOKENS:
+        return 0
+    first = len(output_ids) - MAX_WINDOW_TOKENS
+    token_starts = list(
+        accumulate((len(vocab.token_bytes[t]) for t in output_ids[first:]), initial=0)
+    )
+    try:
+        emitted = vocab.decode(output_ids[first:]).decode("utf-8")
+    except UnicodeDecodeError:  # the window starts inside a character
+        return None
+    starts = tokenizer.pre_token_starts(emitted)
+    if starts is None:
+        return None
+    char_to_byte = list(accumulate((len(c.encode()) for c in emitted), initial=0))
+    pre_token_byte_starts = {char_to_byte[s] for s in starts if s > 0}
+    for index, byte_start in enumerate(token_starts[1:-1], start=1):
+        if byte_start in pre_token_byte_starts:
+            return first + index
+    return None
 
 
 def _stable_token_count(

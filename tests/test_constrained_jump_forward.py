@@ -34,6 +34,14 @@ DOCUMENTS = [
         '{"emoji": "😀", "values": [12345, -7, 0]}',
     ),
     (ConstraintSpec.regex(r'[{\[]"identifier": (true|false)[}\]]'), '["identifier": false]'),
+    (  # longer than the 64-token re-tokenisation window
+        ConstraintSpec.regex(r'\[(\{"id": [0-9]{1,3}, "label": "[a-z]{1,9}"\}(, )?){1,20}\]'),
+        "["
+        + ", ".join(
+            f'{{"id": {7 * i}, "label": "{"abcdefghijk"[i % 5 : i % 5 + 4]}"}}' for i in range(14)
+        )
+        + "]",
+    ),
 ]
 
 

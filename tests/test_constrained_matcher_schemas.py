@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 
 from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_bitmask
 
+MAX_SAMPLE_STEPS = 120
 TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
 SCHEMAS = [
     {
@@ -49,7 +50,7 @@ def sample(grammar, generator: random.Random, *, jump_forward: bool) -> bytes:
     matcher = grammar.new_matcher()
     bitmask = allocate_token_bitmask(2, grammar.vocab_size)
     eos_ids = set(grammar.vocab.eos_token_ids)
-    for _ in range(120):
+    for _ in range(MAX_SAMPLE_STEPS):
         if matcher.is_terminated():
             break
         plan = matcher.find_jump_forward() if jump_forward else None
@@ -67,7 +68,7 @@ def sample(grammar, generator: random.Random, *, jump_forward: bool) -> bytes:
             assert matcher.accept_token(allowed_eos[0])
             break
         assert matcher.accept_token(generator.choice(regular))
-    assert matcher.is_terminated(), "did not finish within 120 steps"
+    assert matcher.is_terminated(), "did not finish within MAX_SAMPLE_STEPS steps"
     return grammar.vocab.decode(list(matcher.output_ids))
 
 
