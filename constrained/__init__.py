@@ -8,12 +8,11 @@ from radixgen.constrained.compile_cache import CompileTimeoutError as CompileTim
 from radixgen.constrained.constraint_spec import ConstraintSpec as ConstraintSpec
 from radixgen.constrained.constraint_spec import escape_regex_literal as escape_regex_literal
 from radixgen.constrained.grammar import CompiledGrammar as CompiledGrammar
+from radixgen.constrained.json_schema import json_schema_to_regex as json_schema_to_regex
 from radixgen.constrained.jump_forward import JumpForward as JumpForward
 from radixgen.constrained.matcher import Matcher as Matcher
 from radixgen.constrained.regex_index import RegexError as RegexError
 from radixgen.constrained.regex_index import compile_regex as compile_regex
+from radixgen.constrained.unsupported import UnsupportedSchemaError as UnsupportedSchemaError
 from radixgen.constrained.vocabulary import TokenVocabulary as TokenVocabulary
 from radixgen.constrained.vocabulary import load_vocabulary as load_vocabulary
-
-from radixgen.constrained.json_schema import json_schema_to_regex as json_schema_to_regex
-from radixgen.constrained.unsupported import UnsupportedSchemaError as UnsupportedSchemaError
