@@ -4,6 +4,7 @@ conditions, prompt logprobs, streaming and abort, and argument validation."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -193,12 +194,20 @@ def test_constrained_outputs_follow_the_constraint(engine):
     jumped_before = engine.get_stats()["num_jump_forward_tokens"]
     outs = engine.generate(
         ["Person:", "Someone else:"],
-        {"max_new_tokens": 40, "temperature": 1.0, "seed": 1, "json_schema": schema},
+        {"max_new_tokens": 64, "temperature": 1.0, "seed": 1, "json_schema": schema},
     )
     for out in outs:
         jsonschema.validate(json.loads(out["text"]), schema)
         assert out["meta_info"]["finish_reason"]["type"] == "stop"
-    # Forced text (keys, punctuation) was appended by jump-forward, not sampled.
+    # Forced text (keys, punctuation) is appended by jump-forward, not sampled, once the
+    # constraint's character automaton (built in the background) is ready.
+    for _attempt in range(40):
+        out = engine.generate("Person:", {"max_new_tokens": 64, "temperature": 1.0, "seed": 2,
+                                          "json_schema": schema})  # fmt: skip
+        jsonschema.validate(json.loads(out["text"]), schema)
+        if engine.get_stats()["num_jump_forward_tokens"] > jumped_before:
+            break
+        time.sleep(0.25)
     assert engine.get_stats()["num_jump_forward_tokens"] > jumped_before
     choices = engine.generate(
         "Pick one:", {"max_new_tokens": 8, "temperature": 1.0, "n": 3, "choices": ["red", "blue"]}
