@@ -9,8 +9,10 @@ the compilation itself runs on and still fills the cache.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import pickle
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +43,7 @@ class CompileCache:
         self._futures: OrderedDict[Hashable, Future] = OrderedDict()
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="grammar-compile")
+        self._deadlines = _DeadlineWatcher()
 
     def submit(self, key: Hashable, timeout_s: float | None = None) -> Future:
         """A future of the compiled `key`: cached, shared with concurrent requests.
@@ -64,7 +67,7 @@ class CompileCache:
         if shared.done():
             return shared
         # A per-request future: cancelling or timing it out never touches the shared compile.
-        return _request_future(shared, timeout_s, key)
+        return _request_future(shared, timeout_s, key, self._deadlines)
 
     def run_in_background(self, fn: Callable[[], Any]) -> Future:
         """Runs `fn` on the compile pool (e.g. optional work after a compile)."""
@@ -84,23 +87,53 @@ class CompileCache:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _request_future(shared: Future, timeout_s: float | None, key: Hashable) -> Future:
+class _DeadlineWatcher:
+    """One daemon thread that fails request futures whose deadline passed (not a thread per
+    request: a burst of requests waiting on one big schema stays cheap)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Future, str]] = []
+        self._condition = threading.Condition()
+        self._sequence = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, future: Future, timeout_s: float, message: str) -> None:
+        with self._condition:
+            self._sequence += 1
+            deadline = time.monotonic() + timeout_s
+            heapq.heappush(self._heap, (deadline, self._sequence, future, message))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="grammar-compile-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._heap:
+                    self._condition.wait()
+                deadline, _, future, message = self._heap[0]
+                wait_s = deadline - time.monotonic()
+                if wait_s > 0:
+                    self._condition.wait(wait_s)
+                    continue
+                heapq.heappop(self._heap)
+            if not future.done():
+                _settle(future, error=CompileTimeoutError(message))
+
+
+def _request_future(
+    shared: Future, timeout_s: float | None, key: Hashable, watcher: _DeadlineWatcher
+) -> Future:
     """A future mirroring `shared` that fails with CompileTimeoutError after `timeout_s`."""
     request_future: Future = Future()
-    timer = None
     if timeout_s is not None:
-
-        def expire() -> None:
-            message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
-            _settle(request_future, error=CompileTimeoutError(message))
-
-        timer = threading.Timer(timeout_s, expire)
-        timer.daemon = True
-        timer.start()
+        message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
+        watcher.add(request_future, timeout_s, message)
 
     def mirror(done: Future) -> None:
-        if timer is not None:
-            timer.cancel()
         if done.cancelled():
             request_future.cancel()
             return

@@ -194,3 +194,18 @@ def test_cancelling_one_request_leaves_the_shared_compile_running():
     finally:
         release.set()
         cache.shutdown()
+
+
+def test_many_waiting_requests_time_out_without_a_thread_each():
+    release = threading.Event()
+    cache = CompileCache(lambda key: release.wait(10), max_workers=1)
+    try:
+        threads_before = threading.active_count()
+        futures = [cache.submit("big schema", timeout_s=0.01 * (i % 10 + 1)) for i in range(50)]
+        assert threading.active_count() <= threads_before + 2  # a worker and one watcher
+        for future in futures:
+            with pytest.raises(CompileTimeoutError):
+                future.result(timeout=5)
+    finally:
+        release.set()
+        cache.shutdown()
