@@ -83,7 +83,7 @@ class Engine:
             if is_batch or requests[0].sampling_params.n != 1:
                 raise ValueError("stream=True takes a single prompt with n=1")
             return self._stream_sync(requests[0])
-        submitted = [self._submit(request, None) for request in requests]
+        submitted = self._submit_batch(requests, stream=False)
         results = []
         try:
             for channel, samples in submitted:
@@ -130,7 +130,7 @@ class Engine:
     async def _generate_async(self, request: TokenizedGenerateReq) -> dict | list[dict]:
         import asyncio
 
-        channel, samples = self._submit(request, asyncio.get_running_loop())
+        channel, samples = self._submit(request, asyncio.get_running_loop(), stream=False)
         try:
             await self._collect_async(channel, samples)
         except asyncio.CancelledError:
@@ -255,7 +255,27 @@ class Engine:
             requests.append(request)
         return requests, is_batch
 
-    def _submit(self, request: TokenizedGenerateReq, loop) -> tuple[ResultChannel, list]:
+    def _submit(
+        self, request: TokenizedGenerateReq, loop, stream: bool = True
+    ) -> tuple[ResultChannel, list]:
+        channel, samples = self._make_channel(request, loop, stream)
+        self._loop.submit(request, channel)
+        return channel, samples
+
+    def _submit_batch(
+        self, requests: list[TokenizedGenerateReq], stream: bool
+    ) -> list[tuple[ResultChannel, list]]:
+        """Submits all requests as one inbox item, so the scheduler sees the whole batch at
+        once (its first extend batch is full, not whatever arrived first)."""
+        submitted = [self._make_channel(request, None, stream) for request in requests]
+        self._loop.submit_many(
+            [(request, channel) for request, (channel, _) in zip(requests, submitted, strict=True)]
+        )
+        return submitted
+
+    def _make_channel(
+        self, request: TokenizedGenerateReq, loop, stream: bool
+    ) -> tuple[ResultChannel, list]:
         params = request.sampling_params
         samples = [
             OutputAccumulator(
@@ -267,12 +287,11 @@ class Engine:
                 stop_strings=params.stop_strings,
                 return_logprob=request.return_logprob,
                 top_logprobs_num=request.top_logprobs_num,
+                stream=stream,
             )
             for index in range(params.n)
         ]
-        channel = ResultChannel(loop)
-        self._loop.submit(request, channel)
-        return channel, samples
+        return ResultChannel(loop), samples
 
     @staticmethod
     def _collect(channel: ResultChannel, samples: list[OutputAccumulator]) -> None:

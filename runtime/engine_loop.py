@@ -74,6 +74,11 @@ class SchedulerThread:
         self._check_alive()
         self._inbox.put(("add", request, channel))
 
+    def submit_many(self, items: list[tuple[TokenizedGenerateReq, ResultChannel]]) -> None:
+        """Submits several requests as one inbox item (one scheduler wake-up)."""
+        self._check_alive()
+        self._inbox.put(("add_many", items, None))
+
     def abort(self, rid: str) -> None:
         self._inbox.put(("abort", rid, None))
 
@@ -124,10 +129,10 @@ class SchedulerThread:
 
     def _handle(self, kind: str, payload: Any, extra: Any) -> None:
         if kind == "add":
-            self._channels[payload.rid] = extra
-            n = payload.sampling_params.n
-            self._unfinished_samples[payload.rid] = n if isinstance(n, int) and n > 0 else 1
-            self.scheduler.add_request(payload)
+            self._add(payload, extra)
+        elif kind == "add_many":
+            for request, channel in payload:
+                self._add(request, channel)
         elif kind == "abort":
             self.scheduler.abort_request(payload)
         elif kind == "call":
@@ -135,6 +140,12 @@ class SchedulerThread:
                 extra.set_result(payload(self.scheduler))
             except Exception as error:
                 extra.set_exception(error)
+
+    def _add(self, request: TokenizedGenerateReq, channel: ResultChannel) -> None:
+        self._channels[request.rid] = channel
+        n = request.sampling_params.n
+        self._unfinished_samples[request.rid] = n if isinstance(n, int) and n > 0 else 1
+        self.scheduler.add_request(request)
 
     def _dispatch(self, outputs: list[ReqOutput]) -> None:
         for output in outputs:
@@ -151,10 +162,13 @@ class SchedulerThread:
     def _fail_pending_calls(self, error: BaseException) -> None:
         while True:
             try:
-                kind, _payload, extra = self._inbox.get_nowait()
+                kind, payload, extra = self._inbox.get_nowait()
             except queue.Empty:
                 return
             if kind == "call":
                 extra.set_exception(RuntimeError(f"the engine's scheduler failed: {error!r}"))
             elif kind == "add":
                 extra.put(RuntimeError(f"the engine's scheduler failed: {error!r}"))
+            elif kind == "add_many":
+                for _request, channel in payload:
+                    channel.put(RuntimeError(f"the engine's scheduler failed: {error!r}"))

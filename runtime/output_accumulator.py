@@ -27,6 +27,7 @@ class OutputAccumulator:
         stop_strings: list[str],
         return_logprob: bool,
         top_logprobs_num: int,
+        stream: bool = True,
     ):
         self.rid = rid
         self.index = index
@@ -36,6 +37,11 @@ class OutputAccumulator:
             skip_special_tokens=skip_special_tokens,
             stop_strings=stop_strings,
         )
+        # Without streaming nobody reads the deltas: the text is decoded once, at the end.
+        # Decoding every token as it arrives costs two tokenizer calls per token on the
+        # caller's thread, which competes for the GIL with the scheduler thread.
+        self.stream = stream
+        self.undecoded_ids: list[int] = []
         self.return_logprob = return_logprob
         self.top_logprobs_num = top_logprobs_num
         self.output_ids: list[int] = []
@@ -47,7 +53,8 @@ class OutputAccumulator:
         self.output_top_logprobs: list = []
 
     def add(self, output: ReqOutput) -> str:
-        """Folds in one output; returns the newly decoded text (the stream delta)."""
+        """Folds in one output; returns the newly decoded text (the stream delta; always ""
+        without streaming until the output finishes)."""
         self.output_ids += output.new_token_ids
         self.finished = output.finished
         self.last = output
@@ -56,7 +63,13 @@ class OutputAccumulator:
             self.input_top_logprobs = list(output.input_top_logprobs or [])
         self.output_token_logprobs += output.output_token_logprobs or []
         self.output_top_logprobs += output.output_top_logprobs or []
-        return self.detokenizer.add_tokens(output.new_token_ids, finished=output.finished)
+        if self.stream:
+            return self.detokenizer.add_tokens(output.new_token_ids, finished=output.finished)
+        self.undecoded_ids += output.new_token_ids
+        if not output.finished:
+            return ""
+        new_ids, self.undecoded_ids = self.undecoded_ids, []
+        return self.detokenizer.add_tokens(new_ids, finished=True)
 
     @property
     def text(self) -> str:
