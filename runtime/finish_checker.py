@@ -50,3 +50,23 @@ def check_finished(req: Req, new_token_ids: list[int], context_length: int) -> N
         req.finish_reason = {"type": "length", "length": params.max_new_tokens}
     elif req.seqlen >= context_length:
         req.finish_reason = {"type": "length", "length": num_output}
+
+
+def fast_finish_check(req: Req, token_id: int, context_length: int) -> bool:
+    """True when `token_id` (just appended) certainly does not end req, decided cheaply.
+
+    Covers requests without stop strings and past min_new_tokens whose token is no EOS or
+    stop id and that are below both length limits; anything else returns False and goes
+    through `check_finished`. Called once per request per decode step.
+    """
+    params = req.sampling_params
+    if req.stop_checker is not None or params.stop_token_ids:
+        return False
+    if not params.ignore_eos and token_id in req.eos_token_ids:
+        return False
+    num_output = len(req.output_ids)
+    return (
+        num_output < params.max_new_tokens
+        and num_output >= params.min_new_tokens
+        and len(req.origin_input_ids) + num_output < context_length
+    )

@@ -119,7 +119,8 @@ class Sampler:
         self,
         logits: torch.Tensor,  # [batch, vocab] float32
         info: SamplingBatchInfo,
-        steps: torch.Tensor,  # [batch] int64, each row's output length so far
+        steps: torch.Tensor | None,  # [batch] int64, each row's output length so far
+        # (None allowed when every row is greedy: no random number is drawn)
         return_logprobs: bool = False,
     ) -> SampleOutput:
         logits = logits.float()
@@ -141,6 +142,8 @@ class Sampler:
         greedy_ids = processed.argmax(dim=-1)
         if info.all_greedy:
             return SampleOutput(next_token_ids=greedy_ids, logprobs=logprobs)
+        if steps is None:
+            raise ValueError("steps is required when some row samples (not greedy)")
         probs = torch.softmax(processed / info.temperatures, dim=-1)
         probs = filter_probs(probs, info)
         sampled_ids = sample_inverse_cdf(probs, counter_uniform(info.seeds, steps))

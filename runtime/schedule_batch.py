@@ -57,11 +57,15 @@ class ScheduleBatch:
             raise RuntimeError(
                 f"out of KV slots for {sum(counts)} tokens; admission or retraction is wrong"
             )
-        input_ids = []
         reqs = self.forward_reqs
-        for req, count in zip(reqs, counts, strict=True):
-            start = req.kv_committed_len
-            input_ids.append(req.fill_slice(start, start + count))
+        if self.mode == ForwardMode.DECODE:
+            # The one new token of a decoding request is its last output token.
+            input_ids = [req.output_ids[-1:] for req in reqs]
+        else:
+            input_ids = [
+                req.fill_slice(req.kv_committed_len, req.kv_committed_len + count)
+                for req, count in zip(reqs, counts, strict=True)
+            ]
         return runner.build_forward_batch(
             mode=self.mode,
             input_ids=input_ids,

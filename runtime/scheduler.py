@@ -20,7 +20,11 @@ from typing import Any
 import torch
 
 from radixgen.radix_cache.radix_cache import RadixCache
-from radixgen.runtime.finish_checker import check_finished, make_stop_checker
+from radixgen.runtime.finish_checker import (
+    check_finished,
+    fast_finish_check,
+    make_stop_checker,
+)
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
@@ -90,6 +94,7 @@ class Scheduler:
         self.jump_forward_reqs: list[Req] = []  # hold KV; their jumped tokens need an extend
         self.reqs_by_rid: dict[str, list[Req]] = {}
         self.pending_outputs: list[ReqOutput] = []
+        self._abort_pending = False  # an abort since the last _drop_aborted_and_failed
         self.counters = SchedulerCounters()
 
     # ---- public interface ----------------------------------------------------------------
@@ -151,6 +156,7 @@ class Scheduler:
         for req in self.reqs_by_rid.get(rid, []):
             if not req.finished:
                 req.finish_reason = {"type": "abort", "message": "aborted"}
+                self._abort_pending = True
 
     def has_work(self) -> bool:
         return bool(
@@ -222,6 +228,11 @@ class Scheduler:
     # ---- scheduling ------------------------------------------------------------------------
 
     def _drop_aborted_and_failed(self) -> list[ReqOutput]:
+        # Queued or running requests finish here only by an abort or a failed compile: skip
+        # the scans (O(requests) each step) when neither can have happened.
+        if not self._abort_pending and not self.grammar.has_pending_compiles():
+            return []
+        self._abort_pending = False
         outputs = []
         still_waiting = []
         for req in self.waiting:
@@ -413,23 +424,32 @@ class Scheduler:
         """Samples one token per request, appends it, checks finish; returns outputs."""
         self.grammar.set_vocab_mask(reqs, info)
         set_min_token_bans(reqs, info)
-        steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
+        if info.all_greedy:
+            steps = None  # greedy rows draw no random number
+        else:
+            steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
+            steps = steps.to(self.device, non_blocking=True)
         want_logprobs = any(r.return_logprob for r in reqs)
-        result = self.sampler(logits, info, steps.to(self.device), return_logprobs=want_logprobs)
+        result = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
         info.record_sampled(result.next_token_ids)
         if want_logprobs:
             record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
         next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
         self.counters.generated_tokens += len(next_ids)
         outputs = []
+        context_length = self.context_length
         for req, token_id in zip(reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
+            req.jumped = False
+            if req.grammar is None and fast_finish_check(req, token_id, context_length):
+                # No constraint, stop string or min_new_tokens: the common decode path.
+                outputs.append(make_req_output(req))
+                continue
             self.grammar.accept(req, token_id)
-            check_finished(req, [token_id], self.context_length)
+            check_finished(req, [token_id], context_length)
             if not req.finished and self.grammar.is_terminated(req):
                 req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
-            req.jumped = False
-            if not req.finished and self.grammar.try_jump_forward(req, self.context_length):
+            if not req.finished and self.grammar.try_jump_forward(req, context_length):
                 self.jump_forward_reqs.append(req)
             outputs.append(self._finish(req) if req.finished else make_req_output(req))
         return outputs
