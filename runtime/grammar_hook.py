@@ -38,6 +38,7 @@ class GrammarHook:
         self.jump_forward = jump_forward
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
+        self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
 
     def _get_backend(self):
         if self._backend is None:
@@ -91,6 +92,9 @@ class GrammarHook:
         req.grammar_ready = True
         return None
 
+    def has_pending_compiles(self) -> bool:
+        return bool(self._pending)
+
     def forget(self, req: Req) -> None:
         entry = self._pending.pop(id(req), None)
         if entry is not None:
@@ -102,14 +106,26 @@ class GrammarHook:
         if not rows:
             info.vocab_bitmask = info.vocab_bitmask_rows = None
             return
-        from radixgen.constrained import allocate_token_bitmask
-
         device = info.top_ps.device
-        bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)  # all allowed, on the host
+        bitmask = self._host_bitmask(len(reqs))  # all allowed
         for row in rows:
             reqs[row].grammar.fill_bitmask(bitmask, row)
         info.vocab_bitmask = bitmask.to(device, non_blocking=True)
         info.vocab_bitmask_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+
+    def _host_bitmask(self, batch_size: int) -> torch.Tensor:
+        """The first `batch_size` rows of a persistent host bitmask (pinned when CUDA exists),
+        reset to all-allowed. Reusing it is safe: the previous step's asynchronous copy to
+        the device finished before that step's sampled ids reached the host (its one sync).
+        """
+        if self._bitmask is None or self._bitmask.shape[0] < batch_size:
+            from radixgen.constrained import allocate_token_bitmask
+
+            capacity = max(batch_size, 2 * (0 if self._bitmask is None else len(self._bitmask)))
+            self._bitmask = allocate_token_bitmask(capacity, self.vocab_size)
+        bitmask = self._bitmask[:batch_size]
+        bitmask.fill_(-1)
+        return bitmask
 
     @staticmethod
     def accept(req: Req, token_id: int) -> None:
