@@ -33,11 +33,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+# Above this batch size, graphs are captured every LARGE_BATCH_STEP rows: padding costs
+# at most 1/8 of a batch there, and fewer graphs keep start-up capture time short.
+LARGE_BATCH_START = 256
+LARGE_BATCH_STEP = 32
+
+
 def capture_batch_sizes(max_batch_size: int) -> list[int]:
-    """1, 2, 4, 8, then every 8 up to `max_batch_size` (which is always included)."""
+    """1, 2, 4, 8, then every 8 up to 256, then every 32 up to `max_batch_size` (which is
+    always included)."""
     sizes = [size for size in (1, 2, 4) if size < max_batch_size]
-    sizes += list(range(8, max_batch_size, 8))
-    return [*sizes, max_batch_size]
+    sizes += list(range(8, min(max_batch_size, LARGE_BATCH_START + 1), 8))
+    sizes += list(range(LARGE_BATCH_START + LARGE_BATCH_STEP, max_batch_size, LARGE_BATCH_STEP))
+    return sorted({*sizes, max_batch_size})
 
 
 @dataclass
