@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
-# bench-latency bench-offline bench-gsp bench-hf. Logs and JSON go to $OUT (or ./h200_out).
+# bench-latency bench-offline bench-gsp bench-hf perf
+# offline-200-g256 offline-200-g1024. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -93,6 +94,26 @@ bench_hf() {
     --output-len 256 --output-json "$OUT/hf_peer.json" 2>&1 | grep '^{' | tail -6
 }
 
+perf() {  # step breakdown before (perf_base.tar: the engine before the perf work) and after
+  if [ -f perf_base.tar ]; then
+    mkdir -p /tmp/base && tar -xf perf_base.tar -C /tmp/base
+    log "BEFORE: step breakdown 256 x 512/256"
+    PYTHONPATH=/tmp/base:/tmp/site timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py \
+      --model-path $MODEL --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 \
+      2>&1 | grep -E '^\||wall|Error'
+  fi
+  log "AFTER: step breakdown 256 x 512/256"
+  timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py --model-path $MODEL \
+    --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 2>&1 | grep -E '^\||wall|Error'
+}
+
+offline_200() {  # $1: cuda_graph_max_bs
+  log "bench offline 1000 x (200 in / 200 out), graphs to $1"
+  $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 --cuda-graph-max-bs $1 \
+    --random-input-len 200 --random-output-len 200 --output-json "$OUT/offline_1000_200_200_g$1.json" \
+    2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -104,6 +125,9 @@ for stage in "$@"; do
     bench-offline) bench_offline ;;
     bench-gsp) bench_gsp ;;
     bench-hf) bench_hf ;;
+    perf) perf ;;
+    offline-200-g256) offline_200 256 ;;
+    offline-200-g1024) offline_200 1024 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
