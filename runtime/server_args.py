@@ -48,7 +48,9 @@ class ServerArgs:
     # Kernels
     attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 256  # decode batches up to this size replay CUDA graphs
+    # Decode batches up to this size replay CUDA graphs (capped by max_running_requests).
+    # Above 256 an eager decode step costs ~17 ms more (measured, H200, 8B at batch 1000).
+    cuda_graph_max_bs: int = 1024
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
