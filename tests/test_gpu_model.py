@@ -16,6 +16,8 @@ import time
 
 import pytest
 import torch
+
+from radixgen.runtime.bench.model_configs import PRESETS
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
@@ -37,30 +39,7 @@ BACKENDS = [
         ),
     ),
 ]
-LLAMA_31_8B_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "rope_scaling": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    "tie_word_embeddings": False,
-    "bos_token_id": 128000,
-    "eos_token_id": [128001, 128008, 128009],
-    "torch_dtype": "bfloat16",
-}
+LLAMA_31_8B_CONFIG = PRESETS["llama-3.1-8b"]
 
 
 @pytest.fixture(scope="module")
