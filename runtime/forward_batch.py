@@ -71,7 +71,7 @@ class ForwardBatch:
 def build_forward_batch(
     *,
     mode: ForwardMode,
-    input_ids: Sequence[Sequence[int]],
+    input_ids: Sequence[Sequence[int]] | torch.Tensor,
     req_pool_indices: Sequence[int],
     prefix_lens: Sequence[int],
     out_cache_loc: torch.Tensor,
@@ -89,7 +89,8 @@ def build_forward_batch(
 
     Args:
         mode: EXTEND (any number >= 1 of new tokens per request) or DECODE (exactly 1).
-        input_ids: the new token ids of each request.
+        input_ids: the new token ids of each request; in DECODE mode also a `[batch]` int64
+            tensor on the device (the previous step's sampled ids, never copied to the host).
         req_pool_indices: each request's row in `req_to_token_pool`.
         prefix_lens: tokens of each request already in the KV cache.
         out_cache_loc: [sum of new tokens] KV slots of the new tokens, request by request.
@@ -102,6 +103,9 @@ def build_forward_batch(
     """
     if not isinstance(mode, ForwardMode):
         raise TypeError(f"mode must be a ForwardMode, got {mode!r}")
+    ids_on_device = isinstance(input_ids, torch.Tensor)
+    if ids_on_device and (mode != ForwardMode.DECODE or input_ids.ndim != 1):
+        raise ValueError("input_ids as a tensor must be 1-D, in DECODE mode")
     batch_size = len(input_ids)
     if batch_size == 0:
         raise ValueError("input_ids must hold at least one request")
@@ -110,7 +114,7 @@ def build_forward_batch(
             f"input_ids ({batch_size}), req_pool_indices ({len(req_pool_indices)}) and "
             f"prefix_lens ({len(prefix_lens)}) must have one entry per request"
         )
-    extend_lens_cpu = [len(ids) for ids in input_ids]
+    extend_lens_cpu = [1] * batch_size if ids_on_device else [len(ids) for ids in input_ids]
     prefix_lens_cpu = [int(n) for n in prefix_lens]
     seq_lens_cpu = [p + e for p, e in zip(prefix_lens_cpu, extend_lens_cpu, strict=True)]
     if min(extend_lens_cpu) < 1:
@@ -135,12 +139,16 @@ def build_forward_batch(
 
     device = req_to_token_pool.device
     # One host-to-device copy for all host lists: ids, then rows, prefix and extend lengths.
-    host_values = [token for ids in input_ids for token in ids]
+    host_values = [] if ids_on_device else [token for ids in input_ids for token in ids]
     host_values += [int(row) for row in req_pool_indices] + prefix_lens_cpu + extend_lens_cpu
     packed = torch.tensor(host_values, dtype=torch.int64).to(device)
-    input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed.split(
-        [num_tokens, batch_size, batch_size, batch_size]
-    )
+    if ids_on_device:
+        input_ids_tensor = input_ids.to(device=device, dtype=torch.int64)
+        rows, prefix_lens_tensor, extend_lens_tensor = packed.split([batch_size] * 3)
+    else:
+        input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed.split(
+            [num_tokens, batch_size, batch_size, batch_size]
+        )
     out_cache_loc = out_cache_loc.to(device=device, dtype=torch.int64)
 
     # Vectorised over tokens: each token's request, then its position inside the request.

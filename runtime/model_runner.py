@@ -147,7 +147,7 @@ class ModelRunner:
         self,
         *,
         mode: ForwardMode,
-        input_ids: Sequence[Sequence[int]],
+        input_ids: Sequence[Sequence[int]] | torch.Tensor,
         req_pool_indices: Sequence[int],
         prefix_lens: Sequence[int],
         out_cache_loc: torch.Tensor,

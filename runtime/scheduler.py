@@ -30,6 +30,11 @@ from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
+from radixgen.runtime.overlap_decode import (
+    InflightDecode,
+    can_overlap,
+    finishes_by_length_after_pending,
+)
 from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output, make_req_output
@@ -95,6 +100,11 @@ class Scheduler:
         self.reqs_by_rid: dict[str, list[Req]] = {}
         self.pending_outputs: list[ReqOutput] = []
         self._abort_pending = False  # an abort since the last _drop_aborted_and_failed
+        overlap = server_args.enable_overlap_schedule
+        self.overlap = self.device.type == "cuda" if overlap is None else overlap
+        # The decode step launched but not processed yet (overlap only). While it is set,
+        # `running` holds exactly its rows, some possibly finished (dropped at next launch).
+        self.inflight: InflightDecode | None = None
         self.counters = SchedulerCounters()
 
     # ---- public interface ----------------------------------------------------------------
@@ -165,14 +175,38 @@ class Scheduler:
             or self.chunked_req
             or self.jump_forward_reqs
             or self.pending_outputs
+            or self.inflight is not None
         )
 
     def step(self) -> list[ReqOutput]:
         """Runs at most one forward. Returns the outputs produced (possibly none)."""
+        outputs = self._step()
+        if not self.has_work():
+            self._check_integrity_when_idle()
+        return outputs
+
+    def _step(self) -> list[ReqOutput]:
         outputs, self.pending_outputs = self.pending_outputs, []
+        if self.inflight is not None and (
+            self._abort_pending or self.grammar.has_pending_compiles()
+        ):
+            outputs += self._resolve_inflight(next_reqs=())
         outputs += self._drop_aborted_and_failed()
-        batch = self._get_next_batch()
+        batch = None
+        if self.inflight is not None:
+            batch = self._get_prefill_batch()
+            if batch is None and self._can_overlap_decode():
+                outputs += self._launch_overlapped_decode()
+                return outputs
+            outputs += self._resolve_inflight(next_reqs=())
+            if batch is not None:
+                self._maybe_mix_decode(batch)
         if batch is None:
+            batch = self._get_next_batch()
+        if batch is None:
+            return outputs
+        if batch is self.running and self._can_overlap_decode():
+            outputs += self._launch_overlapped_decode()
             return outputs
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
@@ -185,8 +219,6 @@ class Scheduler:
             outputs += self._process_extend(batch, logits)
         else:
             outputs += self._process_decode(batch, logits)
-        if not self.has_work():
-            self._check_integrity_when_idle()
         return outputs
 
     def flush_cache(self) -> bool:
@@ -367,6 +399,87 @@ class Scheduler:
         self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
         logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
 
+    # ---- overlapped decode (runtime/overlap_decode.py) ------------------------------------------
+
+    def _can_overlap_decode(self) -> bool:
+        if not self.overlap or not self.running.reqs or self._abort_pending:
+            return False
+        if self.chunked_req is not None or self.jump_forward_reqs:
+            return False
+        return all(can_overlap(r) for r in self.running.reqs if not r.finished)
+
+    def _launch_overlapped_decode(self) -> list[ReqOutput]:
+        """Launches the next decode step of `running`, then processes the step in flight
+        (if any) while the device computes. Falls back to processing only, when the next
+        step would need a retraction or has no row left."""
+        previous = self.inflight
+        pending = 1 if previous is not None else 0
+        reqs = self.running.reqs
+        keep = [
+            i
+            for i, r in enumerate(reqs)
+            if not r.finished
+            and not (pending and finishes_by_length_after_pending(r, self.context_length))
+        ]
+        if not keep or self.kv.available_size() < len(keep):
+            # Nothing to launch, or KV needs a retraction: process the step in flight; the
+            # next step() decodes the usual way.
+            return self._resolve_inflight(next_reqs=())
+        if len(keep) < len(reqs):
+            self.running.filter(keep)
+        next_reqs = self.running.reqs
+        out_cache_loc = self.kv.alloc_slots(len(next_reqs))
+        if previous is None:
+            input_ids = [r.output_ids[-1:] for r in next_reqs]
+        else:
+            keep_rows = torch.tensor(keep, dtype=torch.int64).to(self.device, non_blocking=True)
+            input_ids = previous.next_token_ids[keep_rows]  # never seen by the host
+        forward_batch = self.runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=input_ids,
+            req_pool_indices=[r.req_pool_idx for r in next_reqs],
+            prefix_lens=[r.kv_committed_len + pending for r in next_reqs],
+            out_cache_loc=out_cache_loc,
+        )
+        logits = self.runner.forward(forward_batch)
+        self.counters.forward_steps += 1
+        info = self.running.sampling_info
+        result = self._sample(next_reqs, logits, info, pending=pending)
+        self.inflight = InflightDecode.launch_copy(next_reqs, result.next_token_ids)
+        if previous is None:
+            return []
+        return self._advance_inflight(previous, next_reqs=next_reqs)
+
+    def _resolve_inflight(self, next_reqs) -> list[ReqOutput]:
+        """Processes the step in flight with nothing launched after it; `running` then holds
+        no released request (aborted ones stay for `_drop_aborted_and_failed`)."""
+        if self.inflight is None:
+            return []
+        inflight, self.inflight = self.inflight, None
+        outputs = self._advance_inflight(inflight, next_reqs=next_reqs)
+        keep = [i for i, r in enumerate(self.running.reqs) if r.req_pool_idx is not None]
+        if len(keep) < len(self.running.reqs):
+            self.running.filter(keep)
+        return outputs
+
+    def _advance_inflight(self, inflight: InflightDecode, next_reqs) -> list[ReqOutput]:
+        """Appends the in-flight step's tokens. A request finishing here that also runs in
+        the step launched after it (`next_reqs`) gets that step's KV slot freed."""
+        launched_next = {id(r) for r in next_reqs}
+        alive_reqs, alive_ids = [], []
+        for req, token_id in zip(inflight.reqs, inflight.token_ids(), strict=True):
+            if req.req_pool_idx is None:
+                continue  # finished at an earlier step (a wasted row): already released
+            req.kv_committed_len += 1
+            if req.finished:
+                continue  # aborted while in flight: _drop_aborted_and_failed releases it
+            alive_reqs.append(req)
+            alive_ids.append(token_id)
+        outputs = self._advance(alive_reqs, alive_ids, launched_next=launched_next)
+        base = self.server_args.new_token_ratio
+        self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
+        return outputs
+
     # ---- results -----------------------------------------------------------------------------
 
     def _process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
@@ -422,19 +535,29 @@ class Scheduler:
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
     ) -> list[ReqOutput]:
         """Samples one token per request, appends it, checks finish; returns outputs."""
+        result = self._sample(reqs, logits, info, pending=0)
+        if result.logprobs is not None:
+            record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
+        next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
+        return self._advance(reqs, next_ids, launched_next=())
+
+    def _sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo, pending: int):
+        """Launches sampling (no host sync). `pending`: tokens of each request sampled but
+        not yet appended to its output_ids (1 under overlap), for the counter-based draw."""
         self.grammar.set_vocab_mask(reqs, info)
         set_min_token_bans(reqs, info)
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
         else:
-            steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64)
+            steps = torch.tensor([len(r.output_ids) + pending for r in reqs], dtype=torch.int64)
             steps = steps.to(self.device, non_blocking=True)
         want_logprobs = any(r.return_logprob for r in reqs)
         result = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
         info.record_sampled(result.next_token_ids)
-        if want_logprobs:
-            record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
-        next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
+        return result
+
+    def _advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> list[ReqOutput]:
+        """Appends each request's sampled token, checks finishing; returns outputs."""
         self.counters.generated_tokens += len(next_ids)
         outputs = []
         context_length = self.context_length
@@ -451,6 +574,12 @@ class Scheduler:
                 req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
             if not req.finished and self.grammar.try_jump_forward(req, context_length):
                 self.jump_forward_reqs.append(req)
+            if req.finished and launched_next and id(req) in launched_next:
+                # Its row in the step launched after this one is wasted: free that KV slot.
+                row_slots = self.kv.req_to_token_pool.req_to_token[req.req_pool_idx]
+                self.kv.slot_allocator.free(
+                    row_slots[req.kv_committed_len : req.kv_committed_len + 1]
+                )
             outputs.append(self._finish(req) if req.finished else make_req_output(req))
         return outputs
 

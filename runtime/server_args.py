@@ -44,6 +44,9 @@ class ServerArgs:
     max_queued_requests: int = 4096
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False  # running requests decode inside extend forwards
+    # Launch each decode step before the previous one's tokens are processed on the host
+    # (runtime/overlap_decode.py). None: on for CUDA, off on CPU (nothing to overlap there).
+    enable_overlap_schedule: bool | None = None
 
     # Kernels
     attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU

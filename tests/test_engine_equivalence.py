@@ -94,8 +94,18 @@ def test_one_by_one_equals_batched(reference):
         {"max_total_tokens": 96, "schedule_policy": "fcfs", "max_prefill_tokens": 64},
         {"max_total_tokens": 80, "chunked_prefill_size": 16, "new_token_ratio": 0.1},
         {"enable_mixed_chunk": True, "chunked_prefill_size": 8, "max_prefill_tokens": 8},
+        {"enable_overlap_schedule": True},
+        {"enable_overlap_schedule": True, "max_total_tokens": 96, "max_prefill_tokens": 64},
     ],
-    ids=["no_radix_cache", "chunked_prefill", "preemption", "chunked_preemption", "mixed"],
+    ids=[
+        "no_radix_cache",
+        "chunked_prefill",
+        "preemption",
+        "chunked_preemption",
+        "mixed",
+        "overlap",
+        "overlap_preemption",
+    ],
 )
 def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options):
     _, expected = reference
@@ -112,3 +122,25 @@ def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options)
         assert_drained_without_leaks(engine)
     finally:
         engine.shutdown()
+
+
+def test_overlap_with_early_stops_equals_plain_decoding(tiny_model_path, reference):
+    """Requests that stop on a token id run one wasted row in the overlapped step after;
+    outputs and KV accounting must not notice."""
+    _, expected = reference
+    # Stop each greedy request on its own 5th token: it finishes mid-batch, while others run.
+    params = [dict(p) for p in SAMPLING]
+    for p, output in zip(params, expected, strict=True):
+        if p["temperature"] == 0:
+            p["stop_token_ids"] = [output[4]]
+    results = []
+    for overlap in (False, True):
+        engine = make_engine(tiny_model_path, enable_overlap_schedule=overlap)
+        try:
+            outputs = engine.generate(PROMPTS, params)
+            results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
+            assert_drained_without_leaks(engine)
+        finally:
+            engine.shutdown()
+    assert results[0] == results[1]
+    assert any(reason["type"] == "stop" for _, reason in results[1])
