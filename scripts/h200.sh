@@ -2,7 +2,7 @@
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf
-# offline-200-g256 offline-200-g1024. Logs and JSON go to $OUT (or ./h200_out).
+# offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -95,16 +95,30 @@ bench_hf() {
 }
 
 perf() {  # step breakdown before (perf_base.tar: the engine before the perf work) and after
-  if [ -f perf_base.tar ]; then
+  if [ -f perf_base.tar ] && [ -z "${PERF_SKIP_BEFORE:-}" ]; then
     mkdir -p /tmp/base && tar -xf perf_base.tar -C /tmp/base
     log "BEFORE: step breakdown 256 x 512/256"
     PYTHONPATH=/tmp/base:/tmp/site timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py \
       --model-path $MODEL --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 \
       2>&1 | grep -E '^\||wall|Error'
   fi
-  log "AFTER: step breakdown 256 x 512/256"
-  timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py --model-path $MODEL \
-    --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 2>&1 | grep -E '^\||wall|Error'
+  for overlap in off on; do
+    log "AFTER: step breakdown 256 x 512/256, overlap $overlap"
+    timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py --model-path $MODEL \
+      --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 --overlap $overlap \
+      $([ $overlap = on ] && echo --no-sync) 2>&1 | grep -E '^\||wall|Error'
+  done
+}
+
+perf_after() { PERF_SKIP_BEFORE=1 perf; }
+
+offline_200_before() {  # the engine before the perf work (perf_base.tar), its defaults
+  mkdir -p /tmp/base && tar -xf perf_base.tar -C /tmp/base
+  log "BEFORE: bench offline 1000 x (200 in / 200 out)"
+  PYTHONPATH=/tmp/base:/tmp/site $BENCH offline --model-path $MODEL --load-format dummy \
+    --num-prompts 1000 --random-input-len 200 --random-output-len 200 \
+    --output-json "$OUT/offline_1000_200_200_before.json" 2>&1 \
+    | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
 }
 
 offline_200() {  # $1: cuda_graph_max_bs
@@ -126,6 +140,8 @@ for stage in "$@"; do
     bench-gsp) bench_gsp ;;
     bench-hf) bench_hf ;;
     perf) perf ;;
+    perf-after) perf_after ;;
+    offline-200-before) offline_200_before ;;
     offline-200-g256) offline_200 256 ;;
     offline-200-g1024) offline_200 1024 ;;
     *) echo "unknown stage $stage" ;;

@@ -10,7 +10,8 @@ the scheduler thread's phases, and prints one table row per step kind:
 - `host`: everything else inside `Scheduler.step` (batch building, finish checks, outputs);
 - `dispatch`: the scheduler thread between steps (inbox, handing outputs to callers).
 The sync makes the device wait visible; it adds nothing the step did not already wait for
-(the step's `.tolist()` of the sampled ids syncs anyway).
+(the step's `.tolist()` of the sampled ids syncs anyway), except under the overlapped
+schedule, which it defeats: measure that with `--no-sync` (then "host" holds the wait).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    parser.add_argument("--overlap", choices=("on", "off"), default=None)
+    parser.add_argument(
+        "--no-sync", action="store_true", help="no device sync after sampling (keeps overlap)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -38,6 +43,8 @@ def main() -> None:
     extra = {}
     if args.cuda_graph_max_bs is not None:
         extra["cuda_graph_max_bs"] = args.cuda_graph_max_bs
+    if args.overlap is not None:
+        extra["enable_overlap_schedule"] = args.overlap == "on"
     engine = Engine(model_path=args.model_path, load_format=args.load_format, **extra)
     scheduler = engine._scheduler
     cuda = scheduler.device.type == "cuda"
@@ -72,7 +79,7 @@ def main() -> None:
     def timed_sampler(*sampler_args, **sampler_kwargs):
         start = time.perf_counter()
         result = sampler(*sampler_args, **sampler_kwargs)
-        if cuda:
+        if cuda and not args.no_sync:
             torch.cuda.synchronize()
         current["sample+wait"] += time.perf_counter() - start
         return result
