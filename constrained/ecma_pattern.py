@@ -46,6 +46,8 @@ _CONTROL_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 
 _SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
 # Splitting a concatenation by the length of its first part costs one branch per length.
 _MAX_LENGTH_SPLITS = 64
+# A bounded repetition of variable-length text is unrolled into at most this many copies.
+_MAX_UNROLLED_COPIES = 8
 
 
 class PatternError(ValueError):
@@ -95,7 +97,9 @@ def parse_pattern(pattern: str) -> object:
     parser = _Parser(pattern)
     options = []
     for anchored_start, body, anchored_end in parser.parse_top_level():
-        items = ([] if anchored_start else [ANY_TEXT]) + [body] + ([] if anchored_end else [ANY_TEXT])
+        items = (
+            ([] if anchored_start else [ANY_TEXT]) + [body] + ([] if anchored_end else [ANY_TEXT])
+        )
         options.append(Concat(tuple(items)))
     return options[0] if len(options) == 1 else Union(tuple(options))
 
@@ -141,7 +145,7 @@ def limit_length(node: object, min_length: int, max_length: int | None) -> objec
 def _limit_repeat(node: Repeat, min_length: int, max_length: int | None) -> object | None:
     item_low, item_high = length_range(node.item)
     if item_low != item_high:
-        raise PatternError("cannot intersect a repetition of variable-length text with a length")
+        return _limit_variable_repeat(node, min_length, max_length)
     width = item_low
     fewest = max(node.min_count, -(-min_length // width))
     most = node.max_count
@@ -150,6 +154,23 @@ def _limit_repeat(node: Repeat, min_length: int, max_length: int | None) -> obje
     if most is not None and most < fewest:
         return None
     return Repeat(node.item, fewest, most)
+
+
+def _limit_variable_repeat(node: Repeat, min_length: int, max_length: int | None) -> object | None:
+    """A bounded repetition of variable-length text, unrolled into copies (x{1,3} = x(x(x)?)?)."""
+    if node.max_count == 1:
+        inner = limit_length(node.item, min_length, max_length)
+        if node.min_count == 0 and min_length <= 0:
+            return Concat(()) if inner is None else Repeat(inner, 0, 1)
+        return inner
+    if node.max_count is None or node.max_count > _MAX_UNROLLED_COPIES:
+        raise PatternError("cannot intersect a repetition of variable-length text with a length")
+    optional_tail = None
+    for _ in range(node.max_count - node.min_count):
+        rest = (node.item,) if optional_tail is None else (node.item, optional_tail)
+        optional_tail = Repeat(Concat(rest), 0, 1)
+    copies = (node.item,) * node.min_count + (() if optional_tail is None else (optional_tail,))
+    return limit_length(Concat(copies), min_length, max_length)
 
 
 def _limit_concat(node: Concat, min_length: int, max_length: int | None) -> object | None:

@@ -17,9 +17,7 @@ _MONTH_DAY = (
     "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
 )
 _LEAP_YEAR_TWO_DIGITS = "(?:0[48]|[2468][048]|[13579][26])"
-_LEAP_DAY = (
-    f"(?:[0-9][0-9]{_LEAP_YEAR_TWO_DIGITS}|(?:{_LEAP_YEAR_TWO_DIGITS[3:-1]}|00)00)-02-29"
-)
+_LEAP_DAY = f"(?:[0-9][0-9]{_LEAP_YEAR_TWO_DIGITS}|(?:{_LEAP_YEAR_TWO_DIGITS[3:-1]}|00)00)-02-29"
 DATE = f"(?:[0-9]{{4}}-{_MONTH_DAY}|{_LEAP_DAY})"
 
 # RFC 3339 full-time without leap seconds (second 60 is valid only at 23:59 UTC, which

@@ -23,8 +23,13 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from radixgen.constrained.ecma_pattern import PatternError, parse_pattern, pattern_to_regex
-from radixgen.constrained.ecma_pattern import emit, limit_length
+from radixgen.constrained.ecma_pattern import (
+    PatternError,
+    emit,
+    limit_length,
+    parse_pattern,
+    pattern_to_regex,
+)
 from radixgen.constrained.json_formats import FORMAT_REGEXES
 from radixgen.constrained.json_string import string_excluding_keys, string_regex
 from radixgen.constrained.json_value_regex import (
@@ -35,13 +40,21 @@ from radixgen.constrained.json_value_regex import (
     literal_regex,
     object_regex,
 )
-from radixgen.constrained.regex_ranges import integer_bounds, integer_range_regex
-from radixgen.constrained.regex_ranges import number_range_regex
+from radixgen.constrained.regex_ranges import (
+    integer_bounds,
+    integer_range_regex,
+    number_range_regex,
+)
 from radixgen.constrained.regex_text import alternation
 from radixgen.constrained.schema_disjoint import provably_disjoint
 from radixgen.constrained.schema_keywords import RefDepths, check_keywords, local_piece
-from radixgen.constrained.schema_merge import MergeConflict, MergedSchema, Part, json_type
-from radixgen.constrained.schema_merge import merge_pieces
+from radixgen.constrained.schema_merge import (
+    MergeConflict,
+    MergedSchema,
+    Part,
+    json_type,
+    merge_pieces,
+)
 from radixgen.constrained.schema_refs import RefResolver
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
@@ -105,7 +118,10 @@ def json_schema_to_regex(
             re.compile(whitespace)
         except re.error as error:
             raise ValueError(f"whitespace is not a valid regex: {error}") from error
-    for name, value in (("max_recursion_depth", max_recursion_depth), ("any_value_depth", any_value_depth)):
+    for name, value in (
+        ("max_recursion_depth", max_recursion_depth),
+        ("any_value_depth", any_value_depth),
+    ):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     options = SchemaRegexOptions(
@@ -207,7 +223,9 @@ class SchemaTranslator:
             self._product(base, self._expand(sub, f"{path}/oneOf/{index}", ref_depths), path)
             for index, sub in enumerate(branches)
         ]
-        merged = [[self.merged(pieces) for pieces, _ in alternatives] for alternatives in per_branch]
+        merged = [
+            [self.merged(pieces) for pieces, _ in alternatives] for alternatives in per_branch
+        ]
         for first in range(len(per_branch)):
             for second in range(first + 1, len(per_branch)):
                 for left in merged[first]:
@@ -302,7 +320,10 @@ class SchemaTranslator:
             regex = FORMAT_REGEXES[merged.format]
             if min_length == 0 and max_length is None:
                 return f'"{regex}"'
-            tree = limit_length(parse_pattern(f"^{regex}$"), min_length, max_length)
+            try:
+                tree = limit_length(parse_pattern(f"^{regex}$"), min_length, max_length)
+            except PatternError as error:
+                raise UnsupportedSchemaError("format", path, f"with a length: {error}") from None
             body = None if tree is None else emit(tree)
             return None if body is None else f'"{body}"'
         if merged.pattern is not None:
@@ -320,15 +341,23 @@ class SchemaTranslator:
             raise UnsupportedSchemaError("uniqueItems", path, "uniqueness is not regular")
         if max_items is not None and max_items < merged.min_items:
             return None
-        needed = len(merged.prefix_parts) if max_items is None else min(max_items, len(merged.prefix_parts))
-        prefix = [self.translate(tuple(parts), ref_depths) for parts in merged.prefix_parts[:needed]]
+        needed = (
+            len(merged.prefix_parts)
+            if max_items is None
+            else min(max_items, len(merged.prefix_parts))
+        )
+        prefix = [
+            self.translate(tuple(parts), ref_depths) for parts in merged.prefix_parts[:needed]
+        ]
         items = None
         if max_items is None or max_items > len(merged.prefix_parts):
             items = self.translate(tuple(merged.items_parts), ref_depths)
         return array_regex(prefix, items, merged.min_items, max_items, self.ws)
 
     def _object_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
-        names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
+        names = merged.property_names + [
+            n for n in merged.required if n not in merged.property_parts
+        ]
         members = []
         for name in names:
             parts = merged.property_parts.get(name, merged.additional_parts)

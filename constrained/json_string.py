@@ -52,9 +52,13 @@ def code_point_unit(ranges: Sequence[tuple[int, int]]) -> str | None:
     """One encoded unit whose decoded code point lies in `ranges`."""
     raw = subtract_ranges(ranges, [_CONTROL, (0x22, 0x22), (0x5C, 0x5C)])
     options = [char_class(raw)] if raw else []
-    for code_point, letter in sorted(_SHORT_ESCAPES.items()):
-        if intersect_ranges(ranges, [(code_point, code_point)]):
-            options.append(literal("\\" + letter))
+    letters = [
+        letter
+        for code_point, letter in sorted(_SHORT_ESCAPES.items())
+        if intersect_ranges(ranges, [(code_point, code_point)])
+    ]
+    if letters:
+        options.append(literal("\\") + char_class([(ord(c), ord(c)) for c in letters]))
     controls = intersect_ranges(ranges, [_CONTROL])
     for high_nibble in (0, 1):
         low_nibbles = intersect_ranges(controls, [(16 * high_nibble, 16 * high_nibble + 15)])

@@ -111,7 +111,9 @@ def literal_regex(value: object, ws: str) -> str:
     """Exactly `value`, with `ws` allowed between tokens; integral floats also written as ints."""
     if isinstance(value, dict):
         members = [
-            sequence(literal(json.dumps(key, ensure_ascii=False)), f"{ws}:{ws}", literal_regex(v, ws))
+            sequence(
+                literal(json.dumps(key, ensure_ascii=False)), f"{ws}:{ws}", literal_regex(v, ws)
+            )
             for key, v in value.items()
         ]
         return sequence("\\{", ws, f"{ws},{ws}".join(members), ws, "\\}")

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 # Characters that can be written bare outside a class in all three parsers.
-_BARE_LITERAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,:;'\"=<>!@%/`")
+_BARE_LITERAL = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,:;'\"=<>!@%/`"
+)
 
 _SURROGATES = (0xD800, 0xDFFF)
 MAX_CODE_POINT = 0x10FFFF
@@ -39,12 +41,22 @@ def char_class(ranges: Sequence[tuple[int, int]]) -> str | None:
     """A character class for inclusive code point `ranges` (sorted or not, may overlap).
 
     Surrogate code points are dropped: they are not characters in Rust (or in valid UTF-8).
+    A class reaching the top of Unicode is written negated (`[^...]`): interegular expands
+    ranges character by character, so `[\ue000-\U0010ffff]` would take it seconds.
     """
     ranges = normalize_ranges(subtract_ranges(ranges, [_SURROGATES]))
     if not ranges:
         return None
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         return escape_char(ranges[0][0])
+    if ranges[-1][1] == MAX_CODE_POINT:
+        excluded = subtract_ranges(complement_ranges(ranges), [_SURROGATES])
+        if excluded:
+            return "[^" + _class_body(excluded) + "]"
+    return "[" + _class_body(ranges) + "]"
+
+
+def _class_body(ranges: Sequence[tuple[int, int]]) -> str:
     parts = []
     for low, high in ranges:
         if low == high:
@@ -53,7 +65,7 @@ def char_class(ranges: Sequence[tuple[int, int]]) -> str | None:
             parts.append(escape_char(low) + escape_char(high))
         else:
             parts.append(f"{escape_char(low)}-{escape_char(high)}")
-    return "[" + "".join(parts) + "]"
+    return "".join(parts)
 
 
 def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -125,7 +125,9 @@ def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
     additional = (piece.get("additionalProperties"), f"{path}/additionalProperties")
     for name in merged.property_names:
         if name in properties:
-            merged.property_parts[name].append((properties[name], child_path(path, "properties", name)))
+            merged.property_parts[name].append(
+                (properties[name], child_path(path, "properties", name))
+            )
         elif has_additional:
             merged.property_parts[name].append(additional)
     for name, schema in properties.items():

@@ -1,0 +1,471 @@
+"""json_schema_to_regex: every accepted keyword enforced exactly, the rest rejected by name."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import re
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from radixgen.constrained import UnsupportedSchemaError, json_schema_to_regex
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(schema_text: str, options_text: str) -> re.Pattern:
+    return re.compile(json_schema_to_regex(json.loads(schema_text), **json.loads(options_text)))
+
+
+def matcher(schema: object, **options) -> re.Pattern:
+    return _compiled(json.dumps(schema, sort_keys=False), json.dumps(options))
+
+
+def compact(value: object, ensure_ascii: bool = False) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)
+
+
+def assert_language(schema, valid=(), invalid=(), **options):
+    pattern = matcher(schema, **options)
+    for value in valid:
+        assert pattern.fullmatch(compact(value)), f"{compact(value)} should match {schema}"
+    for value in invalid:
+        for spelling in (compact(value), compact(value, ensure_ascii=True)):
+            assert not pattern.fullmatch(spelling), f"{spelling} should not match {schema}"
+
+
+# ---- numbers ----
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    low=st.one_of(st.none(), st.integers(-1200, 1200)),
+    high=st.one_of(st.none(), st.integers(-1200, 1200)),
+    exclusive=st.booleans(),
+    values=st.lists(st.integers(-2000, 2000), min_size=20, max_size=40),
+)
+def test_integer_bounds_are_exact(low, high, exclusive, values):
+    schema = {"type": "integer"}
+    if low is not None:
+        schema["exclusiveMinimum" if exclusive else "minimum"] = low
+    if high is not None:
+        schema["maximum"] = high
+    if low is not None and high is not None and high < low + exclusive:
+        with pytest.raises(UnsupportedSchemaError):
+            json_schema_to_regex(schema)
+        return
+    pattern = matcher(schema)
+    for value in values + [low or 0, high or 0, (low or 0) + 1, (high or 0) - 1]:
+        assert bool(pattern.fullmatch(str(value))) == jsonschema.Draft202012Validator(
+            schema
+        ).is_valid(value), (schema, value)
+
+
+def test_integer_spelling_is_canonical():
+    assert_language(
+        {"type": "integer", "minimum": -5, "maximum": 5},
+        valid=[0, -5, 5, -1],
+        invalid=[6, -6, 1.5, "1", True, None],
+    )
+    pattern = matcher({"type": "integer"})
+    for text in ["-0", "01", "+1", "1e3", "", "-"]:
+        assert not pattern.fullmatch(text)
+
+
+def test_fractional_integer_bounds_round_inwards():
+    assert_language({"type": "integer", "minimum": 1.5, "exclusiveMaximum": 4.0}, [2, 3], [1, 4])
+
+
+def test_number_bounds_with_fractions():
+    schema = {"type": "number", "exclusiveMinimum": -1, "maximum": 2}
+    pattern = matcher(schema)
+    for text, ok in [
+        ("-1", False), ("-0.999", True), ("-1.0", False), ("0", True), ("2", True),
+        ("2.000", True), ("2.0001", False), ("1.9999", True), ("-0", False), ("3", False),
+    ]:  # fmt: skip
+        assert bool(pattern.fullmatch(text)) == ok, text
+    assert_language({"type": "number"}, [1, -1.5, 1e30, 0.25], ["1", None])
+
+
+def test_fractional_number_bound_is_rejected_with_path():
+    with pytest.raises(UnsupportedSchemaError) as error:
+        json_schema_to_regex({"properties": {"x": {"type": "number", "maximum": 2.5}}})
+    assert error.value.keyword == "maximum"
+    assert error.value.path == "#/properties/x"
+
+
+# ---- strings ----
+
+
+def test_string_escapes_and_lengths_count_code_points():
+    schema = {"type": "string", "minLength": 2, "maxLength": 3}
+    pattern = matcher(schema)
+    for value in ["ab", "a\n", 'q"', "\\\\", "é😀", "\U0001f600\U0001f600\U0001f600"]:
+        assert pattern.fullmatch(compact(value)), value
+        assert pattern.fullmatch(compact(value, ensure_ascii=True)), value
+    for text in ['"a"', '"abcd"', '"\\ud83d"', '"\\ud83dx"', '"\n\t"', '"\\x"', '"\\u12"']:
+        assert not pattern.fullmatch(text), text
+    assert pattern.fullmatch('"\\u00e9\\/"')
+
+
+@pytest.mark.parametrize(
+    ("pattern_text", "min_length", "max_length"),
+    [
+        ("^[a-z]+$", 0, 3),
+        ("b", 0, 3),
+        ("^a*b?$", 1, 2),
+        ("x|^y", 2, 3),
+        ("^(ab)+$", 3, 6),
+        ("[0-9]{2}", 0, None),
+        ("^\\d+\\.\\w?$", 2, 4),
+        ('^[^"]\\s.$', 0, None),
+        ("^(?:a|bc)*$", 0, None),
+    ],
+)
+def test_pattern_with_lengths_matches_search_semantics(pattern_text, min_length, max_length):
+    schema = {"type": "string", "pattern": pattern_text, "minLength": min_length}
+    if max_length is not None:
+        schema["maxLength"] = max_length
+    pattern = matcher(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for length in range(0, 6):
+        for chars in itertools.product('ab1."x y', repeat=length):
+            value = "".join(chars)
+            expected = validator.is_valid(value)
+            assert bool(pattern.fullmatch(compact(value))) == expected, (schema, value)
+
+
+def test_variable_repetition_with_length_is_rejected():
+    with pytest.raises(UnsupportedSchemaError, match="'pattern' at #"):
+        json_schema_to_regex({"type": "string", "pattern": "^(a|bc)*$", "maxLength": 4})
+
+
+@pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}", "a^b"])
+def test_unsupported_pattern_syntax_is_rejected(pattern_text):
+    with pytest.raises(UnsupportedSchemaError) as error:
+        json_schema_to_regex({"properties": {"p": {"pattern": pattern_text}}})
+    assert (error.value.keyword, error.value.path) == ("pattern", "#/properties/p")
+
+
+@pytest.mark.parametrize(
+    ("name", "valid", "invalid"),
+    [
+        ("date", ["2024-02-29", "2000-02-29", "1999-12-31"], ["1900-02-29", "2023-02-29", "2021-04-31", "2021-1-01"]),
+        ("time", ["08:30:06Z", "23:59:59.5+05:30", "00:00:00z"], ["24:00:00Z", "08:30:06", "08:60:00Z", "23:59:60Z"]),
+        ("date-time", ["1963-06-19T08:30:06.283185Z", "2020-01-01t00:00:00-01:00"], ["1963-06-19 08:30:06Z", "1963-13-19T08:30:06Z"]),
+        ("uuid", ["2eb8aa08-aa98-11ea-b4aa-73b441d16380", "2EB8AA08-AA98-11EA-B4AA-73B441D16380"], ["2eb8aa08-aa98-11ea-b4aa-73b441d1638", "2eb8aa08aa9811eab4aa73b441d16380"]),
+        ("email", ["joe.bloggs@example.com", "te~st@example.com", "a@b"], ["joe..bloggs@example.com", ".a@example.com", "a@-b.com", "2962"]),
+        ("ipv4", ["192.168.0.1", "0.0.0.0", "255.255.255.255"], ["256.0.0.1", "087.10.0.1", "1.2.3", "1.2.3.4.5"]),
+        ("uri", ["http://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c"], ["//foo.bar/", "/abc", "abc", "http:// x.com", "bar,baz:foo"]),
+        ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b", "xn--X", "a_b.com"]),
+    ],
+)  # fmt: skip
+def test_formats(name, valid, invalid):
+    assert_language({"type": "string", "format": name}, valid, invalid)
+
+
+def test_format_with_length_and_unknown_format():
+    assert_language({"format": "ipv4", "maxLength": 7}, ["1.2.3.4", 5], ["10.2.3.4"])
+    with pytest.raises(UnsupportedSchemaError, match="'format' at #"):
+        json_schema_to_regex({"type": "string", "format": "ipv6"})
+
+
+# ---- objects ----
+
+
+def test_optional_properties_in_any_subset_in_declared_order():
+    properties = {name: {"type": "integer"} for name in "abcd"}
+    schema = {"type": "object", "properties": properties, "required": ["c"]}
+    pattern = matcher(schema)
+    for mask in range(16):
+        value = {name: index for index, name in enumerate("abcd") if mask >> index & 1}
+        assert bool(pattern.fullmatch(compact(value))) == ("c" in value), value
+    assert not pattern.fullmatch('{"c":1,"a":1}')  # keys come in declared order
+    assert not pattern.fullmatch('{"c":1,"e":1}')  # undeclared keys are not produced...
+    extras = matcher(schema, allow_undeclared_properties=True)  # ...unless asked for
+    assert extras.fullmatch('{"c":1,"e":[1,{"x":null}]}')
+
+
+def test_additional_properties_false_schema_and_true():
+    base = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert_language({**base, "additionalProperties": False}, [{}, {"a": "x"}], [{"b": 1}])
+    assert_language(
+        {**base, "additionalProperties": {"type": "integer"}},
+        [{"a": "x", "b": 1, "c": 2}, {"zz": 3}, {"aa": 1}],
+        [{"b": "x"}, {"a": 1}],
+    )
+    assert_language({**base, "additionalProperties": True}, [{"b": [1]}, {"a": "", "": {}}], [])
+    # "a" spelled with an escape is still "a": it must obey a's schema, not the extras'.
+    pattern = matcher({**base, "additionalProperties": {"type": "integer"}})
+    assert not pattern.fullmatch('{"\\u0061":1}')
+
+
+def test_keys_needing_escapes_and_required_undeclared():
+    schema = {"properties": {'q"k\\': {"const": 1}}, "required": ['q"k\\', "z"]}
+    assert_language(schema, [{'q"k\\': 1, "z": None}], [{'q"k\\': 1}, {"z": 1}])
+
+
+def test_min_max_properties_only_when_implied():
+    implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
+    assert_language(implied, [{"a": 1}], [{}])
+    with pytest.raises(UnsupportedSchemaError, match="'maxProperties' at #"):
+        json_schema_to_regex({"type": "object", "maxProperties": 2})
+
+
+# ---- arrays ----
+
+
+def test_prefix_items_items_and_counts():
+    schema = {
+        "type": "array",
+        "prefixItems": [{"type": "string"}, {"type": "null"}],
+        "items": {"type": "integer"},
+        "minItems": 1,
+        "maxItems": 4,
+    }
+    assert_language(
+        schema,
+        [["a"], ["a", None], ["a", None, 1, 2]],
+        [[], [1], ["a", None, 1, 2, 3], ["a", "b"], ["a", None, "x"]],
+    )
+    closed = {"prefixItems": [{"type": "integer"}], "items": False}
+    assert_language(closed, [[], [1]], [[1, 2], ["a"]])
+    assert_language({"items": {"type": "boolean"}, "minItems": 2}, [[True, False], 3], [[True]])
+
+
+def test_unique_items_only_when_trivial():
+    assert_language({"uniqueItems": True, "maxItems": 1}, [[], [1]], [[1, 1]])
+    with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #/items"):
+        json_schema_to_regex({"items": {"type": "array", "uniqueItems": True}})
+
+
+# ---- enum, const, combinators ----
+
+
+def test_enum_and_const_filtered_by_other_keywords():
+    schema = {"enum": [1, "a", None, {"x": [1, 2]}, 7], "type": ["integer", "object"], "maximum": 5}
+    assert_language(schema, [1, {"x": [1, 2]}], ["a", None, 7, 2])
+    assert_language({"const": 2.0}, [2, 2.0], [3])
+    with pytest.raises(UnsupportedSchemaError, match="'schema' at #"):
+        json_schema_to_regex({"const": "a", "type": "integer"})
+
+
+def test_any_of_one_of_all_of():
+    assert_language(
+        {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "null"}]}, ["a", None], ["ab", 1]
+    )
+    assert_language(
+        {"oneOf": [{"type": "integer", "maximum": 0}, {"type": "integer", "minimum": 1}]},
+        [0, 1],
+        [0.5],
+    )
+    assert_language(
+        {"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 10}, {"exclusiveMaximum": 8}]},
+        [0, 7],
+        [8, -1, "a"],
+    )
+    with pytest.raises(UnsupportedSchemaError, match="'oneOf' at #"):
+        json_schema_to_regex({"oneOf": [{"type": "integer"}, {"minimum": 2}]})
+    with pytest.raises(UnsupportedSchemaError, match="'pattern' at #/allOf/1"):
+        json_schema_to_regex({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})
+
+
+def test_all_of_merges_properties_and_additional_properties():
+    schema = {
+        "allOf": [
+            {"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+            {"properties": {"a": {"minimum": 3}, "b": {"type": "string"}}},
+        ]
+    }
+    assert_language(schema, [{"a": 3}, {}], [{"a": 2}, {"b": "x"}, {"a": 3, "b": "x"}])
+
+
+def test_nullable_types():
+    assert_language({"type": ["string", "null"], "maxLength": 1}, ["", "a", None], ["ab", 0])
+    assert_language({"anyOf": [{"type": "integer"}, {"type": "null"}]}, [1, None], ["x"])
+
+
+def test_typeless_schema_infers_allowed_types():
+    assert_language({"minLength": 2}, ["ab", 1, None, [1], {"k": 1}], ["a"])
+    assert_language({}, [1, "x", None, [], {"a": [1, {"b": True}]}], [])
+    assert_language(True, [1], [])
+
+
+# ---- $ref and recursion ----
+
+
+def test_recursive_ref_to_configurable_depth():
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}},
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    chain = {"v": 0}
+    for depth in range(1, 5):
+        chain = {"v": depth, "next": chain}
+        assert bool(matcher(schema, max_recursion_depth=4).fullmatch(compact(chain))) == (depth < 4)
+    assert not matcher(schema).fullmatch(compact({"v": 1, "next": {}}))
+    anchored = {"$defs": {"x": {"$anchor": "pos", "minimum": 1}}, "items": {"$ref": "#pos"}}
+    assert_language(anchored, [[1, 2]], [[0]])
+    with pytest.raises(UnsupportedSchemaError, match="'\\$ref' at #"):
+        json_schema_to_regex({"$ref": "http://example.com/other.json"})
+
+
+# ---- inputs, options, dialect ----
+
+
+def test_pydantic_model_and_json_string_inputs():
+    from typing import Literal, Union
+
+    from pydantic import BaseModel, Field
+
+    class Cat(BaseModel):
+        kind: Literal["cat"]
+        lives: int = Field(ge=0, le=9)
+
+    class Dog(BaseModel):
+        kind: Literal["dog"]
+        name: str | None = None
+
+    class Pet(BaseModel):
+        pet: Union[Cat, Dog] = Field(discriminator="kind")
+        tags: list[str] = []
+
+    pattern = re.compile(json_schema_to_regex(Pet))
+    assert pattern.fullmatch('{"pet":{"kind":"cat","lives":9},"tags":["a"]}')
+    assert pattern.fullmatch('{"pet":{"kind":"dog","name":null}}')
+    assert not pattern.fullmatch('{"pet":{"kind":"cat","lives":10}}')
+    assert not pattern.fullmatch('{"pet":{"kind":"cow"}}')
+    assert re.fullmatch(json_schema_to_regex('{"type": "boolean"}'), "true")
+
+
+def test_whitespace_option():
+    schema = {"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]}
+    assert not matcher(schema).fullmatch('{ "a": [] }')
+    spaced = matcher(schema, whitespace="[ ]?")
+    assert spaced.fullmatch('{ "a" : [ ] }')
+    assert spaced.fullmatch('{"a":[1, 2]}')
+    assert not spaced.fullmatch(' {"a":[]}')  # never before or after the whole value
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "path"),
+    [
+        ({"type": "integer", "multipleOf": 2}, "multipleOf", "#"),
+        ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
+        ({"items": {"not": {}}}, "not", "#/items"),
+        ({"contains": {"type": "string"}}, "contains", "#"),
+        ({"patternProperties": {"^a": {"type": "string"}}}, "patternProperties", "#"),
+        ({"if": {}, "then": {"type": "string"}}, "if", "#"),
+        ({"anyOf": [{"unevaluatedProperties": False}]}, "unevaluatedProperties", "#/anyOf/0"),
+        ({"$defs": {"a": {"$id": "x", "type": "string"}}, "$ref": "#/$defs/a"}, "$id", "#/$defs/a"),
+        ({"propertyNames": {"maxLength": 3}}, "propertyNames", "#"),
+        ({"x-custom": 1, "frobnicate": 2}, "frobnicate", "#"),
+    ],
+)
+def test_rejected_keywords_name_keyword_and_path(schema, keyword, path):
+    with pytest.raises(UnsupportedSchemaError) as error:
+        json_schema_to_regex(schema)
+    assert (error.value.keyword, error.value.path) == (keyword, path)
+    assert f"unsupported keyword {keyword!r} at {path}" in str(error.value)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="schema is not valid JSON"):
+        json_schema_to_regex("{nope")
+    with pytest.raises(TypeError, match="schema must be"):
+        json_schema_to_regex(3)
+    with pytest.raises(ValueError, match="'minLength' must be a non-negative integer"):
+        json_schema_to_regex({"minLength": -1})
+    with pytest.raises(ValueError, match="whitespace"):
+        json_schema_to_regex({}, whitespace="(")
+    assert issubclass(UnsupportedSchemaError, ValueError)
+
+
+DIALECT_SCHEMAS = [
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[à-ÿ-]+$"}}},
+    {"type": "string", "format": "email"},
+    {"type": "integer", "minimum": -37, "maximum": 1234},
+    {
+        "type": "object",
+        "properties": {"k": {"const": 'a\\b"c\n'}},
+        "additionalProperties": {"type": "null"},
+    },
+    {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 3}},
+]
+
+
+@pytest.mark.parametrize("schema", DIALECT_SCHEMAS)
+def test_regex_dialect_accepted_by_outlines_core_and_interegular(schema):
+    import interegular
+    from outlines_core import Index, Vocabulary
+
+    regex = json_schema_to_regex(schema)
+    byte_tokens = {bytes([byte]): [byte] for byte in range(255)}
+    index = Index(regex, Vocabulary(255, byte_tokens))
+    assert index.get_initial_state() is not None
+    assert interegular.parse_pattern(regex).to_fsm() is not None
+
+
+# ---- property test: jsonschema validity iff regex match ----
+
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-300, 300),
+    # Bounded numbers are written without exponent and integers without ".0" (documented).
+    st.floats(-50, 50, allow_nan=False).filter(lambda x: not x.is_integer() and "e" not in repr(x)),
+    st.text(alphabet='ab"\\\n é😀', max_size=4),
+)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abc"), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+PROPERTY_SCHEMAS = [
+    {"type": "integer", "minimum": -20, "exclusiveMaximum": 200},
+    {"type": ["string", "null"], "minLength": 1, "maxLength": 3},
+    {"type": "number", "minimum": -2, "maximum": 3},
+    {
+        "type": "array",
+        "prefixItems": [{"type": "boolean"}],
+        "items": {"type": "integer"},
+        "maxItems": 3,
+    },
+    {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer", "minimum": 0}]},
+    {"enum": ["a", 1, None, [True]]},
+]
+_OBJECT_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer", "maximum": 10}, "b": {"type": "string"}, "c": {}},
+    "required": ["b"],
+    "additionalProperties": False,
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema_index=st.integers(0, len(PROPERTY_SCHEMAS) - 1), value=_VALUES)
+def test_random_instances_match_iff_valid(schema_index, value):
+    schema = PROPERTY_SCHEMAS[schema_index]
+    expected = jsonschema.Draft202012Validator(schema).is_valid(value)
+    assert bool(matcher(schema).fullmatch(compact(value))) == expected, (schema, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({}, optional={key: _VALUES for key in "abc"}))
+def test_random_objects_in_declared_order_match_iff_valid(value):
+    ordered = {key: value[key] for key in "abc" if key in value}
+    expected = jsonschema.Draft202012Validator(_OBJECT_SCHEMA).is_valid(ordered)
+    assert bool(matcher(_OBJECT_SCHEMA).fullmatch(compact(ordered))) == expected, ordered
