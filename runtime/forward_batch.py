@@ -141,7 +141,7 @@ def build_forward_batch(
     # One host-to-device copy for all host lists: ids, then rows, prefix and extend lengths.
     host_values = [] if ids_on_device else [token for ids in input_ids for token in ids]
     host_values += [int(row) for row in req_pool_indices] + prefix_lens_cpu + extend_lens_cpu
-    packed = torch.tensor(host_values, dtype=torch.int64).to(device)
+    packed = host_ints_to_device(host_values, device)
     if ids_on_device:
         input_ids_tensor = input_ids.to(device=device, dtype=torch.int64)
         rows, prefix_lens_tensor, extend_lens_tensor = packed.split([batch_size] * 3)
@@ -179,3 +179,17 @@ def build_forward_batch(
         extend_lens_cpu=extend_lens_cpu,
         return_all_logits=return_all_logits,
     )
+
+
+def host_ints_to_device(values: list[int], device: torch.device) -> torch.Tensor:
+    """An int64 tensor of `values` on `device`, copied without waiting for the device.
+
+    A blocking host-to-device copy synchronizes the stream, i.e. waits for every kernel
+    already queued (under the overlapped schedule: the step in flight). From pinned memory
+    the copy is queued like a kernel; the caching host allocator keeps the pinned buffer
+    alive until the copy has run.
+    """
+    host = torch.tensor(values, dtype=torch.int64)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)

@@ -25,7 +25,7 @@ from radixgen.runtime.finish_checker import (
     fast_finish_check,
     make_stop_checker,
 )
-from radixgen.runtime.forward_batch import ForwardMode
+from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
@@ -432,7 +432,7 @@ class Scheduler:
         if previous is None:
             input_ids = [r.output_ids[-1:] for r in next_reqs]
         else:
-            keep_rows = torch.tensor(keep, dtype=torch.int64).to(self.device, non_blocking=True)
+            keep_rows = host_ints_to_device(keep, self.device)
             input_ids = previous.next_token_ids[keep_rows]  # never seen by the host
         forward_batch = self.runner.build_forward_batch(
             mode=ForwardMode.DECODE,
@@ -549,8 +549,7 @@ class Scheduler:
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
         else:
-            steps = torch.tensor([len(r.output_ids) + pending for r in reqs], dtype=torch.int64)
-            steps = steps.to(self.device, non_blocking=True)
+            steps = host_ints_to_device([len(r.output_ids) + pending for r in reqs], self.device)
         want_logprobs = any(r.return_logprob for r in reqs)
         result = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
         info.record_sampled(result.next_token_ids)
