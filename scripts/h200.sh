@@ -102,7 +102,7 @@ perf() {  # step breakdown before (perf_base.tar: the engine before the perf wor
       --model-path $MODEL --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 \
       2>&1 | grep -E '^\||wall|Error'
   fi
-  for overlap in off on; do
+  for overlap in ${PERF_OVERLAP:-off on}; do
     log "AFTER: step breakdown 256 x 512/256, overlap $overlap"
     timeout ${STAGE_TIMEOUT:-330} python3 scripts/step_breakdown.py --model-path $MODEL \
       --load-format dummy --num-prompts 256 --input-len 512 --output-len 256 --overlap $overlap \
