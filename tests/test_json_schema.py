@@ -392,6 +392,8 @@ def test_bad_arguments():
 
 
 DIALECT_SCHEMAS = [
+    {"type": "string", "pattern": "[&~-]{2}.", "maxLength": 4},
+    {"type": "string", "format": "uri"},
     {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[à-ÿ-]+$"}}},
     {"type": "string", "format": "email"},
     {"type": "integer", "minimum": -37, "maximum": 1234},
@@ -409,7 +411,10 @@ def test_regex_dialect_accepted_by_outlines_core_and_interegular(schema):
     import interegular
     from outlines_core import Index, Vocabulary
 
+    from radixgen.constrained.regex_index import validate_regex
+
     regex = json_schema_to_regex(schema)
+    validate_regex(regex)  # the engine's own up-front check (interegular + class syntax)
     byte_tokens = {bytes([byte]): [byte] for byte in range(255)}
     index = Index(regex, Vocabulary(255, byte_tokens))
     assert index.get_initial_state() is not None
