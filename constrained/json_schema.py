@@ -296,12 +296,6 @@ class SchemaTranslator:
         if name == "number":
             if merged.lower is None and merged.upper is None:
                 return SCALAR_REGEXES["number"]
-            for keyword, bound in (("minimum", merged.lower), ("maximum", merged.upper)):
-                if bound is not None and bound.value.denominator != 1:
-                    path = _first_path(merged, keyword, "exclusive" + keyword.capitalize())
-                    raise UnsupportedSchemaError(
-                        keyword, path, "fractional bounds on 'number' are not supported"
-                    )
             return number_range_regex(merged.lower, merged.upper)
         if name == "string":
             return self._string_regex(merged)
@@ -389,10 +383,6 @@ def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> N
 
 def _type_allows(types: frozenset[str], value_type: str) -> bool:
     return value_type in types or (value_type == "integer" and "number" in types)
-
-
-def _first_path(merged: MergedSchema, *keywords: str) -> str:
-    return next((merged.keyword_paths[k] for k in keywords if k in merged.keyword_paths), "#")
 
 
 __all__ = ["SchemaRegexOptions", "UnsupportedSchemaError", "json_schema_to_regex"]

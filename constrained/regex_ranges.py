@@ -5,8 +5,8 @@ which parses to the same value, so no value is lost). A range of integers become
 digit patterns per digit count, e.g. [7, 123] -> `[7-9]|[1-9][0-9]|1[0-1][0-9]|12[0-3]`.
 
 Numbers with bounds are written without an exponent (every finite decimal has such a spelling),
-so the bound can be decided on the integer part and on whether the fraction is zero. Only bounds
-with integer values are supported here; the caller rejects fractional bounds on `number`.
+so a bound is decided on the integer part, then digit by digit on the fraction (like the integer
+ranges, but on digit strings of any length compared as 0.F).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from radixgen.constrained.regex_text import alternation, sequence
+from radixgen.constrained.regex_text import alternation, optional, sequence
 
 DIGIT = "[0-9]"
 NATURAL = "(?:0|[1-9][0-9]*)"
@@ -64,11 +64,9 @@ def integer_bounds(lower: Bound | None, upper: Bound | None) -> tuple[int | None
 def number_range_regex(lower: Bound | None, upper: Bound | None) -> str | None:
     """Exponent-free decimals x with lower <= x <= upper (strict where the bound is exclusive).
 
-    Both bounds must have integer values. `-0` and `-0.0` are never produced.
+    Bounds must have finite decimal expansions (every JSON number does). `-0` and `-0.0` are
+    never produced. Comparison is on the decimal value written, digit by digit.
     """
-    for bound in (lower, upper):
-        if bound is not None and bound.value.denominator != 1:
-            raise ValueError("number bounds must be integers")
     # x >= 0, written without a sign: x is its own magnitude.
     if lower is None or lower.value < 0:
         positive_low = Bound(Fraction(0), False)
@@ -89,24 +87,98 @@ def number_range_regex(lower: Bound | None, upper: Bound | None) -> str | None:
 
 
 def _magnitude_regex(lower: Bound, upper: Bound | None) -> str | None:
-    """Unsigned decimals m (integer part, optional fraction) within the two bounds."""
-    low = int(lower.value)
-    high = None if upper is None else int(upper.value)
+    """Unsigned decimals m = I.F within the bounds, decided on I and then on F's digits."""
+    low_int, low_digits = _split_decimal(lower.value)
+    if upper is None:
+        high_int, high_digits = None, ""
+    else:
+        high_int, high_digits = _split_decimal(upper.value)
+        if high_int < low_int:
+            return None
     pieces = []
-    # Integer parts strictly inside the range admit any fraction.
-    any_fraction_low = low + 1 if lower.exclusive else low
-    any_fraction_high = None if high is None else high - 1
-    whole = _natural_range(any_fraction_low, any_fraction_high)
+    # Integer parts strictly between the bounds' integer parts admit any fraction.
+    whole = _natural_range(low_int + 1, None if high_int is None else high_int - 1)
     if whole is not None:
         pieces.append(sequence(whole, _ANY_FRACTION))
-    # m > low with integer part == low needs a non-zero fraction (and then m < low + 1 <= high).
-    if lower.exclusive and (high is None or high > low):
-        pieces.append(sequence(str(low), _NONZERO_FRACTION))
-    # m <= high with integer part == high needs a zero fraction.
-    if upper is not None and not upper.exclusive:
-        if high > low or (high == low and not lower.exclusive):
-            pieces.append(sequence(str(high), _ZERO_FRACTION))
+    if high_int is None or high_int > low_int:
+        fraction = _fraction_part(low_digits, lower.exclusive, None, False)
+        pieces.append(sequence(str(low_int), fraction))
+        if high_int is not None:
+            fraction = _fraction_part("", False, high_digits, upper.exclusive)
+            pieces.append(sequence(str(high_int), fraction))
+    else:  # both bounds share the integer part
+        fraction = _fraction_part(low_digits, lower.exclusive, high_digits, upper.exclusive)
+        pieces.append(sequence(str(low_int), fraction))
     return alternation(pieces)
+
+
+def _split_decimal(value: Fraction) -> tuple[int, str]:
+    """(integer part, fraction digits without trailing zeros) of a non-negative decimal."""
+    scale = 0
+    while (value * 10**scale).denominator != 1:
+        scale += 1
+        if scale > 400:
+            raise ValueError(f"bound {value} has no finite decimal expansion")
+    scaled = int(value * 10**scale)
+    integer_part, fraction = divmod(scaled, 10**scale)
+    digits = str(fraction).rjust(scale, "0").rstrip("0") if scale else ""
+    return integer_part, digits
+
+
+def _fraction_part(low: str, low_strict: bool, high: str | None, high_strict: bool) -> str | None:
+    """The optional `.digits` of a number whose fraction 0.F lies between 0.low and 0.high.
+
+    `high` None: no upper bound (below 1). An absent fraction counts as 0.
+    """
+    zero_allowed = low == "" and not low_strict and (high is None or high != "" or not high_strict)
+    digits = _fraction_digits(low, low_strict, high, high_strict, nonempty=True)
+    written = None if digits is None else sequence("\\.", digits)
+    if zero_allowed:
+        return optional(written)
+    return written
+
+
+def _fraction_digits(
+    low: str, low_strict: bool, high: str | None, high_strict: bool, nonempty: bool
+) -> str | None:
+    """Digit strings D with 0.low < (<=) 0.D < (<=) 0.high, compared digit by digit."""
+    any_digits = f"{DIGIT}+" if nonempty else f"{DIGIT}*"
+    if high == "":  # 0.D <= 0: only zeros
+        if high_strict or low_strict or low != "":
+            return None
+        return "0+" if nonempty else "0*"
+    if low == "" and high is None:
+        return f"{DIGIT}*[1-9]{DIGIT}*" if low_strict else any_digits
+    first_low = low[0] if low else "0"
+    rest_low = low[1:]
+    empty_allowed = not nonempty and low == "" and not low_strict
+    if high is None:
+        options = [
+            first_low + _or_empty(_fraction_digits(rest_low, low_strict, None, False, False))
+        ]
+        if first_low != "9":
+            options.append(_digit_class(str(int(first_low) + 1), "9") + f"{DIGIT}*")
+    elif first_low > high[0]:
+        options = []
+    elif first_low == high[0]:
+        rest = _fraction_digits(rest_low, low_strict, high[1:], high_strict, False)
+        options = [None if rest is None else first_low + rest]
+    else:
+        after_low = _fraction_digits(rest_low, low_strict, None, False, False)
+        options = [None if after_low is None else first_low + after_low]
+        if int(high[0]) - int(first_low) > 1:
+            middle = _digit_class(str(int(first_low) + 1), str(int(high[0]) - 1))
+            options.append(middle + f"{DIGIT}*")
+        before_high = _fraction_digits("", False, high[1:], high_strict, False)
+        options.append(None if before_high is None else high[0] + before_high)
+    result = alternation(options)
+    if empty_allowed:
+        return optional(result)
+    return result
+
+
+def _or_empty(regex: str | None) -> str:
+    return "" if regex is None else regex
 
 
 def _natural_range(lowest: int, highest: int | None) -> str | None:

@@ -109,12 +109,12 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
 def _merge_numbers(merged: MergedSchema, piece: dict) -> None:
     for keyword, exclusive in (("minimum", False), ("exclusiveMinimum", True)):
         if keyword in piece:
-            bound = Bound(Fraction(piece[keyword]), exclusive)
+            bound = Bound(_exact_decimal(piece[keyword]), exclusive)
             if merged.lower is None or _tighter_lower(bound, merged.lower):
                 merged.lower = bound
     for keyword, exclusive in (("maximum", False), ("exclusiveMaximum", True)):
         if keyword in piece:
-            bound = Bound(Fraction(piece[keyword]), exclusive)
+            bound = Bound(_exact_decimal(piece[keyword]), exclusive)
             if merged.upper is None or _tighter_lower(_negate(bound), _negate(merged.upper)):
                 merged.upper = bound
 
@@ -183,6 +183,11 @@ def json_type(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     raise TypeError(f"not a JSON value: {json.dumps(value, default=repr)}")
+
+
+def _exact_decimal(number: int | float) -> Fraction:
+    """The decimal the schema wrote: 1.1 is 11/10, not the nearest binary float."""
+    return Fraction(repr(number)) if isinstance(number, float) else Fraction(number)
 
 
 def _tighter_lower(candidate: Bound, current: Bound) -> bool:
