@@ -6,9 +6,7 @@ our regex must match the whole encoded literal. So the pattern is parsed into a 
 each code point set is written as one encoded unit (`json_string.code_point_unit`).
 
 `minLength`/`maxLength` next to a pattern are intersected exactly on the tree
-(`limit_length`): fixed-length parts shift the bounds, a repetition of a fixed-length item gets
-tighter counts, and a concatenation of several variable parts is split by the length of its
-first part. What cannot be intersected exactly raises `PatternError`.
+(`pattern_length.limit_length`); what cannot be intersected exactly raises `PatternError`.
 
 Supported: literals, escapes (\\d \\D \\w \\W \\s \\S \\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\u{H..}
 and escaped punctuation), classes with ranges and negation, `.`, groups (plain, `(?:`, named),
@@ -19,18 +17,19 @@ word boundaries, `\\p{..}`, `\\cX`, anchors elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from radixgen.constrained.json_string import ALL_CODE_POINTS, code_point_unit
-from radixgen.constrained.regex_text import (
-    alternation,
-    complement_ranges,
-    normalize_ranges,
-    repeat,
-    sequence,
+from radixgen.constrained.pattern_length import PatternError, limit_length
+from radixgen.constrained.pattern_tree import (
+    ANY_TEXT,
+    CodePoints,
+    Concat,
+    Ranges,
+    Repeat,
+    Union,
+    emit,
 )
+from radixgen.constrained.regex_text import complement_ranges, normalize_ranges
 
-Ranges = tuple[tuple[int, int], ...]
+__all__ = ["PatternError", "parse_pattern", "pattern_to_regex"]
 
 _DIGITS: Ranges = ((0x30, 0x39),)
 _WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
@@ -44,39 +43,6 @@ _SPACE: Ranges = tuple(
 _LINE_TERMINATORS = ((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029))
 _CONTROL_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
 _SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
-# Splitting a concatenation by the length of its first part costs one branch per length.
-_MAX_LENGTH_SPLITS = 64
-# A bounded repetition of variable-length text is unrolled into at most this many copies.
-_MAX_UNROLLED_COPIES = 8
-
-
-class PatternError(ValueError):
-    """The pattern uses a feature, or a length combination, we cannot enforce exactly."""
-
-
-@dataclass(frozen=True)
-class CodePoints:
-    ranges: Ranges
-
-
-@dataclass(frozen=True)
-class Concat:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class Union:
-    options: tuple
-
-
-@dataclass(frozen=True)
-class Repeat:
-    item: object
-    min_count: int
-    max_count: int | None
-
-
-ANY_TEXT = Repeat(CodePoints(ALL_CODE_POINTS), 0, None)
 
 
 def pattern_to_regex(pattern: str, min_length: int = 0, max_length: int | None = None) -> str:
@@ -102,122 +68,6 @@ def parse_pattern(pattern: str) -> object:
         )
         options.append(Concat(tuple(items)))
     return options[0] if len(options) == 1 else Union(tuple(options))
-
-
-def length_range(node: object) -> tuple[int, int | None]:
-    """Fewest and most code points `node` matches (None: unbounded)."""
-    if isinstance(node, CodePoints):
-        return 1, 1
-    if isinstance(node, Concat):
-        low, high = 0, 0
-        for item in node.items:
-            item_low, item_high = length_range(item)
-            low += item_low
-            high = None if high is None or item_high is None else high + item_high
-        return low, high
-    if isinstance(node, Union):
-        ranges = [length_range(option) for option in node.options]
-        highs = [high for _, high in ranges]
-        return min(low for low, _ in ranges), None if None in highs else max(highs)
-    item_low, item_high = length_range(node.item)
-    if node.max_count is None:
-        return item_low * node.min_count, None if item_high != 0 else 0
-    return item_low * node.min_count, None if item_high is None else item_high * node.max_count
-
-
-def limit_length(node: object, min_length: int, max_length: int | None) -> object | None:
-    """`node` restricted to strings of min_length..max_length code points (None: empty)."""
-    min_length = max(min_length, 0)
-    low, high = length_range(node)
-    if low >= min_length and (max_length is None or (high is not None and high <= max_length)):
-        return node
-    if (max_length is not None and low > max_length) or (high is not None and high < min_length):
-        return None
-    if isinstance(node, Union):
-        kept = [limit_length(option, min_length, max_length) for option in node.options]
-        kept = [option for option in kept if option is not None]
-        return Union(tuple(kept)) if kept else None
-    if isinstance(node, Repeat):
-        return _limit_repeat(node, min_length, max_length)
-    return _limit_concat(node, min_length, max_length)
-
-
-def _limit_repeat(node: Repeat, min_length: int, max_length: int | None) -> object | None:
-    item_low, item_high = length_range(node.item)
-    if item_low != item_high:
-        return _limit_variable_repeat(node, min_length, max_length)
-    width = item_low
-    fewest = max(node.min_count, -(-min_length // width))
-    most = node.max_count
-    if max_length is not None:
-        most = max_length // width if most is None else min(most, max_length // width)
-    if most is not None and most < fewest:
-        return None
-    return Repeat(node.item, fewest, most)
-
-
-def _limit_variable_repeat(node: Repeat, min_length: int, max_length: int | None) -> object | None:
-    """A bounded repetition of variable-length text, unrolled into copies (x{1,3} = x(x(x)?)?)."""
-    if node.max_count == 1:
-        inner = limit_length(node.item, min_length, max_length)
-        if node.min_count == 0 and min_length <= 0:
-            return Concat(()) if inner is None else Repeat(inner, 0, 1)
-        return inner
-    if node.max_count is None or node.max_count > _MAX_UNROLLED_COPIES:
-        raise PatternError("cannot intersect a repetition of variable-length text with a length")
-    optional_tail = None
-    for _ in range(node.max_count - node.min_count):
-        rest = (node.item,) if optional_tail is None else (node.item, optional_tail)
-        optional_tail = Repeat(Concat(rest), 0, 1)
-    copies = (node.item,) * node.min_count + (() if optional_tail is None else (optional_tail,))
-    return limit_length(Concat(copies), min_length, max_length)
-
-
-def _limit_concat(node: Concat, min_length: int, max_length: int | None) -> object | None:
-    if not node.items:
-        return None  # the empty string, already known to be out of range
-    head, tail = node.items[0], Concat(node.items[1:])
-    head_low, head_high = length_range(head)
-    tail_low, tail_high = length_range(tail)
-    if head_low == head_high:
-        limited_tail = limit_length(tail, min_length - head_low, _minus(max_length, head_low))
-        return None if limited_tail is None else Concat((head, limited_tail))
-    if tail_low == tail_high:
-        limited_head = limit_length(head, min_length - tail_low, _minus(max_length, tail_low))
-        return None if limited_head is None else Concat((limited_head, tail))
-    # Both vary: one branch per exact head length, up to where the tail is unconstrained.
-    last_exact = min_length - tail_low if max_length is None else max_length - tail_low
-    if head_high is not None:
-        last_exact = min(last_exact, head_high)
-    if last_exact - head_low + 1 > _MAX_LENGTH_SPLITS:
-        raise PatternError("pattern too complex to intersect with minLength/maxLength")
-    options = []
-    for head_length in range(head_low, last_exact + 1):
-        limited_head = limit_length(head, head_length, head_length)
-        remaining_max = _minus(max_length, head_length)
-        limited_tail = limit_length(tail, min_length - head_length, remaining_max)
-        if limited_head is not None and limited_tail is not None:
-            options.append(Concat((limited_head, limited_tail)))
-    if max_length is None and (head_high is None or head_high > last_exact):
-        longer_head = limit_length(head, last_exact + 1, None)
-        if longer_head is not None:
-            options.append(Concat((longer_head, tail)))
-    return Union(tuple(options)) if options else None
-
-
-def _minus(value: int | None, amount: int) -> int | None:
-    return None if value is None else value - amount
-
-
-def emit(node: object) -> str | None:
-    """Regex text over encoded units for `node`."""
-    if isinstance(node, CodePoints):
-        return code_point_unit(node.ranges)
-    if isinstance(node, Concat):
-        return sequence(*(emit(item) for item in node.items)) if node.items else ""
-    if isinstance(node, Union):
-        return alternation(emit(option) for option in node.options)
-    return repeat(emit(node.item), node.min_count, node.max_count)
 
 
 class _Parser:
@@ -372,8 +222,8 @@ class _Parser:
                 self.index = end + 1
                 return _single(value)
             return _single(self._parse_hex(4))
-        if char in _SYNTAX_CHARS:
-            return _single(ord(char))
+        if char in _SYNTAX_CHARS or (char.isascii() and not char.isalnum() and char != "_"):
+            return _single(ord(char))  # an escaped punctuation character is itself
         self._fail(f"escape '\\{char}' is not supported")
 
     def _parse_hex(self, width: int) -> int:

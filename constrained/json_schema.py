@@ -23,13 +23,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from radixgen.constrained.ecma_pattern import (
-    PatternError,
-    emit,
-    limit_length,
-    parse_pattern,
-    pattern_to_regex,
-)
+from radixgen.constrained.ecma_pattern import PatternError, parse_pattern, pattern_to_regex
 from radixgen.constrained.json_formats import FORMAT_REGEXES
 from radixgen.constrained.json_string import string_excluding_keys, string_regex
 from radixgen.constrained.json_value_regex import (
@@ -40,6 +34,8 @@ from radixgen.constrained.json_value_regex import (
     literal_regex,
     object_regex,
 )
+from radixgen.constrained.pattern_length import cap_length, limit_length
+from radixgen.constrained.pattern_tree import emit
 from radixgen.constrained.regex_ranges import (
     integer_bounds,
     integer_range_regex,
@@ -314,10 +310,16 @@ class SchemaTranslator:
             regex = FORMAT_REGEXES[merged.format]
             if min_length == 0 and max_length is None:
                 return f'"{regex}"'
+            tree = parse_pattern(f"^{regex}$")
             try:
-                tree = limit_length(parse_pattern(f"^{regex}$"), min_length, max_length)
+                tree = limit_length(tree, min_length, max_length)
             except PatternError as error:
-                raise UnsupportedSchemaError("format", path, f"with a length: {error}") from None
+                # Formats are strict subsets anyway: bound their repetitions instead.
+                tree = cap_length(tree, min_length, max_length)
+                if tree is None:
+                    raise UnsupportedSchemaError(
+                        "format", path, f"with a length: {error}"
+                    ) from None
             body = None if tree is None else emit(tree)
             return None if body is None else f'"{body}"'
         if merged.pattern is not None:
