@@ -277,11 +277,7 @@ class SchemaTranslator:
         if rest_regex is None:
             return None
         checker = re.compile(rest_regex)
-        kept = [
-            value
-            for value in candidates
-            if checker.fullmatch(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-        ]
+        kept = [value for value in candidates if any(map(checker.fullmatch, _spellings(value)))]
         return alternation(literal_regex(value, self.ws) for value in kept)
 
     def _type_regex(self, name: str, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
@@ -381,6 +377,14 @@ def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> N
     if limit is not None and (most_possible is None or most_possible > limit):
         path = merged.keyword_paths["maxProperties"]
         raise UnsupportedSchemaError("maxProperties", path, "only implied by closed objects")
+
+
+def _spellings(value: object) -> list[str]:
+    """Compact spellings of an enum value to check against the other keywords' regex."""
+    spellings = [json.dumps(value, ensure_ascii=False, separators=(",", ":"))]
+    if isinstance(value, float) and value.is_integer():
+        spellings.append(str(int(value)))  # 2.0 is an integer too
+    return spellings
 
 
 def _type_allows(types: frozenset[str], value_type: str) -> bool:

@@ -17,21 +17,29 @@ Ranges = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class CodePoints:
+    """One character whose code point lies in `ranges`."""
+
     ranges: Ranges
 
 
 @dataclass(frozen=True)
 class Concat:
+    """The items one after another (no items: the empty string)."""
+
     items: tuple
 
 
 @dataclass(frozen=True)
 class Union:
+    """Any one of the options."""
+
     options: tuple
 
 
 @dataclass(frozen=True)
 class Repeat:
+    """`item` repeated min_count..max_count times (None: unbounded)."""
+
     item: object
     min_count: int
     max_count: int | None

@@ -30,6 +30,11 @@ _TRIVIAL_ONLY = frozenset(
         "unevaluatedProperties", "unevaluatedItems",
     }
 )  # fmt: skip
+# Without in-place applicators, unevaluated* sees exactly what these keywords see.
+_UNEVALUATED_AS = {"unevaluatedProperties": "additionalProperties", "unevaluatedItems": "items"}
+_IN_PLACE_APPLICATORS = frozenset(
+    {"allOf", "anyOf", "oneOf", "not", "$ref", "$dynamicRef", "if", "dependentSchemas", "contains"}
+)
 
 
 def check_keywords(schema: object, path: str, is_root: bool) -> None:
@@ -54,6 +59,10 @@ def check_keywords(schema: object, path: str, is_root: bool) -> None:
             continue
         if keyword == "uniqueItems" and value is False:
             continue
+        if keyword in _UNEVALUATED_AS and not _IN_PLACE_APPLICATORS & schema.keys():
+            if not isinstance(value, (dict, bool)):
+                raise ValueError(f"schema at {path}: {keyword!r} must be a schema")
+            continue
         raise UnsupportedSchemaError(keyword, path)
     _check_values(schema, path)
 
@@ -66,6 +75,11 @@ def local_piece(schema: dict, path: str) -> dict:
             piece[keyword] = int(piece[keyword])
     if "uniqueItems" in piece and piece["uniqueItems"] is False:
         del piece["uniqueItems"]
+    for keyword, same_as in _UNEVALUATED_AS.items():
+        # check_keywords allowed it only without in-place applicators; next to `same_as`,
+        # everything is already evaluated and it has no effect.
+        if keyword in schema and same_as not in schema:
+            piece[same_as] = schema[keyword]
     return piece
 
 

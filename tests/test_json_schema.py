@@ -227,6 +227,13 @@ def test_keys_needing_escapes_and_required_undeclared():
     assert_language(schema, [{'q"k\\': 1, "z": None}], [{'q"k\\': 1}, {"z": 1}])
 
 
+def test_unevaluated_without_in_place_applicators_is_additional():
+    schema = {"properties": {"a": {}}, "unevaluatedProperties": {"type": "integer"}}
+    assert_language(schema, [{"a": "x", "b": 1}], [{"b": "x"}])
+    items = {"prefixItems": [{"type": "string"}], "unevaluatedItems": False}
+    assert_language(items, [[], ["a"]], [["a", "b"]])
+
+
 def test_min_max_properties_only_when_implied():
     implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
     assert_language(implied, [{"a": 1}], [{}])
@@ -268,6 +275,7 @@ def test_enum_and_const_filtered_by_other_keywords():
     schema = {"enum": [1, "a", None, {"x": [1, 2]}, 7], "type": ["integer", "object"], "maximum": 5}
     assert_language(schema, [1, {"x": [1, 2]}], ["a", None, 7, 2])
     assert_language({"const": 2.0}, [2, 2.0], [3])
+    assert_language({"type": "integer", "enum": [2.0, 2.5]}, [2, 2.0], [2.5])
     with pytest.raises(UnsupportedSchemaError, match="'schema' at #"):
         json_schema_to_regex({"const": "a", "type": "integer"})
 
@@ -385,7 +393,11 @@ def test_whitespace_option():
         ({"contains": {"type": "string"}}, "contains", "#"),
         ({"patternProperties": {"^a": {"type": "string"}}}, "patternProperties", "#"),
         ({"if": {}, "then": {"type": "string"}}, "if", "#"),
-        ({"anyOf": [{"unevaluatedProperties": False}]}, "unevaluatedProperties", "#/anyOf/0"),
+        (
+            {"anyOf": [{"$ref": "#/$defs/a", "unevaluatedProperties": False}], "$defs": {"a": {}}},
+            "unevaluatedProperties",
+            "#/anyOf/0",
+        ),
         ({"$defs": {"a": {"$id": "x", "type": "string"}}, "$ref": "#/$defs/a"}, "$id", "#/$defs/a"),
         ({"propertyNames": {"maxLength": 3}}, "propertyNames", "#"),
         ({"x-custom": 1, "frobnicate": 2}, "frobnicate", "#"),
