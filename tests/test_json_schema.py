@@ -483,6 +483,20 @@ PROPERTY_SCHEMAS = [
     },
     {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer", "minimum": 0}]},
     {"enum": ["a", 1, None, [True]]},
+    {"minimum": 2, "maxLength": 2, "maxItems": 1},
+    {
+        "allOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            {"maxItems": 2, "prefixItems": [{"maximum": 5}]},
+        ]
+    },
+    {
+        "oneOf": [
+            {"type": "integer", "maximum": 0},
+            {"type": "string", "maxLength": 1},
+            {"const": None},
+        ]
+    },
 ]
 _OBJECT_SCHEMA = {
     "type": "object",
@@ -492,7 +506,7 @@ _OBJECT_SCHEMA = {
 }
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_index=st.integers(0, len(PROPERTY_SCHEMAS) - 1), value=_VALUES)
 def test_random_instances_match_iff_valid(schema_index, value):
     schema = PROPERTY_SCHEMAS[schema_index]
