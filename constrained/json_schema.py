@@ -56,6 +56,8 @@ from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 # An anyOf/oneOf/allOf product with more alternatives than this is rejected, not built.
 MAX_ALTERNATIVES = 64
+# A larger regex is rejected: automaton compilation time grows with it (sizes in the docs).
+MAX_REGEX_CHARS = 2_000_000
 
 # One alternative: the applicator-free pieces that must all hold, and the $ref expansion counts.
 Alternative = tuple[tuple[Part, ...], RefDepths]
@@ -129,6 +131,9 @@ def json_schema_to_regex(
     regex = SchemaTranslator(root, options).translate(((root, "#"),), ())
     if regex is None:
         raise UnsupportedSchemaError("schema", "#", "no JSON value satisfies this schema")
+    if len(regex) > MAX_REGEX_CHARS:
+        reason = f"the regex would have {len(regex)} characters (limit {MAX_REGEX_CHARS})"
+        raise UnsupportedSchemaError("schema", "#", reason)
     return regex
 
 

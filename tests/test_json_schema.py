@@ -420,6 +420,8 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="whitespace"):
         json_schema_to_regex({}, whitespace="(")
     assert issubclass(UnsupportedSchemaError, ValueError)
+    with pytest.raises(UnsupportedSchemaError, match="characters"):
+        json_schema_to_regex({}, any_value_depth=6)  # 4x per level: too large to compile
 
 
 DIALECT_SCHEMAS = [
