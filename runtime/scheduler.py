@@ -241,6 +241,9 @@ class Scheduler:
 
     def check_integrity(self) -> None:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
+        # A decode step in flight holds slots not committed yet: process it first (its
+        # outputs go out with the next step).
+        self.pending_outputs += self._resolve_inflight(next_reqs=())
         live = list(self.running.reqs) + self.jump_forward_reqs
         live += [self.chunked_req] if self.chunked_req else []
         self.kv.check_integrity(live)
