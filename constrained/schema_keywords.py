@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radixgen.constrained.schema_merge import ALL_TYPES
+from radixgen.constrained.schema_merge import ALL_TYPES, NOT_TYPES
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 # ($ref target path, expansions so far) pairs along one instance path, sorted.
@@ -59,6 +59,8 @@ def check_keywords(schema: object, path: str, is_root: bool) -> None:
             continue
         if keyword == "uniqueItems" and value is False:
             continue
+        if keyword == "not" and _negated_types(value) is not None:
+            continue
         if keyword in _UNEVALUATED_AS and not _IN_PLACE_APPLICATORS & schema.keys():
             if not isinstance(value, (dict, bool)):
                 raise ValueError(f"schema at {path}: {keyword!r} must be a schema")
@@ -75,12 +77,30 @@ def local_piece(schema: dict, path: str) -> dict:
             piece[keyword] = int(piece[keyword])
     if "uniqueItems" in piece and piece["uniqueItems"] is False:
         del piece["uniqueItems"]
+    if "not" in schema:
+        piece[NOT_TYPES] = _negated_types(schema["not"])
     for keyword, same_as in _UNEVALUATED_AS.items():
         # check_keywords allowed it only without in-place applicators; next to `same_as`,
         # everything is already evaluated and it has no effect.
         if keyword in schema and same_as not in schema:
             piece[same_as] = schema[keyword]
     return piece
+
+
+def _negated_types(value: object) -> list[str] | None:
+    """The types `not` excludes, when it is only a type test (true/{}: every type)."""
+    if value is False:
+        return []
+    if value is True or value == {}:
+        return sorted(ALL_TYPES)
+    if not isinstance(value, dict) or not set(value) <= IGNORED | {"type"}:
+        return None
+    if "type" not in value:
+        return sorted(ALL_TYPES)
+    names = value["type"] if isinstance(value["type"], list) else [value["type"]]
+    if not all(isinstance(name, str) and name in ALL_TYPES for name in names):
+        return None
+    return list(names)
 
 
 def _check_applicator(keyword: str, value: object, path: str) -> None:

@@ -17,6 +17,8 @@ from radixgen.constrained.regex_ranges import Bound
 from radixgen.constrained.unsupported import child_path
 
 ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
+# Piece key for the types a type-only `not` excludes (not a JSON Schema keyword, so no clash).
+NOT_TYPES = "not:type"
 
 # A subschema still to be translated, with its JSON path for error messages.
 Part = tuple[object, str]
@@ -77,6 +79,13 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
         if "number" in merged.types and "integer" in names:
             keep.add("integer")
         merged.types = frozenset(keep)
+    if NOT_TYPES in piece:
+        excluded = set(piece[NOT_TYPES])
+        if "number" in excluded:
+            excluded.add("integer")
+        elif "integer" in excluded and "number" in merged.types:
+            raise MergeConflict("not", path, "non-integer numbers cannot be written exactly")
+        merged.types = frozenset(merged.types - excluded)
     for keyword in ("enum", "const"):
         if keyword in piece:
             values = piece["enum"] if keyword == "enum" else [piece["const"]]

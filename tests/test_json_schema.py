@@ -315,6 +315,12 @@ def test_nullable_types():
     assert_language({"anyOf": [{"type": "integer"}, {"type": "null"}]}, [1, None], ["x"])
 
 
+def test_type_only_not():
+    assert_language({"not": {"type": ["string", "null"]}}, [1, 2.5, [], {}, True], ["a", None])
+    assert_language({"type": ["integer", "null"], "not": {"type": "null"}}, [1], [None])
+    assert_language({"items": {"not": {}}}, [[]], [[1]])
+
+
 def test_typeless_schema_infers_allowed_types():
     assert_language({"minLength": 2}, ["ab", 1, None, [1], {"k": 1}], ["a"])
     assert_language({}, [1, "x", None, [], {"a": [1, {"b": True}]}], [])
@@ -389,7 +395,8 @@ def test_whitespace_option():
     [
         ({"type": "integer", "multipleOf": 2}, "multipleOf", "#"),
         ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
-        ({"items": {"not": {}}}, "not", "#/items"),
+        ({"items": {"not": {"minimum": 3}}}, "not", "#/items"),
+        ({"not": {"type": "integer"}}, "not", "#"),
         ({"contains": {"type": "string"}}, "contains", "#"),
         ({"patternProperties": {"^a": {"type": "string"}}}, "patternProperties", "#"),
         ({"if": {}, "then": {"type": "string"}}, "if", "#"),
