@@ -56,6 +56,8 @@ from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 # An anyOf/oneOf/allOf product with more alternatives than this is rejected, not built.
 MAX_ALTERNATIVES = 64
+# Path of the synthetic {"type": "string"} added to propertyNames (memo key, never reported).
+_KEYS_ARE_STRINGS = "#(object keys)"
 # A larger regex is rejected: automaton compilation time grows with it (sizes in the docs).
 MAX_REGEX_CHARS = 2_000_000
 
@@ -355,21 +357,34 @@ class SchemaTranslator:
         names = merged.property_names + [
             n for n in merged.required if n not in merged.property_parts
         ]
+        key_regex = string_excluding_keys(names) if names else string_regex()
+        checked_names = bool(merged.property_name_parts)
+        if checked_names:
+            # Keys are strings: the propertyNames schema, restricted to strings.
+            parts = (*merged.property_name_parts, ({"type": "string"}, _KEYS_ARE_STRINGS))
+            key_regex = self.translate(parts, ref_depths)
         members = []
         for name in names:
             parts = merged.property_parts.get(name, merged.additional_parts)
             value = self.translate(tuple(parts), ref_depths)
+            if checked_names and not _matches(key_regex, _spellings(name)[0]):
+                value = None  # propertyNames forbids this name
             members.append(Member(name, value, required=name in merged.required))
         extra_value = None
         implicit_extras = not merged.additional_parts and names
-        if not implicit_extras or self.options.allow_undeclared_properties:
+        if key_regex is not None and (
+            not implicit_extras or self.options.allow_undeclared_properties
+        ):
             extra_value = self.translate(tuple(merged.additional_parts), ref_depths)
+        if extra_value is not None and checked_names and names:
+            path = merged.keyword_paths["propertyNames"]
+            reason = "with both declared and additional properties"
+            raise UnsupportedSchemaError("propertyNames", path, reason)
         if extra_value is not None:
             _check_property_counts(merged, None)
         else:
             possible = sum(1 for member in members if member.value_regex is not None)
             _check_property_counts(merged, possible)
-        key_regex = string_excluding_keys(names) if names else string_regex()
         return object_regex(members, (key_regex, extra_value), self.ws)
 
 
@@ -382,6 +397,10 @@ def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> N
     if limit is not None and (most_possible is None or most_possible > limit):
         path = merged.keyword_paths["maxProperties"]
         raise UnsupportedSchemaError("maxProperties", path, "only implied by closed objects")
+
+
+def _matches(regex: str | None, text: str) -> bool:
+    return regex is not None and re.fullmatch(regex, text) is not None
 
 
 def _spellings(value: object) -> list[str]:

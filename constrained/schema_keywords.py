@@ -21,12 +21,13 @@ _COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "m
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 LOCAL = frozenset(
     {"type", "enum", "const", "pattern", "format", "properties", "required"}
-    | {"additionalProperties", "prefixItems", "items", "uniqueItems", *_COUNTS, *_BOUNDS}
+    | {"additionalProperties", "propertyNames", "prefixItems", "items", "uniqueItems"}
+    | {*_COUNTS, *_BOUNDS}
 )
 # Accepted only with a value that constrains nothing.
 _TRIVIAL_ONLY = frozenset(
     {
-        "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas",
+        "patternProperties", "dependentRequired", "dependentSchemas",
         "unevaluatedProperties", "unevaluatedItems",
     }
 )  # fmt: skip
@@ -141,7 +142,7 @@ def _check_values(schema: dict, path: str) -> None:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
         malformed("required", "an array of strings")
-    for keyword in ("additionalProperties", "items"):
+    for keyword in ("additionalProperties", "items", "propertyNames"):
         if keyword in schema and isinstance(schema[keyword], list):
             raise UnsupportedSchemaError(keyword, path, "array form (use prefixItems)")
         if keyword in schema and not isinstance(schema[keyword], (dict, bool)):

@@ -48,6 +48,7 @@ class MergedSchema:
     property_names: list[str] = field(default_factory=list)  # declared order
     property_parts: dict[str, list[Part]] = field(default_factory=dict)
     additional_parts: list[Part] = field(default_factory=list)  # schema for undeclared keys
+    property_name_parts: list[Part] = field(default_factory=list)  # schema every key obeys
     required: list[str] = field(default_factory=list)
     min_properties: int = 0
     max_properties: int | None = None
@@ -147,6 +148,8 @@ def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
             merged.property_parts[name].append((schema, child_path(path, "properties", name)))
     if has_additional:
         merged.additional_parts.append(additional)
+    if "propertyNames" in piece:
+        merged.property_name_parts.append((piece["propertyNames"], f"{path}/propertyNames"))
 
 
 def _merge_array_items(merged: MergedSchema, piece: dict, path: str) -> None:

@@ -234,6 +234,17 @@ def test_unevaluated_without_in_place_applicators_is_additional():
     assert_language(items, [[], ["a"]], [["a", "b"]])
 
 
+def test_property_names():
+    schema = {"propertyNames": {"pattern": "^[a-z]+$", "maxLength": 2}, "additionalProperties": {}}
+    assert_language({"type": "object", **schema}, [{}, {"ab": 1, "c": [2]}], [{"abc": 1}, {"A": 1}])
+    literal_keys = {"type": "object", "propertyNames": {"enum": ["x", "y"]}}
+    assert_language(
+        {**literal_keys, "additionalProperties": {"type": "integer"}}, [{"x": 1}], [{"z": 1}]
+    )
+    declared = {"properties": {"ok": {}, "Bad": {}}, "propertyNames": {"pattern": "^[a-z]"}}
+    assert_language(declared, [{"ok": 1}], [{"Bad": 1}])
+
+
 def test_min_max_properties_only_when_implied():
     implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
     assert_language(implied, [{"a": 1}], [{}])
@@ -406,7 +417,15 @@ def test_whitespace_option():
             "#/anyOf/0",
         ),
         ({"$defs": {"a": {"$id": "x", "type": "string"}}, "$ref": "#/$defs/a"}, "$id", "#/$defs/a"),
-        ({"propertyNames": {"maxLength": 3}}, "propertyNames", "#"),
+        (
+            {
+                "properties": {"a": {}},
+                "propertyNames": {"maxLength": 3},
+                "additionalProperties": {},
+            },
+            "propertyNames",
+            "#",
+        ),
         ({"x-custom": 1, "frobnicate": 2}, "frobnicate", "#"),
     ],
 )

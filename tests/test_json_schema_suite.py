@@ -16,10 +16,10 @@ import pytest
 from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, run_suite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Measured: 204 accepted schemas, 502/557 = 90.1% valid instances matched. Floors a few points
+# Measured: 211 accepted schemas, 519/574 = 90.4% valid instances matched. Floors a few points
 # below, so a regression that rejects more schemas or matches fewer instances fails.
-MIN_ACCEPTED_SCHEMAS = 190
-MIN_VALID_MATCH_RATE = 0.86
+MIN_ACCEPTED_SCHEMAS = 200
+MIN_VALID_MATCH_RATE = 0.87
 
 
 @functools.lru_cache(maxsize=1)
