@@ -322,6 +322,11 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 0}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": -1}),
         ("/v1/completions", {"prompt": "hi", "n": 10**6}),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 21}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": -1},
+        ),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}),
         (
             "/v1/chat/completions",
@@ -338,6 +343,20 @@ def test_bad_input_is_a_400_in_openai_error_format(http, path, body):
     error = response.json()["error"]
     assert error["code"] == 400 and error["type"] == "invalid_request_error"
     assert error["message"]
+
+
+def test_unsupported_schema_keyword_is_a_400_naming_keyword_and_path(http):
+    schema = {"type": "object", "properties": {"x": {"if": {"type": "string"}, "then": {}}}}
+    chat = {
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    }
+    native = {"text": "hi", "sampling_params": {"json_schema": schema}}
+    for path, body in [("/v1/chat/completions", chat), ("/generate", native)]:
+        response = http.post(path, json=body)
+        assert response.status_code == 400, response.text
+        message = response.json()["error"]["message"]
+        assert "'if'" in message and "#/properties/x" in message, message
 
 
 def test_bad_stream_request_fails_before_streaming(http):

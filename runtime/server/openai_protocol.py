@@ -119,7 +119,8 @@ class SamplingExtras(_Request):
 class CompletionRequest(SamplingExtras):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
-    logprobs: int | None = None  # top alternatives per token (0..20); None: no logprobs
+    # Top alternatives per token (OpenAI allows 0..5 here; 20 as for chat); None: no logprobs.
+    logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
 
@@ -171,7 +172,7 @@ class ChatCompletionRequest(SamplingExtras):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 class TopLogprob(BaseModel):
