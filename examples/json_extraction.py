@@ -43,10 +43,21 @@ def run_example(backend, max_new_tokens: int = 96) -> list[Person]:
     for document, state in zip(DOCUMENTS, states, strict=True):
         if state.error is not None:
             raise state.error
+        if _finish_type(state.get_meta_info("person")["finish_reason"]) == "length":
+            # Constrained output is valid JSON only once complete; a cut-off object is not.
+            raise SystemExit(
+                f"the JSON for {document!r} was cut off at {max_new_tokens} tokens: "
+                "raise --max-new-tokens"
+            )
         person = Person.model_validate_json(state["person"])
         print(f"{document!r}\n  -> {person!r}")
         people.append(person)
     return people
+
+
+def _finish_type(finish_reason) -> str | None:
+    """'length', 'stop'...: a dict's type (Engine, RuntimeEndpoint) or a string (OpenAI)."""
+    return finish_reason.get("type") if isinstance(finish_reason, dict) else finish_reason
 
 
 def main() -> None:

@@ -287,6 +287,11 @@ def test_example_runs(engine, name, max_new_tokens, capsys):
     assert capsys.readouterr().out.strip()
 
 
+def test_json_extraction_with_too_few_tokens_says_so(engine):
+    with pytest.raises(SystemExit, match="cut off at 4 tokens"):
+        load_example("json_extraction").run_example(engine, 4)
+
+
 def test_react_agent_calls_a_tool_with_a_valid_input(engine, capsys):
     agent = load_example("react_agent")
     state = agent.run_example(engine, 4)
