@@ -1,12 +1,10 @@
-"""JSON Schema `pattern` (ECMA-262 syntax) to a regex over the JSON-encoded string, exactly.
+"""Parser for JSON Schema `pattern`s (ECMA-262 syntax) into a whole-string `pattern_tree`.
 
 A pattern constrains the decoded string value and matches anywhere in it unless anchored, while
 our regex must match the whole encoded literal. So the pattern is parsed into a small tree
-(code point sets, concatenation, union, repetition), unanchored ends get "any characters", and
-each code point set is written as one encoded unit (`json_string.code_point_unit`).
-
-`minLength`/`maxLength` next to a pattern are intersected exactly on the tree
-(`pattern_length.limit_length`); what cannot be intersected exactly raises `PatternError`.
+(code point sets, concatenation, union, repetition) and unanchored ends get "any characters";
+`pattern_tree.emit` writes each code point set as one JSON-encoded unit, and
+`pattern_length.limit_length` intersects the tree with minLength/maxLength exactly.
 
 Supported: literals, escapes (\\d \\D \\w \\W \\s \\S \\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\u{H..}
 and escaped punctuation), classes with ranges and negation, `.`, groups (plain, `(?:`, named),
@@ -17,19 +15,11 @@ word boundaries, `\\p{..}`, `\\cX`, anchors elsewhere.
 
 from __future__ import annotations
 
-from radixgen.constrained.pattern_length import PatternError, limit_length
-from radixgen.constrained.pattern_tree import (
-    ANY_TEXT,
-    CodePoints,
-    Concat,
-    Ranges,
-    Repeat,
-    Union,
-    emit,
-)
+from radixgen.constrained.pattern_length import PatternError
+from radixgen.constrained.pattern_tree import ANY_TEXT, CodePoints, Concat, Ranges, Repeat, Union
 from radixgen.constrained.regex_text import complement_ranges, normalize_ranges
 
-__all__ = ["PatternError", "parse_pattern", "pattern_to_regex"]
+__all__ = ["PatternError", "parse_pattern"]
 
 _DIGITS: Ranges = ((0x30, 0x39),)
 _WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
@@ -43,19 +33,6 @@ _SPACE: Ranges = tuple(
 _LINE_TERMINATORS = ((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029))
 _CONTROL_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
 _SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
-
-
-def pattern_to_regex(pattern: str, min_length: int = 0, max_length: int | None = None) -> str:
-    """Regex for the encoded body (no quotes) of strings matching `pattern` within the lengths.
-
-    Raises:
-        PatternError: unsupported syntax, or the result is empty / not exactly expressible.
-    """
-    tree = limit_length(parse_pattern(pattern), min_length, max_length)
-    regex = None if tree is None else emit(tree)
-    if regex is None:
-        raise PatternError(f"no string matches pattern {pattern!r} within the length limits")
-    return regex
 
 
 def parse_pattern(pattern: str) -> object:

@@ -23,8 +23,6 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from radixgen.constrained.ecma_pattern import PatternError, parse_pattern, pattern_to_regex
-from radixgen.constrained.json_formats import FORMAT_REGEXES
 from radixgen.constrained.json_string import string_excluding_keys, string_regex
 from radixgen.constrained.json_value_regex import (
     SCALAR_REGEXES,
@@ -34,8 +32,6 @@ from radixgen.constrained.json_value_regex import (
     literal_regex,
     object_regex,
 )
-from radixgen.constrained.pattern_length import cap_length, limit_length
-from radixgen.constrained.pattern_tree import emit
 from radixgen.constrained.regex_ranges import (
     integer_bounds,
     integer_range_regex,
@@ -52,6 +48,7 @@ from radixgen.constrained.schema_merge import (
     merge_pieces,
 )
 from radixgen.constrained.schema_refs import RefResolver
+from radixgen.constrained.string_schema import string_schema_regex
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 # An anyOf/oneOf/allOf product with more alternatives than this is rejected, not built.
@@ -297,41 +294,10 @@ class SchemaTranslator:
                 return SCALAR_REGEXES["number"]
             return number_range_regex(merged.lower, merged.upper)
         if name == "string":
-            return self._string_regex(merged)
+            return string_schema_regex(merged)
         if name == "array":
             return self._array_regex(merged, ref_depths)
         return self._object_regex(merged, ref_depths)
-
-    def _string_regex(self, merged: MergedSchema) -> str | None:
-        min_length, max_length = merged.min_length, merged.max_length
-        if merged.format is not None:
-            path = merged.keyword_paths["format"]
-            if merged.format not in FORMAT_REGEXES:
-                raise UnsupportedSchemaError("format", path, f"format {merged.format!r}")
-            if merged.pattern is not None:
-                raise UnsupportedSchemaError("pattern", path, "pattern together with format")
-            regex = FORMAT_REGEXES[merged.format]
-            if min_length == 0 and max_length is None:
-                return f'"{regex}"'
-            tree = parse_pattern(f"^{regex}$")
-            try:
-                tree = limit_length(tree, min_length, max_length)
-            except PatternError as error:
-                # Formats are strict subsets anyway: bound their repetitions instead.
-                tree = cap_length(tree, min_length, max_length)
-                if tree is None:
-                    raise UnsupportedSchemaError(
-                        "format", path, f"with a length: {error}"
-                    ) from None
-            body = None if tree is None else emit(tree)
-            return None if body is None else f'"{body}"'
-        if merged.pattern is not None:
-            try:
-                return '"' + pattern_to_regex(merged.pattern, min_length, max_length) + '"'
-            except PatternError as error:
-                path = merged.keyword_paths["pattern"]
-                raise UnsupportedSchemaError("pattern", path, str(error)) from None
-        return string_regex(min_length, max_length)
 
     def _array_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         max_items = merged.max_items

@@ -153,6 +153,10 @@ def test_pattern_with_lengths_matches_search_semantics(pattern_text, min_length,
             assert bool(pattern.fullmatch(compact(value))) == expected, (schema, value)
 
 
+def test_pattern_outside_the_lengths_leaves_other_types():
+    assert_language({"pattern": "^abc$", "maxLength": 2}, [1, None, [1]], ["abc", "ab"])
+
+
 def test_variable_repetition_with_length_is_rejected():
     with pytest.raises(UnsupportedSchemaError, match="'pattern' at #"):
         json_schema_to_regex({"type": "string", "pattern": "^(a|bc)*$", "maxLength": 4})
