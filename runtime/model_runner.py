@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Sequence
 
 import torch
@@ -88,6 +89,7 @@ class ModelRunner:
         self.model_path = resolve_model_path(server_args.model_path)
         self.device = resolve_device(server_args.device)
         self.dtype = resolve_dtype(server_args.dtype, self.device)
+        self.attn_backend_name = self._choose_attention_backend()  # before the slow load
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
         if self.context_length > self.model_config.context_length:
@@ -106,7 +108,6 @@ class ModelRunner:
             max_positions=max(self.context_length, self.model_config.context_length),
         )
         self._init_memory_pools()
-        self.attn_backend_name = self._choose_attention_backend()
         self.attn_backend = self._create_attention_backend(self.attn_backend_name)
         self.cuda_graph_runner = self._create_cuda_graph_runner()
         logger.info(
@@ -207,6 +208,13 @@ class ModelRunner:
 
     def _choose_attention_backend(self) -> str:
         requested = self.server_args.attention_backend
+        if requested == "triton" and self.device.type != "cuda" and not _triton_interpreter_on():
+            # Without a GPU driver Triton fails only at the first launch, deep in a forward.
+            raise ValueError(
+                f"attention_backend='triton' needs a CUDA device (got {self.device.type!r}); on "
+                "CPU it runs only under the Triton interpreter (TRITON_INTERPRET=1, slow): "
+                "use attention_backend='torch'"
+            )
         if requested is not None:
             return requested
         if self.device.type == "cuda" and importlib.util.find_spec(TRITON_BACKEND_MODULE):
@@ -235,3 +243,8 @@ class ModelRunner:
         from radixgen.runtime.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(self)
+
+
+def _triton_interpreter_on() -> bool:
+    """Whether Triton kernels run on the CPU interpreter (read by Triton at import)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")

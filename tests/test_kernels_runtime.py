@@ -66,6 +66,14 @@ def relative_error(out, ref):
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
+def test_triton_backend_on_cpu_without_the_interpreter_is_a_clear_error(
+    tiny_model_path, monkeypatch
+):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="attention_backend='triton' needs a CUDA device"):
+        make_runner(tiny_model_path, device="cpu", attention_backend="triton")
+
+
 def test_triton_backend_matches_torch_backend_cpu(tiny_model_path):
     triton_runner = make_runner(tiny_model_path, device="cpu", attention_backend="triton")
     torch_runner = make_runner(tiny_model_path, device="cpu", attention_backend="torch")
