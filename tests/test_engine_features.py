@@ -151,6 +151,7 @@ def test_streaming_and_abort_free_the_kv(engine):
         ({"regex": "a", "choices": ["a"]}, ValueError, "at most one"),
         ({"json_schema": "{not json"}, ValueError, "json_schema"),
         ({"max_new_tokens": 10**6}, ValueError, "context length"),
+        ({"ebnf": "root ::= 'a'"}, ValueError, "ebnf constraints are not supported"),
     ],
 )
 def test_bad_sampling_params_raise_naming_the_field(engine, params, error, match):
