@@ -66,7 +66,9 @@ class SamplingParams:
         unknown = set(params) - cls.field_names()
         if "ebnf" in unknown:
             # SGLang users may expect EBNF grammars; say plainly that they are out of scope.
-            raise ValueError("ebnf constraints are not supported: use regex, json_schema or choices")
+            raise ValueError(
+                "ebnf constraints are not supported: use regex, json_schema or choices"
+            )
         if unknown:
             raise TypeError(
                 f"unknown sampling parameter(s): {sorted(unknown)}; "
