@@ -29,6 +29,7 @@ from radixgen.constrained.json_value_regex import (
     Member,
     any_value_regex,
     array_regex,
+    distinct_values_array_regex,
     literal_regex,
     object_regex,
 )
@@ -44,6 +45,7 @@ from radixgen.constrained.schema_merge import (
     MergeConflict,
     MergedSchema,
     Part,
+    json_equal,
     json_type,
     merge_pieces,
 )
@@ -275,9 +277,7 @@ class SchemaTranslator:
         if not candidates:
             return None
         rest = replace(merged, enum=None)
-        if self._compact is None:
-            self._compact = SchemaTranslator(self.root, replace(self.options, whitespace=""))
-        rest_regex = self._compact.merged_regex(rest, ref_depths)
+        rest_regex = self._compact_translator().merged_regex(rest, ref_depths)
         if rest_regex is None:
             return None
         checker = re.compile(rest_regex)
@@ -302,8 +302,7 @@ class SchemaTranslator:
     def _array_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         max_items = merged.max_items
         if merged.unique_items and (max_items is None or max_items > 1):
-            path = merged.keyword_paths["uniqueItems"]
-            raise UnsupportedSchemaError("uniqueItems", path, "uniqueness is not regular")
+            return self._unique_array_regex(merged, ref_depths)
         if max_items is not None and max_items < merged.min_items:
             return None
         needed = (
@@ -318,6 +317,48 @@ class SchemaTranslator:
         if max_items is None or max_items > len(merged.prefix_parts):
             items = self.translate(tuple(merged.items_parts), ref_depths)
         return array_regex(prefix, items, merged.min_items, max_items, self.ws)
+
+    def _unique_array_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
+        """uniqueItems is regular when the items have finitely many values: each at most once."""
+        path = merged.keyword_paths["uniqueItems"]
+        values = (
+            None if merged.prefix_parts else self._finite_values(merged.items_parts, ref_depths)
+        )
+        if values is None:
+            reason = "only for items limited to enum/const/boolean/null values, without prefixItems"
+            raise UnsupportedSchemaError("uniqueItems", path, reason)
+        max_items = merged.max_items
+        if merged.min_items > 1 or (max_items is not None and max_items < len(values)):
+            reason = "with minItems > 1 or maxItems below the number of distinct values"
+            raise UnsupportedSchemaError("uniqueItems", path, reason)
+        return distinct_values_array_regex(values, merged.min_items == 1, self.ws)
+
+    def _finite_values(self, parts: list[Part], ref_depths: RefDepths) -> list | None:
+        """The distinct values `parts` allow, when there are finitely many (else None)."""
+        candidates = []
+        for pieces, _ in self._expand_all(tuple(parts), ref_depths) if parts else [((), ())]:
+            merged = self.merged(pieces)
+            if merged.enum is not None:
+                candidates += merged.enum
+            elif merged.types <= {"null", "boolean"}:
+                candidates += [None] * ("null" in merged.types)
+                candidates += [True, False] * ("boolean" in merged.types)
+            else:
+                return None
+        allowed = self._compact_translator().translate(tuple(parts), ref_depths)
+        values: list = []
+        for value in candidates:
+            if any(json_equal(value, kept) for kept in values):
+                continue
+            if any(_matches(allowed, spelling) for spelling in _spellings(value)):
+                values.append(value)
+        return values
+
+    def _compact_translator(self) -> SchemaTranslator:
+        """A translator with compact whitespace, for checking values against compact regexes."""
+        if self._compact is None:
+            self._compact = SchemaTranslator(self.root, replace(self.options, whitespace=""))
+        return self._compact
 
     def _object_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         names = merged.property_names + [

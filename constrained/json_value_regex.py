@@ -54,7 +54,21 @@ def object_regex(
     return sequence("\\{", ws, body, ws, "\\}")
 
 
-def _members_in_order(items: list[tuple[str, bool]], separator: str) -> str:
+def distinct_values_array_regex(values: list, non_empty: bool, ws: str) -> str | None:
+    """An array holding each of `values` at most once, in the order given (uniqueItems).
+
+    Other orders are valid too but never produced; `non_empty` requires at least one element.
+    """
+    items = [(literal_regex(value, ws), False) for value in values]
+    if non_empty and not items:
+        return None
+    body = _members_in_order(items, f"{ws},{ws}", at_least_one_present=non_empty)
+    return sequence("\\[", ws, body, ws, "\\]")
+
+
+def _members_in_order(
+    items: list[tuple[str, bool]], separator: str, at_least_one_present: bool = False
+) -> str:
     """Members in order, optional ones in any subset, commas only between present ones."""
     at_least_one = None  # regex for "members 0..k with at least one present"
     rest = ""
@@ -73,7 +87,7 @@ def _members_in_order(items: list[tuple[str, bool]], separator: str) -> str:
         seen_required = required
     if at_least_one is None:
         return ""
-    head = at_least_one if seen_required else optional(at_least_one)
+    head = at_least_one if seen_required or at_least_one_present else optional(at_least_one)
     return head + rest
 
 

@@ -277,8 +277,13 @@ def test_prefix_items_items_and_counts():
     assert_language({"items": {"type": "boolean"}, "minItems": 2}, [[True, False], 3], [[True]])
 
 
-def test_unique_items_only_when_trivial():
+def test_unique_items_when_trivial_or_finitely_many_values():
     assert_language({"uniqueItems": True, "maxItems": 1}, [[], [1]], [[1, 1]])
+    enum_set = {"items": {"enum": ["a", 1, 1.0, None]}, "uniqueItems": True, "minItems": 1}
+    assert_language(enum_set, [["a"], ["a", 1, None], [None]], [[], ["a", "a"], [1, 1.0], [1, "a"]])
+    assert_language(
+        {"items": {"type": "boolean"}, "uniqueItems": True}, [[], [True, False]], [[True, True]]
+    )
     with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #/items"):
         json_schema_to_regex({"items": {"type": "array", "uniqueItems": True}})
 
