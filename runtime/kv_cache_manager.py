@@ -45,7 +45,8 @@ class KVCacheManager:
 
     def match_prefix(self, req: Req) -> int:
         """Length of req's cached prefix, without claiming it (for scheduling policies)."""
-        return self.tree.match_prefix(req.fill_slice(0, req.max_prefix_len)).prefix_len
+        key = req.fill_slice(0, req.max_prefix_len)
+        return self.tree.match_prefix(key, count_in_stats=False).prefix_len
 
     def admit(self, req: Req) -> bool:
         """Give `req` a row and its cached prefix (locked). False if no row is free."""

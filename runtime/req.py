@@ -50,6 +50,7 @@ class Req:
     cached_tokens: int = 0  # prefix reused at first admission (what the user sees)
     admitted_once: bool = False
     num_retractions: int = 0
+    num_prefix_deferrals: int = 0  # batches it waited for a prefix another request computed
     num_sent_tokens: int = 0  # output tokens already reported
     stop_checker: IncrementalDetokenizer | None = None  # only when stop strings are set
     grammar: Any = None  # constrained-decoding matcher (radixgen.constrained), if any

@@ -27,6 +27,7 @@ from radixgen.runtime.finish_checker import (
 )
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.grammar_hook import GrammarHook
+from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
@@ -332,12 +333,21 @@ class Scheduler:
             max_prefill_tokens=self.server_args.max_prefill_tokens,
             chunked_prefill_size=self.server_args.effective_chunked_prefill_size,
         )
+        now_s = time.monotonic()
+        sharing = InBatchPrefixIndex(
+            self.kv,
+            min_tokens=self.server_args.in_batch_prefix_min_tokens,
+            max_wait_s=self.server_args.schedule_max_wait_s,
+            now_s=now_s,
+        )
         for req in continuing:
             adder.add(req)
+        for req in adder.admitted:
+            sharing.add_admitted(req)
         if len(adder.admitted) == len(continuing) and adder.chunked_req is None:
             # Nothing overtakes a continuing request that is still waiting for room.
             ready = [r for r in self.waiting if self._is_ready(r)]
-            for req in self.policy.order(ready, time.monotonic()):
+            for req in self.policy.order(ready, now_s):
                 if len(self.running.reqs) + len(adder.admitted) >= max_running:
                     break
                 if adder.admitted and (
@@ -346,7 +356,12 @@ class Scheduler:
                     # Prompt logprobs need every token's logits: keep such batches apart so
                     # the others still get last-token logits only.
                     continue
-                if adder.add(req) == AddResult.BUDGET_FULL:
+                if sharing.should_defer(req):
+                    continue  # the next batch finds the shared prefix in the cache
+                result = adder.add(req)
+                if adder.admitted and adder.admitted[-1] is req:
+                    sharing.add_admitted(req)
+                if result == AddResult.BUDGET_FULL:
                     break
         if not adder.admitted:
             return None
@@ -506,8 +521,9 @@ class Scheduler:
                 req.finish_reason = {"type": "length", "length": 0}
                 outputs.append(self._finish(req))
             else:
-                if any(s.prefill_gate is req for s in self.reqs_by_rid.get(req.rid, [])):
-                    self.kv.cache_unfinished(req)  # publish the prompt to its siblings
+                # Its prompt goes into the cache now, not at finish: requests deferred by
+                # in-batch prefix sharing and the samples of n > 1 wait for it.
+                self.kv.cache_unfinished(req)
                 req.prompt_published = True
                 sample_rows.append(row)
         if not sample_rows:

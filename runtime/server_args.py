@@ -42,6 +42,10 @@ class ServerArgs:
     new_token_ratio: float = 0.5  # decode headroom reserved per running request, as a
     # fraction of its remaining max_new_tokens
     max_queued_requests: int = 4096
+    # A waiting request whose next uncached tokens (at least this many) are computed by a
+    # request already in the extend batch waits for the next batch, to find them in the
+    # cache (runtime/in_batch_prefix.py). 0: off.
+    in_batch_prefix_min_tokens: int = 32
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False  # running requests decode inside extend forwards
     # Launch each decode step before the previous one's tokens are processed on the host
@@ -74,6 +78,10 @@ class ServerArgs:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.in_batch_prefix_min_tokens < 0:
+            raise ValueError(
+                f"in_batch_prefix_min_tokens must be >= 0, got {self.in_batch_prefix_min_tokens}"
+            )
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
         choices = {
