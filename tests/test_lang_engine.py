@@ -62,6 +62,14 @@ def test_program_text_messages_and_meta_match_the_engine(engine):
     assert meta["cached_tokens"] >= 0
 
 
+def test_bound_program_runs_like_the_full_call(engine):
+    bound = qa.bind(answer_tokens=3)
+    via_bind = bound.run(question="Hi?", temperature=0.0, backend=engine)
+    direct = qa.run(question="Hi?", answer_tokens=3, temperature=0.0, backend=engine)
+    assert via_bind["answer"] == direct["answer"]
+    assert via_bind.get_meta_info("answer")["completion_tokens"] == 3
+
+
 def test_gen_returns_output_logprobs_when_asked(engine):
     @rg.function
     def with_logprobs(s):
