@@ -35,6 +35,17 @@ _FLAG_HELP = {
     "max_prefill_tokens": "token budget of one prefill batch",
     "chunked_prefill_size": "split prompts longer than this into chunks (<= 0: off)",
     "schedule_policy": "order of the waiting queue",
+    "schedule_max_wait_s": "aging bound: a request waiting longer goes first, whatever the policy",
+    "new_token_ratio": "decode headroom reserved per running request (fraction of its max tokens)",
+    "enable_mixed_chunk": "running requests decode inside prefill (extend) forwards",
+    "enable_overlap_schedule": "launch each decode step before the previous one is processed on "
+    "the host (default: on for CUDA)",
+    "disable_cuda_graph": "run decode eagerly (CUDA graphs are on by default on CUDA)",
+    "cuda_graph_max_bs": "largest decode batch replayed from a CUDA graph",
+    "constrained_compile_timeout_s": "a regex/JSON-schema compile slower than this fails its "
+    "request alone",
+    "disable_jump_forward": "sample every token of constrained outputs (no forced-text appends)",
+    "seed": "seed of the dummy weights and of unseeded sampling",
     "max_queued_requests": "requests waiting beyond this get HTTP 503",
     "disable_radix_cache": "turn the prefix cache off",
     "attention_backend": "attention implementation (default: triton on CUDA, torch on CPU)",
