@@ -59,6 +59,22 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path):
     assert summary["total_output_tokens"] == 4 * 5  # ignore_eos forces the length
 
 
+def test_bench_engine_flags_reach_server_args():
+    from radixgen.runtime.bench.cli import _take
+    from radixgen.runtime.cli import build_parser
+    from radixgen.runtime.server_args import ServerArgs
+
+    flags = ["--enable-mixed-chunk", "--enable-overlap-schedule", "--disable-jump-forward",
+             "--schedule-max-wait-s", "2.5", "--new-token-ratio", "0.25"]  # fmt: skip
+    namespace = build_parser().parse_args(["bench", "offline", *flags])
+    server_args = _take(namespace, ServerArgs)
+    assert server_args.enable_mixed_chunk and server_args.disable_jump_forward
+    assert server_args.enable_overlap_schedule is True
+    assert (server_args.schedule_max_wait_s, server_args.new_token_ratio) == (2.5, 0.25)
+    defaults = _take(build_parser().parse_args(["bench", "offline"]), ServerArgs)
+    assert defaults.enable_overlap_schedule is None  # unset: the device decides
+
+
 def test_bench_hf_peer(tmp_path, tiny_model_path):
     out = tmp_path / "hf.json"
     assert radixgen_main(

@@ -34,10 +34,16 @@ _ENGINE_FIELDS = (
     "max_prefill_tokens",
     "chunked_prefill_size",
     "schedule_policy",
+    "schedule_max_wait_s",
+    "new_token_ratio",
     "disable_radix_cache",
+    "enable_mixed_chunk",
+    "enable_overlap_schedule",
     "attention_backend",
     "disable_cuda_graph",
     "cuda_graph_max_bs",
+    "constrained_compile_timeout_s",
+    "disable_jump_forward",
 )
 
 
@@ -52,7 +58,7 @@ def _add_dataclass_flags(parser, cls, only=None, skip=(), prefix_dest: str = "")
         dest = prefix_dest + f.name
         origin = typing.get_origin(hint)
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if hint is bool:
+        if hint is bool or args == [bool]:  # `bool | None`: None is "the default for the device"
             parser.add_argument(flag, dest=dest, action="store_true", default=default)
         elif origin is typing.Literal or (args and typing.get_origin(args[0]) is typing.Literal):
             choices = typing.get_args(hint if origin is typing.Literal else args[0])
