@@ -318,6 +318,26 @@ class SchemaTranslator:
             items = self.translate(tuple(merged.items_parts), ref_depths)
         return array_regex(prefix, items, merged.min_items, max_items, self.ws)
 
+    def _pattern_members(
+        self, merged: MergedSchema, names: list[str], ref_depths: RefDepths
+    ) -> tuple[str | None, str | None]:
+        """(key regex, value regex) of the members matching the one patternProperties pattern.
+
+        Keys matching no pattern are not produced (a subset where additionalProperties is
+        absent; exact where it is false).
+        """
+        pattern, value_part = merged.pattern_property
+        path = merged.keyword_paths["patternProperties"]
+        reason = _pattern_members_reason(merged)
+        if reason is not None:
+            raise UnsupportedSchemaError("patternProperties", path, reason)
+        key_part = ({"type": "string", "pattern": pattern}, f"{value_part[1]}(key)")
+        key_regex = self.translate((key_part,), ref_depths)
+        if any(_matches(key_regex, _spellings(name)[0]) for name in names):
+            reason = "a declared property name matches the pattern"
+            raise UnsupportedSchemaError("patternProperties", path, reason)
+        return key_regex, self.translate((value_part,), ref_depths)
+
     def _unique_array_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         """uniqueItems is regular when the items have finitely many values: each at most once."""
         path = merged.keyword_paths["uniqueItems"]
@@ -379,7 +399,9 @@ class SchemaTranslator:
             members.append(Member(name, value, required=name in merged.required))
         extra_value = None
         implicit_extras = not merged.additional_parts and names
-        if key_regex is not None and (
+        if merged.pattern_property is not None:
+            key_regex, extra_value = self._pattern_members(merged, names, ref_depths)
+        elif key_regex is not None and (
             not implicit_extras or self.options.allow_undeclared_properties
         ):
             extra_value = self.translate(tuple(merged.additional_parts), ref_depths)
@@ -393,6 +415,15 @@ class SchemaTranslator:
             possible = sum(1 for member in members if member.value_regex is not None)
             _check_property_counts(merged, possible)
         return object_regex(members, (key_regex, extra_value), self.ws)
+
+
+def _pattern_members_reason(merged: MergedSchema) -> str | None:
+    """Why patternProperties cannot be written exactly here (None: it can)."""
+    if merged.property_name_parts:
+        return "together with propertyNames"
+    if any(schema is not False for schema, _ in merged.additional_parts):
+        return "together with additionalProperties other than false"
+    return None
 
 
 def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> None:

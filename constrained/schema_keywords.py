@@ -21,13 +21,14 @@ _COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "m
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 LOCAL = frozenset(
     {"type", "enum", "const", "pattern", "format", "properties", "required"}
-    | {"additionalProperties", "propertyNames", "prefixItems", "items", "uniqueItems"}
+    | {"additionalProperties", "propertyNames", "patternProperties", "prefixItems", "items"}
+    | {"uniqueItems"}
     | {*_COUNTS, *_BOUNDS}
 )
 # Accepted only with a value that constrains nothing.
 _TRIVIAL_ONLY = frozenset(
     {
-        "patternProperties", "dependentRequired", "dependentSchemas",
+        "dependentRequired", "dependentSchemas",
         "unevaluatedProperties", "unevaluatedItems",
     }
 )  # fmt: skip
@@ -80,6 +81,9 @@ def local_piece(schema: dict, path: str) -> dict:
         del piece["uniqueItems"]
     if "not" in schema:
         piece[NOT_TYPES] = _negated_types(schema["not"])
+    if _constrains_nothing("patternProperties", piece.get("patternProperties", {})):
+        # Ignored: it only allows keys, and we produce none beyond the others (a subset).
+        piece.pop("patternProperties", None)
     for keyword, same_as in _UNEVALUATED_AS.items():
         # check_keywords allowed it only without in-place applicators; next to `same_as`,
         # everything is already evaluated and it has no effect.
@@ -142,6 +146,8 @@ def _check_values(schema: dict, path: str) -> None:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
         malformed("required", "an array of strings")
+    if "patternProperties" in schema and not isinstance(schema["patternProperties"], dict):
+        malformed("patternProperties", "an object of schemas")
     for keyword in ("additionalProperties", "items", "propertyNames"):
         if keyword in schema and isinstance(schema[keyword], list):
             raise UnsupportedSchemaError(keyword, path, "array form (use prefixItems)")

@@ -249,6 +249,16 @@ def test_property_names():
     assert_language(declared, [{"ok": 1}], [{"Bad": 1}])
 
 
+def test_one_pattern_property():
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "patternProperties": {"^k[0-9]$": {"type": "boolean"}},
+        "additionalProperties": False,
+    }
+    assert_language(schema, [{"id": 1, "k1": True, "k2": False}, {}], [{"k1": 1}, {"kk": True}])
+
+
 def test_min_max_properties_only_when_implied():
     implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
     assert_language(implied, [{"a": 1}], [{}])
@@ -418,7 +428,12 @@ def test_whitespace_option():
         ({"items": {"not": {"minimum": 3}}}, "not", "#/items"),
         ({"not": {"type": "integer"}}, "not", "#"),
         ({"contains": {"type": "string"}}, "contains", "#"),
-        ({"patternProperties": {"^a": {"type": "string"}}}, "patternProperties", "#"),
+        ({"patternProperties": {"^a": {"type": "string"}, "b": {}}}, "patternProperties", "#"),
+        (
+            {"patternProperties": {"^a": {"type": "null"}}, "additionalProperties": {}},
+            "patternProperties",
+            "#",
+        ),
         ({"if": {}, "then": {"type": "string"}}, "if", "#"),
         (
             {"anyOf": [{"$ref": "#/$defs/a", "unevaluatedProperties": False}], "$defs": {"a": {}}},
