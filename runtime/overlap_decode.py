@@ -19,10 +19,12 @@ What keeps the outputs identical:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.req import Req
 
 
@@ -70,3 +72,107 @@ def finishes_by_length_after_pending(req: Req, context_length: int) -> bool:
         num_output >= req.sampling_params.max_new_tokens
         or len(req.origin_input_ids) + num_output >= context_length
     )
+
+
+class OverlapDecoder:
+    """Launches decode steps of the running batch ahead of their host processing, and owns
+    the one step in flight. While a step is in flight, the running batch holds exactly its
+    rows (some possibly finished: they are dropped at the next launch).
+
+    Args:
+        runner: the model runner.
+        kv: the KV manager (one slot per row of each launched step).
+        counters: forward steps are counted here.
+        context_length: the model's context length (finishing by length, one token ahead).
+        sample: `(reqs, logits, info, pending) -> SampleResult`, launches sampling without a
+            host sync; `pending` is 1 while a previous step's token is not appended yet.
+        advance_decoded: `(reqs, token_ids, launched_next) -> list[ReqOutput]`, appends one
+            decode step's tokens on the host (finish checks, outputs); a request finishing
+            there that runs in the step launched after it (`launched_next`, ids) gets that
+            step's KV slot freed.
+    """
+
+    def __init__(
+        self,
+        *,
+        runner,
+        kv,
+        counters,
+        context_length: int,
+        sample: Callable,
+        advance_decoded: Callable,
+    ):
+        self.runner = runner
+        self.kv = kv
+        self.counters = counters
+        self.context_length = context_length
+        self.sample = sample
+        self.advance_decoded = advance_decoded
+        self.inflight: InflightDecode | None = None
+
+    def launch(self, running) -> list:
+        """Launches the next decode step of `running` (a `ScheduleBatch`), then processes
+        the step in flight (if any) while the device computes. Falls back to processing
+        only, when the next step would need a retraction or has no row left."""
+        previous = self.inflight
+        pending = 1 if previous is not None else 0
+        reqs = running.reqs
+        keep = [
+            i
+            for i, r in enumerate(reqs)
+            if not r.finished
+            and not (pending and finishes_by_length_after_pending(r, self.context_length))
+        ]
+        if not keep or self.kv.available_size() < len(keep):
+            # Nothing to launch, or KV needs a retraction: process the step in flight; the
+            # next step() decodes the usual way.
+            return self.resolve(running)
+        if len(keep) < len(reqs):
+            running.filter(keep)
+        next_reqs = running.reqs
+        out_cache_loc = self.kv.alloc_slots(len(next_reqs))
+        if previous is None:
+            input_ids = [r.output_ids[-1:] for r in next_reqs]
+        else:
+            keep_rows = host_ints_to_device(keep, self.runner.device)
+            input_ids = previous.next_token_ids[keep_rows]  # never seen by the host
+        forward_batch = self.runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=input_ids,
+            req_pool_indices=[r.req_pool_idx for r in next_reqs],
+            prefix_lens=[r.kv_committed_len + pending for r in next_reqs],
+            out_cache_loc=out_cache_loc,
+        )
+        logits = self.runner.forward(forward_batch)
+        self.counters.forward_steps += 1
+        result = self.sample(next_reqs, logits, running.sampling_info, pending)
+        self.inflight = InflightDecode.launch_copy(next_reqs, result.next_token_ids)
+        if previous is None:
+            return []
+        return self._process(previous, next_reqs=next_reqs)
+
+    def resolve(self, running) -> list:
+        """Processes the step in flight with nothing launched after it; `running` then holds
+        no released request (aborted ones stay for the scheduler to finish)."""
+        if self.inflight is None:
+            return []
+        inflight, self.inflight = self.inflight, None
+        outputs = self._process(inflight, next_reqs=())
+        keep = [i for i, r in enumerate(running.reqs) if r.req_pool_idx is not None]
+        if len(keep) < len(running.reqs):
+            running.filter(keep)
+        return outputs
+
+    def _process(self, inflight: InflightDecode, next_reqs) -> list:
+        """Appends the in-flight step's tokens (`next_reqs`: the step launched after it)."""
+        alive_reqs, alive_ids = [], []
+        for req, token_id in zip(inflight.reqs, inflight.token_ids(), strict=True):
+            if req.req_pool_idx is None:
+                continue  # finished at an earlier step (a wasted row): already released
+            req.kv_committed_len += 1
+            if req.finished:
+                continue  # aborted while in flight: the scheduler releases it
+            alive_reqs.append(req)
+            alive_ids.append(token_id)
+        launched_next = {id(r) for r in next_reqs}
+        return self.advance_decoded(alive_reqs, alive_ids, launched_next)

@@ -31,11 +31,7 @@ from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
-from radixgen.runtime.overlap_decode import (
-    InflightDecode,
-    can_overlap,
-    finishes_by_length_after_pending,
-)
+from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
 from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output, make_req_output
@@ -103,10 +99,20 @@ class Scheduler:
         self._abort_pending = False  # an abort since the last _drop_aborted_and_failed
         overlap = server_args.enable_overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
-        # The decode step launched but not processed yet (overlap only). While it is set,
-        # `running` holds exactly its rows, some possibly finished (dropped at next launch).
-        self.inflight: InflightDecode | None = None
         self.counters = SchedulerCounters()
+        self.overlap_decoder = OverlapDecoder(
+            runner=model_runner,
+            kv=self.kv,
+            counters=self.counters,
+            context_length=self.context_length,
+            sample=self._sample,
+            advance_decoded=self._advance_decoded,
+        )
+
+    @property
+    def inflight(self) -> InflightDecode | None:
+        """The decode step launched but not processed yet (overlap only)."""
+        return self.overlap_decoder.inflight
 
     # ---- public interface ----------------------------------------------------------------
 
@@ -191,15 +197,15 @@ class Scheduler:
         if self.inflight is not None and (
             self._abort_pending or self.grammar.has_pending_compiles()
         ):
-            outputs += self._resolve_inflight(next_reqs=())
+            outputs += self.overlap_decoder.resolve(self.running)
         outputs += self._drop_aborted_and_failed()
         batch = None
         if self.inflight is not None:
             batch = self._get_prefill_batch()
             if batch is None and self._can_overlap_decode():
-                outputs += self._launch_overlapped_decode()
+                outputs += self.overlap_decoder.launch(self.running)
                 return outputs
-            outputs += self._resolve_inflight(next_reqs=())
+            outputs += self.overlap_decoder.resolve(self.running)
             if batch is not None:
                 self._maybe_mix_decode(batch)
         if batch is None:
@@ -207,7 +213,7 @@ class Scheduler:
         if batch is None:
             return outputs
         if batch is self.running and self._can_overlap_decode():
-            outputs += self._launch_overlapped_decode()
+            outputs += self.overlap_decoder.launch(self.running)
             return outputs
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
@@ -244,7 +250,7 @@ class Scheduler:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
         # A decode step in flight holds slots not committed yet: process it first (its
         # outputs go out with the next step).
-        self.pending_outputs += self._resolve_inflight(next_reqs=())
+        self.pending_outputs += self.overlap_decoder.resolve(self.running)
         live = list(self.running.reqs) + self.jump_forward_reqs
         live += [self.chunked_req] if self.chunked_req else []
         self.kv.check_integrity(live)
@@ -417,7 +423,7 @@ class Scheduler:
         self.new_token_ratio = min(1.0, self.new_token_ratio + RATIO_BUMP_ON_RETRACT)
         logger.debug("retracted %s (%d tokens)", victim.rid, victim.seqlen)
 
-    # ---- overlapped decode (runtime/overlap_decode.py) ------------------------------------------
+    # ---- overlapped decode (runtime/overlap_decode.py) ---------------------------------------
 
     def _can_overlap_decode(self) -> bool:
         if not self.overlap or not self.running.reqs or self._abort_pending:
@@ -425,78 +431,6 @@ class Scheduler:
         if self.chunked_req is not None or self.jump_forward_reqs:
             return False
         return all(can_overlap(r) for r in self.running.reqs if not r.finished)
-
-    def _launch_overlapped_decode(self) -> list[ReqOutput]:
-        """Launches the next decode step of `running`, then processes the step in flight
-        (if any) while the device computes. Falls back to processing only, when the next
-        step would need a retraction or has no row left."""
-        previous = self.inflight
-        pending = 1 if previous is not None else 0
-        reqs = self.running.reqs
-        keep = [
-            i
-            for i, r in enumerate(reqs)
-            if not r.finished
-            and not (pending and finishes_by_length_after_pending(r, self.context_length))
-        ]
-        if not keep or self.kv.available_size() < len(keep):
-            # Nothing to launch, or KV needs a retraction: process the step in flight; the
-            # next step() decodes the usual way.
-            return self._resolve_inflight(next_reqs=())
-        if len(keep) < len(reqs):
-            self.running.filter(keep)
-        next_reqs = self.running.reqs
-        out_cache_loc = self.kv.alloc_slots(len(next_reqs))
-        if previous is None:
-            input_ids = [r.output_ids[-1:] for r in next_reqs]
-        else:
-            keep_rows = host_ints_to_device(keep, self.device)
-            input_ids = previous.next_token_ids[keep_rows]  # never seen by the host
-        forward_batch = self.runner.build_forward_batch(
-            mode=ForwardMode.DECODE,
-            input_ids=input_ids,
-            req_pool_indices=[r.req_pool_idx for r in next_reqs],
-            prefix_lens=[r.kv_committed_len + pending for r in next_reqs],
-            out_cache_loc=out_cache_loc,
-        )
-        logits = self.runner.forward(forward_batch)
-        self.counters.forward_steps += 1
-        info = self.running.sampling_info
-        result = self._sample(next_reqs, logits, info, pending=pending)
-        self.inflight = InflightDecode.launch_copy(next_reqs, result.next_token_ids)
-        if previous is None:
-            return []
-        return self._advance_inflight(previous, next_reqs=next_reqs)
-
-    def _resolve_inflight(self, next_reqs) -> list[ReqOutput]:
-        """Processes the step in flight with nothing launched after it; `running` then holds
-        no released request (aborted ones stay for `_drop_aborted_and_failed`)."""
-        if self.inflight is None:
-            return []
-        inflight, self.inflight = self.inflight, None
-        outputs = self._advance_inflight(inflight, next_reqs=next_reqs)
-        keep = [i for i, r in enumerate(self.running.reqs) if r.req_pool_idx is not None]
-        if len(keep) < len(self.running.reqs):
-            self.running.filter(keep)
-        return outputs
-
-    def _advance_inflight(self, inflight: InflightDecode, next_reqs) -> list[ReqOutput]:
-        """Appends the in-flight step's tokens. A request finishing here that also runs in
-        the step launched after it (`next_reqs`) gets that step's KV slot freed."""
-        launched_next = {id(r) for r in next_reqs}
-        alive_reqs, alive_ids = [], []
-        for req, token_id in zip(inflight.reqs, inflight.token_ids(), strict=True):
-            if req.req_pool_idx is None:
-                continue  # finished at an earlier step (a wasted row): already released
-            req.kv_committed_len += 1
-            if req.finished:
-                continue  # aborted while in flight: _drop_aborted_and_failed releases it
-            alive_reqs.append(req)
-            alive_ids.append(token_id)
-        outputs = self._advance(alive_reqs, alive_ids, launched_next=launched_next)
-        base = self.server_args.new_token_ratio
-        self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
-        return outputs
 
     # ---- results -----------------------------------------------------------------------------
 
@@ -546,9 +480,19 @@ class Scheduler:
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished and not r.jumped]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
+        self._decay_new_token_ratio()
+        return outputs
+
+    def _advance_decoded(self, reqs: list[Req], next_ids: list[int], launched_next):
+        """Appends the tokens of an overlapped decode step (`OverlapDecoder`)."""
+        outputs = self._advance(reqs, next_ids, launched_next=launched_next)
+        self._decay_new_token_ratio()
+        return outputs
+
+    def _decay_new_token_ratio(self) -> None:
+        """After a decode step: back towards the configured ratio (it rises on retraction)."""
         base = self.server_args.new_token_ratio
         self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
-        return outputs
 
     def _sample_and_advance(
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
