@@ -1,0 +1,185 @@
+"""Regexes for the array and object branches of a merged schema (`SchemaTranslator` helpers).
+
+Subschemas (items, property values, keys under propertyNames/patternProperties) are translated
+through the translator, so recursion and memoisation stay in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from radixgen.constrained.json_string import string_excluding_keys, string_regex
+from radixgen.constrained.json_value_regex import (
+    Member,
+    array_regex,
+    distinct_values_array_regex,
+    object_regex,
+)
+from radixgen.constrained.schema_keywords import RefDepths
+from radixgen.constrained.schema_merge import MergedSchema, Part, json_equal
+from radixgen.constrained.unsupported import UnsupportedSchemaError
+
+if TYPE_CHECKING:
+    from radixgen.constrained.json_schema import SchemaTranslator
+
+# Path of the synthetic {"type": "string"} added to propertyNames (memo key, never reported).
+_KEYS_ARE_STRINGS = "#(object keys)"
+
+
+def array_schema_regex(
+    translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
+) -> str | None:
+    """Arrays satisfying prefixItems/items/minItems/maxItems/uniqueItems (None: none do)."""
+    max_items = merged.max_items
+    if merged.unique_items and (max_items is None or max_items > 1):
+        return _unique_array_regex(translator, merged, ref_depths)
+    if max_items is not None and max_items < merged.min_items:
+        return None
+    needed = (
+        len(merged.prefix_parts) if max_items is None else min(max_items, len(merged.prefix_parts))
+    )
+    prefix = [
+        translator.translate(tuple(parts), ref_depths) for parts in merged.prefix_parts[:needed]
+    ]
+    items = None
+    if max_items is None or max_items > len(merged.prefix_parts):
+        items = translator.translate(tuple(merged.items_parts), ref_depths)
+    return array_regex(prefix, items, merged.min_items, max_items, translator.ws)
+
+
+def _unique_array_regex(
+    translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
+) -> str | None:
+    """uniqueItems is regular when the items have finitely many values: each at most once."""
+    path = merged.keyword_paths["uniqueItems"]
+    values = (
+        None if merged.prefix_parts else _finite_values(translator, merged.items_parts, ref_depths)
+    )
+    if values is None:
+        reason = "only for items limited to enum/const/boolean/null values, without prefixItems"
+        raise UnsupportedSchemaError("uniqueItems", path, reason)
+    max_items = merged.max_items
+    if merged.min_items > 1 or (max_items is not None and max_items < len(values)):
+        reason = "with minItems > 1 or maxItems below the number of distinct values"
+        raise UnsupportedSchemaError("uniqueItems", path, reason)
+    return distinct_values_array_regex(values, merged.min_items == 1, translator.ws)
+
+
+def _finite_values(
+    translator: SchemaTranslator, parts: list[Part], ref_depths: RefDepths
+) -> list | None:
+    """The distinct values `parts` allow, when there are finitely many (else None)."""
+    candidates = []
+    for pieces, _ in translator._expand_all(tuple(parts), ref_depths) if parts else [((), ())]:
+        merged = translator.merged(pieces)
+        if merged.enum is not None:
+            candidates += merged.enum
+        elif merged.types <= {"null", "boolean"}:
+            candidates += [None] * ("null" in merged.types)
+            candidates += [True, False] * ("boolean" in merged.types)
+        else:
+            return None
+    allowed = translator.compact_translator().translate(tuple(parts), ref_depths)
+    values: list = []
+    for value in candidates:
+        if any(json_equal(value, kept) for kept in values):
+            continue
+        if any(regex_matches(allowed, spelling) for spelling in value_spellings(value)):
+            values.append(value)
+    return values
+
+
+def object_schema_regex(
+    translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
+) -> str | None:
+    """Objects satisfying properties/required/additionalProperties/propertyNames/patternProperties.
+
+    Members come in declared order (then required-but-undeclared ones), extras after them.
+    """
+    names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
+    key_regex = string_excluding_keys(names) if names else string_regex()
+    checked_names = bool(merged.property_name_parts)
+    if checked_names:
+        # Keys are strings: the propertyNames schema, restricted to strings.
+        parts = (*merged.property_name_parts, ({"type": "string"}, _KEYS_ARE_STRINGS))
+        key_regex = translator.translate(parts, ref_depths)
+    members = []
+    for name in names:
+        parts = merged.property_parts.get(name, merged.additional_parts)
+        value = translator.translate(tuple(parts), ref_depths)
+        if checked_names and not regex_matches(key_regex, value_spellings(name)[0]):
+            value = None  # propertyNames forbids this name
+        members.append(Member(name, value, required=name in merged.required))
+    extra_value = None
+    implicit_extras = not merged.additional_parts and names
+    if merged.pattern_property is not None:
+        key_regex, extra_value = _pattern_members(translator, merged, names, ref_depths)
+    elif key_regex is not None and (
+        not implicit_extras or translator.options.allow_undeclared_properties
+    ):
+        extra_value = translator.translate(tuple(merged.additional_parts), ref_depths)
+    if extra_value is not None and checked_names and names:
+        path = merged.keyword_paths["propertyNames"]
+        reason = "with both declared and additional properties"
+        raise UnsupportedSchemaError("propertyNames", path, reason)
+    if extra_value is not None:
+        _check_property_counts(merged, None)
+    else:
+        possible = sum(1 for member in members if member.value_regex is not None)
+        _check_property_counts(merged, possible)
+    return object_regex(members, (key_regex, extra_value), translator.ws)
+
+
+def _pattern_members(
+    translator: SchemaTranslator, merged: MergedSchema, names: list[str], ref_depths: RefDepths
+) -> tuple[str | None, str | None]:
+    """(key regex, value regex) of the members matching the one patternProperties pattern.
+
+    Keys matching no pattern are not produced (a subset where additionalProperties is
+    absent; exact where it is false).
+    """
+    pattern, value_part = merged.pattern_property
+    path = merged.keyword_paths["patternProperties"]
+    reason = _pattern_members_reason(merged)
+    if reason is not None:
+        raise UnsupportedSchemaError("patternProperties", path, reason)
+    key_part = ({"type": "string", "pattern": pattern}, f"{value_part[1]}(key)")
+    key_regex = translator.translate((key_part,), ref_depths)
+    if any(regex_matches(key_regex, value_spellings(name)[0]) for name in names):
+        reason = "a declared property name matches the pattern"
+        raise UnsupportedSchemaError("patternProperties", path, reason)
+    return key_regex, translator.translate((value_part,), ref_depths)
+
+
+def _pattern_members_reason(merged: MergedSchema) -> str | None:
+    """Why patternProperties cannot be written exactly here (None: it can)."""
+    if merged.property_name_parts:
+        return "together with propertyNames"
+    if any(schema is not False for schema, _ in merged.additional_parts):
+        return "together with additionalProperties other than false"
+    return None
+
+
+def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> None:
+    """min/maxProperties are accepted only where the object structure already implies them."""
+    if merged.min_properties > len(merged.required):
+        path = merged.keyword_paths["minProperties"]
+        raise UnsupportedSchemaError("minProperties", path, "only implied by 'required'")
+    limit = merged.max_properties
+    if limit is not None and (most_possible is None or most_possible > limit):
+        path = merged.keyword_paths["maxProperties"]
+        raise UnsupportedSchemaError("maxProperties", path, "only implied by closed objects")
+
+
+def regex_matches(regex: str | None, text: str) -> bool:
+    return regex is not None and re.fullmatch(regex, text) is not None
+
+
+def value_spellings(value: object) -> list[str]:
+    """Compact spellings of an enum value to check against the other keywords' regex."""
+    spellings = [json.dumps(value, ensure_ascii=False, separators=(",", ":"))]
+    if isinstance(value, float) and value.is_integer():
+        spellings.append(str(int(value)))  # 2.0 is an integer too
+    return spellings
