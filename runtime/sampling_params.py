@@ -151,7 +151,8 @@ class SamplingParams:
         upper = vocab_size if vocab_size is not None else float("inf")
         bad = [i for i in ids if not 0 <= i < upper]
         if bad:
-            raise ValueError(f"stop_token_ids out of range [0, {vocab_size}): {bad}")
+            bound = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+            raise ValueError(f"stop_token_ids must be {bound}, got {bad}")
         self.stop_token_ids = list(ids)
 
     def _validate_constraint(self) -> None:

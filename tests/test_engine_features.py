@@ -152,6 +152,8 @@ def test_streaming_and_abort_free_the_kv(engine):
         ({"json_schema": "{not json"}, ValueError, "json_schema"),
         ({"max_new_tokens": 10**6}, ValueError, "context length"),
         ({"ebnf": "root ::= 'a'"}, ValueError, "ebnf constraints are not supported"),
+        ({"stop_token_ids": [-1]}, ValueError, r"stop_token_ids must be >= 0, got \[-1\]"),
+        ({"stop_token_ids": [10**9]}, ValueError, r"stop_token_ids must be \[0, 32000\)"),
     ],
 )
 def test_bad_sampling_params_raise_naming_the_field(engine, params, error, match):
