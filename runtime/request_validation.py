@@ -24,7 +24,7 @@ def validate_request(
         return "rid must be a non-empty string"
     ids = request.input_ids
     if not isinstance(ids, list) or not ids:
-        return "input_ids must be a non-empty list of token ids"
+        return "the prompt is empty: input_ids must be a non-empty list of token ids"
     if not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
         return f"input_ids must be ints in [0, {vocab_size})"
     params = request.sampling_params

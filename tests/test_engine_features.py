@@ -166,6 +166,8 @@ def test_bad_arguments_raise(engine):
         engine.generate()
     with pytest.raises(ValueError, match="input_ids"):
         engine.generate(input_ids=[10**9])
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        engine.generate("")
     with pytest.raises(ValueError, match="logprob_start_len"):
         engine.generate("hi", return_logprob=True, logprob_start_len=99)
     with pytest.raises(TypeError, match="unknown server option"):
