@@ -20,6 +20,7 @@ keys in declared `properties` order, then required keys not declared, then addit
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -30,6 +31,7 @@ from radixgen.constrained.json_value_regex import (
 )
 from radixgen.constrained.regex_ranges import (
     integer_bounds,
+    integer_multiple_regex,
     integer_range_regex,
     number_range_regex,
 )
@@ -286,6 +288,8 @@ class SchemaTranslator:
     def _type_regex(self, name: str, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         if name in ("null", "boolean"):
             return SCALAR_REGEXES[name]
+        if merged.multiple_of and name in ("integer", "number"):
+            return _multiples_regex(merged)
         if name == "integer":
             return integer_range_regex(*integer_bounds(merged.lower, merged.upper))
         if name == "number":
@@ -303,6 +307,22 @@ class SchemaTranslator:
         if self._compact is None:
             self._compact = SchemaTranslator(self.root, replace(self.options, whitespace=""))
         return self._compact
+
+
+def _multiples_regex(merged: MergedSchema) -> str | None:
+    """Numbers divisible by every multipleOf: integers, since each divisor is an integer here."""
+    path = merged.keyword_paths["multipleOf"]
+    divisor = 1
+    for step in merged.multiple_of:
+        if step.denominator != 1 and "number" in merged.types:
+            reason = "a fractional multipleOf on 'number' is not supported"
+            raise UnsupportedSchemaError("multipleOf", path, reason)
+        # An integer is a multiple of p/q (lowest terms) exactly when it is a multiple of p.
+        divisor = math.lcm(divisor, step.numerator)
+    try:
+        return integer_multiple_regex(*integer_bounds(merged.lower, merged.upper), divisor)
+    except ValueError as error:
+        raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
 
 
 def _type_allows(types: frozenset[str], value_type: str) -> bool:

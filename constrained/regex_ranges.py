@@ -235,3 +235,39 @@ def _digit_class(low: str, high: str) -> str:
     if (low, high) == ("0", "9"):
         return DIGIT
     return f"[{low}-{high}]"
+
+
+# Bounded ranges with at most this many multiples are written as a list of literals.
+MAX_ENUMERATED_MULTIPLES = 512
+
+
+def integer_multiple_regex(lowest: int | None, highest: int | None, divisor: int) -> str | None:
+    """Canonical integers in [lowest, highest] divisible by `divisor` (a positive integer).
+
+    Exact in two cases: few multiples in a bounded range (listed), or a divisor of 10**n
+    (n <= 3) with no bounds, or only a lower bound of 0 or 1, decided by the last n digits.
+
+    Raises:
+        ValueError: any other combination.
+    """
+    if divisor == 1:
+        return integer_range_regex(lowest, highest)
+    if lowest is not None and highest is not None:
+        first = -(-lowest // divisor) * divisor
+        if first > highest:
+            return None
+        if (highest - first) // divisor < MAX_ENUMERATED_MULTIPLES:
+            return alternation(str(value) for value in range(first, highest + 1, divisor))
+    digits = next((n for n in range(1, 4) if 10**n % divisor == 0), None)
+    if digits is None or highest is not None or lowest not in (None, 0, 1):
+        raise ValueError(
+            "multipleOf needs a bounded range with few multiples, or a divisor of 1000"
+        )
+    # Positive multiples: those with at most `digits` digits listed, longer ones by their last
+    # `digits` digits (leading zeros allowed there).
+    short = [str(value) for value in range(divisor, 10**digits, divisor)]
+    endings = alternation(str(value).rjust(digits, "0") for value in range(0, 10**digits, divisor))
+    positive = alternation([*short, sequence(f"[1-9]{DIGIT}*", endings)])
+    zero = "0" if lowest is None or lowest <= 0 else None
+    negative = None if lowest is not None else sequence("-", positive)
+    return alternation([zero, positive, negative])

@@ -22,7 +22,7 @@ _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 LOCAL = frozenset(
     {"type", "enum", "const", "pattern", "format", "properties", "required"}
     | {"additionalProperties", "propertyNames", "patternProperties", "prefixItems", "items"}
-    | {"uniqueItems"}
+    | {"uniqueItems", "multipleOf"}
     | {*_COUNTS, *_BOUNDS}
 )
 # Accepted only with a value that constrains nothing.
@@ -138,6 +138,10 @@ def _check_values(schema: dict, path: str) -> None:
             value = schema[keyword]
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 malformed(keyword, "a number")
+    if "multipleOf" in schema:
+        value = schema["multipleOf"]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            malformed("multipleOf", "a positive number")
     for keyword in ("pattern", "format"):
         if keyword in schema and not isinstance(schema[keyword], str):
             malformed(keyword, "a string")

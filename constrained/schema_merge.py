@@ -39,6 +39,7 @@ class MergedSchema:
 
     types: frozenset[str] = ALL_TYPES
     enum: list | None = None  # the only allowed values; None: not restricted
+    multiple_of: list[Fraction] = field(default_factory=list)  # every divisor that applies
     lower: Bound | None = None
     upper: Bound | None = None
     min_length: int = 0
@@ -97,6 +98,8 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
             else:
                 merged.enum = [v for v in merged.enum if any(json_equal(v, w) for w in values)]
     _merge_numbers(merged, piece)
+    if "multipleOf" in piece:
+        merged.multiple_of.append(_exact_decimal(piece["multipleOf"]))
     merged.min_length = max(merged.min_length, piece.get("minLength", 0))
     merged.max_length = _smaller(merged.max_length, piece.get("maxLength"))
     merged.min_items = max(merged.min_items, piece.get("minItems", 0))

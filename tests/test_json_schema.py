@@ -75,6 +75,24 @@ def test_integer_spelling_is_canonical():
         assert not pattern.fullmatch(text)
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "multipleOf": 5, "minimum": 0},
+        {"type": "integer", "multipleOf": 4},
+        {"type": "integer", "multipleOf": 7, "minimum": -30, "exclusiveMaximum": 50},
+        {"type": "number", "multipleOf": 3, "minimum": -9, "maximum": 40},
+        {"type": "integer", "multipleOf": 2.5, "minimum": 0, "maximum": 100},
+        {"allOf": [{"multipleOf": 4}, {"multipleOf": 10}], "type": "integer"},
+    ],
+)
+def test_multiple_of_integers(schema):
+    pattern = matcher(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in range(-120, 1200):
+        assert bool(pattern.fullmatch(str(value))) == validator.is_valid(value), (schema, value)
+
+
 def test_fractional_integer_bounds_round_inwards():
     assert_language({"type": "integer", "minimum": 1.5, "exclusiveMaximum": 4.0}, [2, 3], [1, 4])
 
@@ -423,7 +441,8 @@ def test_whitespace_option():
 @pytest.mark.parametrize(
     ("schema", "keyword", "path"),
     [
-        ({"type": "integer", "multipleOf": 2}, "multipleOf", "#"),
+        ({"type": "integer", "multipleOf": 3}, "multipleOf", "#"),
+        ({"type": "number", "multipleOf": 0.01}, "multipleOf", "#"),
         ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
         ({"items": {"not": {"minimum": 3}}}, "not", "#/items"),
         ({"not": {"type": "integer"}}, "not", "#"),
