@@ -23,7 +23,6 @@ from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.finish_checker import (
     check_finished,
     fast_finish_check,
-    make_stop_checker,
 )
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.grammar_hook import GrammarHook
@@ -35,6 +34,7 @@ from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_
 from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output, make_req_output
+from radixgen.runtime.request_intake import error_outputs, make_sample_reqs
 from radixgen.runtime.request_validation import validate_request
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo, set_min_token_bans
@@ -129,42 +129,26 @@ class Scheduler:
         )
         if error is None and request.rid in self.reqs_by_rid:
             error = f"duplicate request id {request.rid!r}"
-        params = request.sampling_params
         if error is not None:
-            num_samples = getattr(params, "n", 1)
-            if not isinstance(num_samples, int) or num_samples < 1:
-                num_samples = 1
-            for index in range(num_samples):
-                self.pending_outputs.append(make_error_output(request, index, error))
+            self.pending_outputs += error_outputs(request, error)
             return
+        params = request.sampling_params
         base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)
-        reqs = [
-            Req(
-                rid=request.rid,
-                index=index,
-                origin_input_ids=list(request.input_ids),
-                sampling_params=params,
-                sampling_seed=base_seed + index,
-                eos_token_ids=self.eos_token_ids,
-                return_logprob=request.return_logprob,
-                logprob_start_len=request.logprob_start_len,
-                top_logprobs_num=request.top_logprobs_num,
-            )
-            for index in range(params.n)
-        ]
-        for req in reqs:
-            req.stop_checker = make_stop_checker(req, self.tokenizer)
-            if params.has_constraint:
+        reqs = make_sample_reqs(
+            request,
+            base_seed=base_seed,
+            eos_token_ids=self.eos_token_ids,
+            tokenizer=self.tokenizer,
+            share_prompt=not self.kv.tree.disabled,
+        )
+        if params.has_constraint:
+            for req in reqs:
                 error = self.grammar.start_compile(req)
                 if error is not None:
                     for failed in reqs:
                         self.grammar.forget(failed)
                         self.pending_outputs.append(make_error_output(request, failed.index, error))
                     return
-        if len(reqs) > 1 and not self.kv.tree.disabled:
-            # Samples 1..n-1 wait until sample 0 has put the prompt in the cache.
-            for req in reqs[1:]:
-                req.prefill_gate = reqs[0]
         self.reqs_by_rid[request.rid] = reqs
         self.waiting.extend(reqs)
 
