@@ -20,25 +20,20 @@ from typing import Any
 import torch
 
 from radixgen.radix_cache.radix_cache import RadixCache
-from radixgen.runtime.finish_checker import (
-    check_finished,
-    fast_finish_check,
-)
-from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
+from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
 from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
 from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
 from radixgen.runtime.req import Req
-from radixgen.runtime.req_output import make_error_output, make_req_output
+from radixgen.runtime.req_output import make_error_output
 from radixgen.runtime.request_intake import error_outputs, make_sample_reqs
 from radixgen.runtime.request_validation import validate_request
+from radixgen.runtime.result_processor import ResultProcessor
 from radixgen.runtime.sampler import Sampler
-from radixgen.runtime.sampling_batch_info import SamplingBatchInfo, set_min_token_bans
-from radixgen.runtime.schedule_batch import ScheduleBatch, last_token_rows
+from radixgen.runtime.schedule_batch import ScheduleBatch
 from radixgen.runtime.schedule_policy import SchedulePolicy
 from radixgen.runtime.scheduler_counters import SchedulerCounters
 from radixgen.runtime.server_args import ServerArgs
@@ -100,12 +95,22 @@ class Scheduler:
         overlap = server_args.enable_overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
         self.counters = SchedulerCounters()
+        self.results = ResultProcessor(
+            kv=self.kv,
+            grammar=self.grammar,
+            sampler=self.sampler,
+            counters=self.counters,
+            reqs_by_rid=self.reqs_by_rid,
+            vocab_size=self.vocab_size,
+            context_length=self.context_length,
+            device=self.device,
+        )
         self.overlap_decoder = OverlapDecoder(
             runner=model_runner,
             kv=self.kv,
             counters=self.counters,
             context_length=self.context_length,
-            sample=self._sample,
+            sample=self.results.sample,
             advance_decoded=self._advance_decoded,
         )
 
@@ -268,18 +273,18 @@ class Scheduler:
                 req.finish_reason = {"type": "abort", "message": error}
             if req.finished:
                 self.grammar.forget(req)
-                outputs.append(self._finish(req))
+                outputs.append(self.results.finish(req))
             else:
                 still_waiting.append(req)
         self.waiting = still_waiting
         if self.chunked_req is not None and self.chunked_req.finished:
-            outputs.append(self._finish(self.chunked_req))
+            outputs.append(self.results.finish(self.chunked_req))
             self.chunked_req = None
-        outputs += [self._finish(r) for r in self.jump_forward_reqs if r.finished]
+        outputs += [self.results.finish(r) for r in self.jump_forward_reqs if r.finished]
         self.jump_forward_reqs = [r for r in self.jump_forward_reqs if not r.finished]
         keep = [i for i, req in enumerate(self.running.reqs) if not req.finished]
         if len(keep) < len(self.running.reqs):
-            outputs += [self._finish(r) for r in self.running.reqs if r.finished]
+            outputs += [self.results.finish(r) for r in self.running.reqs if r.finished]
             self.running.filter(keep)
         return outputs
 
@@ -416,60 +421,25 @@ class Scheduler:
             return False
         return all(can_overlap(r) for r in self.running.reqs if not r.finished)
 
-    # ---- results -----------------------------------------------------------------------------
+    # ---- results (runtime/result_processor.py) ----------------------------------------------
 
     def _process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
-        reqs = batch.reqs
-        counts = [r.extend_input_len for r in reqs]
-        prefix_lens = [r.kv_committed_len for r in reqs]
-        if batch.wants_all_logits:
-            starts = [0]
-            for count in counts[:-1]:
-                starts.append(starts[-1] + count)
-            record_input_logprobs(reqs, logits, starts, prefix_lens)
-            logits = logits[last_token_rows(counts, logits.device)]  # [batch, vocab]
-        outputs = []
-        sample_rows = []
-        for row, (req, count) in enumerate(zip(reqs, counts, strict=True)):
-            req.kv_committed_len += count
-            if req.is_chunked:
-                self.kv.cache_unfinished(req)
-            elif req.remaining_new_tokens <= 0:
-                # max_new_tokens=0: a prefill only (prompt logprobs, cache warm-up).
-                req.finish_reason = {"type": "length", "length": 0}
-                outputs.append(self._finish(req))
-            else:
-                # Its prompt goes into the cache now, not at finish: requests deferred by
-                # in-batch prefix sharing and the samples of n > 1 wait for it.
-                self.kv.cache_unfinished(req)
-                req.prompt_published = True
-                sample_rows.append(row)
-        if not sample_rows:
-            return outputs
-        sampled_reqs = [reqs[i] for i in sample_rows]
-        info = SamplingBatchInfo.from_reqs(sampled_reqs, self.vocab_size, self.device)
-        logits = logits[torch.tensor(sample_rows, device=logits.device)]
-        outputs += self._sample_and_advance(sampled_reqs, logits, info)
-        keep = [i for i, r in enumerate(sampled_reqs) if not r.finished and not r.jumped]
-        if keep:
-            new_running = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
-            new_running.filter(keep)
-            self.running.merge(new_running)
+        outputs, decoding = self.results.process_extend(batch, logits)
+        if decoding is not None:
+            self.running.merge(decoding)
+        self.jump_forward_reqs += self.results.take_jumped()
         return outputs
 
     def _process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
-        for req in batch.reqs:
-            req.kv_committed_len += 1
-        outputs = self._sample_and_advance(batch.reqs, logits, batch.sampling_info)
-        keep = [i for i, r in enumerate(batch.reqs) if not r.finished and not r.jumped]
-        if len(keep) < batch.batch_size:
-            batch.filter(keep)
+        outputs = self.results.process_decode(batch, logits)
+        self.jump_forward_reqs += self.results.take_jumped()
         self._decay_new_token_ratio()
         return outputs
 
     def _advance_decoded(self, reqs: list[Req], next_ids: list[int], launched_next):
         """Appends the tokens of an overlapped decode step (`OverlapDecoder`)."""
-        outputs = self._advance(reqs, next_ids, launched_next=launched_next)
+        outputs = self.results.advance(reqs, next_ids, launched_next=launched_next)
+        self.jump_forward_reqs += self.results.take_jumped()
         self._decay_new_token_ratio()
         return outputs
 
@@ -477,63 +447,3 @@ class Scheduler:
         """After a decode step: back towards the configured ratio (it rises on retraction)."""
         base = self.server_args.new_token_ratio
         self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
-
-    def _sample_and_advance(
-        self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
-    ) -> list[ReqOutput]:
-        """Samples one token per request, appends it, checks finish; returns outputs."""
-        result = self._sample(reqs, logits, info, pending=0)
-        if result.logprobs is not None:
-            record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
-        next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
-        return self._advance(reqs, next_ids, launched_next=())
-
-    def _sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo, pending: int):
-        """Launches sampling (no host sync). `pending`: tokens of each request sampled but
-        not yet appended to its output_ids (1 under overlap), for the counter-based draw."""
-        self.grammar.set_vocab_mask(reqs, info)
-        set_min_token_bans(reqs, info)
-        if info.all_greedy:
-            steps = None  # greedy rows draw no random number
-        else:
-            steps = host_ints_to_device([len(r.output_ids) + pending for r in reqs], self.device)
-        want_logprobs = any(r.return_logprob for r in reqs)
-        result = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
-        info.record_sampled(result.next_token_ids)
-        return result
-
-    def _advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> list[ReqOutput]:
-        """Appends each request's sampled token, checks finishing; returns outputs."""
-        self.counters.generated_tokens += len(next_ids)
-        outputs = []
-        context_length = self.context_length
-        for req, token_id in zip(reqs, next_ids, strict=True):
-            req.output_ids.append(token_id)
-            req.jumped = False
-            if req.grammar is None and fast_finish_check(req, token_id, context_length):
-                # No constraint, stop string or min_new_tokens: the common decode path.
-                outputs.append(make_req_output(req))
-                continue
-            self.grammar.accept(req, token_id)
-            check_finished(req, [token_id], context_length)
-            if not req.finished and self.grammar.is_terminated(req):
-                req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
-            if not req.finished and self.grammar.try_jump_forward(req, context_length):
-                self.jump_forward_reqs.append(req)
-            if req.finished and launched_next and id(req) in launched_next:
-                # Its row in the step launched after this one is wasted: free that KV slot.
-                row_slots = self.kv.req_to_token_pool.req_to_token[req.req_pool_idx]
-                self.kv.slot_allocator.free(
-                    row_slots[req.kv_committed_len : req.kv_committed_len + 1]
-                )
-            outputs.append(self._finish(req) if req.finished else make_req_output(req))
-        return outputs
-
-    def _finish(self, req: Req) -> ReqOutput:
-        """Releases a finished request's KV to the cache and builds its last output."""
-        self.kv.release(req)
-        siblings = self.reqs_by_rid.get(req.rid, [])
-        if all(s.finished for s in siblings):
-            self.reqs_by_rid.pop(req.rid, None)
-        self.counters.finished_reqs += 1
-        return make_req_output(req)

@@ -105,7 +105,8 @@ def main() -> None:
         loop_dispatch(outputs)
         totals["(between steps)"]["dispatch"] += time.perf_counter() - start
 
-    runner.forward, scheduler.sampler, scheduler.step = timed_forward, timed_sampler, timed_step
+    runner.forward, scheduler.step = timed_forward, timed_step
+    scheduler.results.sampler = timed_sampler  # the sampler is called from ResultProcessor
     loop._dispatch = timed_dispatch
     start = time.perf_counter()
     engine.generate(input_ids=prompts, sampling_params=params)
