@@ -23,6 +23,11 @@ _FLOAT_RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 _INT_MINIMUMS = {"max_new_tokens": 0, "min_new_tokens": 0, "top_k": -1, "seed": 0}
 _BOOL_FIELDS = ("ignore_eos", "return_logprob")
+# How errors name the fields that rg.gen spells differently (it follows OpenAI's names).
+_DISPLAY_NAMES = {
+    "max_new_tokens": "max_new_tokens (rg.gen's max_tokens)",
+    "min_new_tokens": "min_new_tokens (rg.gen's min_tokens)",
+}
 
 
 @dataclass(frozen=True)
@@ -160,10 +165,14 @@ def _check_number(name: str, value: Any, low: float | None, high: float | None) 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise TypeError(f"{name} must be a number, got {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+        bound = (
+            f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
+        )
+        raise ValueError(f"{name} must be {bound}, got {value}")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
+    name = _DISPLAY_NAMES.get(name, name)
     if type(value) is not int:
         raise TypeError(f"{name} must be an int, got {value!r}")
     if value < minimum:

@@ -67,8 +67,12 @@ def test_expression_used_as_a_value_is_a_clear_error():
 def test_gen_arguments_are_checked_by_name():
     with pytest.raises(ValueError, match="temperature"):
         rg.gen("x", temperature=-1)
-    with pytest.raises(TypeError, match="max_new_tokens"):
+    with pytest.raises(TypeError, match="max_tokens"):
         rg.gen("x", max_tokens=2.5)
+    with pytest.raises(ValueError, match=r"min_new_tokens \(rg.gen's min_tokens\) must be >= 0"):
+        rg.gen("x", min_tokens=-1)
+    with pytest.raises(ValueError, match=r"temperature must be >= 0.0, got -1"):
+        rg.gen("x", temperature=-1)
     with pytest.raises(ValueError, match="at most one of regex, json_schema, choices"):
         rg.gen("x", regex="a+", choices=["a"])
     with pytest.raises(ValueError, match="json_schema is not valid JSON"):
