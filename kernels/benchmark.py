@@ -20,6 +20,7 @@ import math
 
 import torch
 import triton
+
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
 from radixgen.kernels.extend_attention import extend_attention
 from radixgen.kernels.vocab_mask import apply_token_bitmask_, apply_token_bitmask_ref_

@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+
 from radixgen.radix_cache.memory_pool import SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
 

@@ -24,6 +24,7 @@ import itertools
 from collections.abc import Hashable, Sequence
 
 import torch
+
 from radixgen.radix_cache.memory_pool import SlotAllocator
 from radixgen.radix_cache.radix_node import (
     CacheStats,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 if TYPE_CHECKING:

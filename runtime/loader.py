@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.llama import (
     LlamaForCausalLM,

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 
 import torch
+
 from radixgen.radix_cache.memory_pool import (
     KVBudget,
     ReqToTokenPool,

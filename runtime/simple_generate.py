@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+
 from radixgen.runtime.forward_batch import ForwardMode
 
 if TYPE_CHECKING:

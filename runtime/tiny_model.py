@@ -138,6 +138,7 @@ def tiny_weights() -> dict:
     """
     import numpy as np
     import torch
+
     from radixgen.runtime.model_config import ModelConfig
     from radixgen.runtime.models.llama import checkpoint_weight_shapes
 

@@ -13,8 +13,9 @@ def load_tokenizer(path: str | Path):
     Raises:
         FileNotFoundError: the folder does not exist or holds no tokenizer files.
     """
-    from radixgen.runtime.tiny_model import resolve_model_path
     from transformers import AutoTokenizer
+
+    from radixgen.runtime.tiny_model import resolve_model_path
 
     folder = Path(resolve_model_path(str(path)))
     if not folder.is_dir():

@@ -5,6 +5,7 @@
 
 import pytest
 import torch
+
 from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
 
 

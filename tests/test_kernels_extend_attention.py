@@ -5,6 +5,7 @@
 
 import pytest
 import torch
+
 from radixgen.kernels.extend_attention import extend_attention, extend_attention_ref
 
 

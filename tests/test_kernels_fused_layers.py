@@ -5,6 +5,7 @@
 
 import pytest
 import torch
+
 from radixgen.kernels.activation import silu_and_mul, silu_and_mul_ref
 from radixgen.kernels.rms_norm import rms_norm, rms_norm_ref
 from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_ref

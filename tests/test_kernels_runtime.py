@@ -10,6 +10,7 @@ choice, and decode through CUDA graphs equal to eager decode.
 
 import pytest
 import torch
+
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs

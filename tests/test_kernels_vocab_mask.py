@@ -5,6 +5,7 @@
 
 import pytest
 import torch
+
 from radixgen.kernels.vocab_mask import apply_token_bitmask_, apply_token_bitmask_ref_
 
 

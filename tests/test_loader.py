@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+
 from radixgen.runtime.loader import random_checkpoint_tensors, weight_files
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.simple_generate import generate
-from safetensors.torch import load_file, save_file
 
 SMALL_LLAMA = {
     "architectures": ["LlamaForCausalLM"],

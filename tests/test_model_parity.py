@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from radixgen.runtime.attention.torch_backend import TorchAttentionBackend
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner, resolve_device, resolve_dtype

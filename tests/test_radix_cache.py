@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from radixgen.radix_cache import RadixCache, ReqToTokenPool, SlotAllocator
 
 NUM_SLOTS = 64

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from radixgen.radix_cache import KVBudget, ReqToTokenPool, SlotAllocator, TokenToKVPool
 
 

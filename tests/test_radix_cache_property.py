@@ -14,6 +14,7 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from radixgen.radix_cache import RadixCache, ReqToTokenPool, SlotAllocator, TreeNode
 
 NUM_SLOTS = 48

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
 from radixgen.runtime.attention.base import AttentionBackend
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 

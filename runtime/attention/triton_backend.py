@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
 from radixgen.kernels.extend_attention import extend_attention
 from radixgen.runtime.attention.base import AttentionBackend

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
-from radixgen.runtime.model_config import RopeConfig
 from torch import nn
+
+from radixgen.runtime.model_config import RopeConfig
 
 
 class RMSNorm(nn.Module):

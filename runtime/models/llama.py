@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
-from torch import nn
 
 # fused parameter -> checkpoint modules stacked (in this order) along the output dimension.
 PACKED_MODULES = {
