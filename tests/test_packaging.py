@@ -38,4 +38,3 @@ def test_wheel_holds_every_package_and_imports(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(str(extracted))
-
