@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 
+from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req
 
@@ -43,6 +45,7 @@ class PrefillAdder:
         self.new_token_ratio = new_token_ratio
         self.rem_input_tokens = max_prefill_tokens
         self.rem_chunk_tokens = chunked_prefill_size  # None: no chunking
+        self.num_running = len(running_reqs)
         self.reserved_tokens = sum(decode_headroom(r, new_token_ratio) for r in running_reqs)
         self.planned_tokens = 0  # slots the admitted requests will allocate for this batch
         self.admitted: list[Req] = []
@@ -50,6 +53,45 @@ class PrefillAdder:
 
     def _remaining_total(self) -> int:
         return self.kv.available_size() - self.planned_tokens - self.reserved_tokens
+
+    def fill(
+        self,
+        continuing: list[Req],
+        order_waiting: Callable[[], list[Req]],
+        *,
+        sharing: InBatchPrefixIndex,
+        max_running_requests: int,
+    ) -> None:
+        """Forms the batch: the continuing requests (they hold KV) first; if they all fit
+        whole, the waiting requests in `order_waiting()`'s order until a budget is full.
+
+        Args:
+            continuing: the chunked request in progress, then jump-forward-extended ones.
+            order_waiting: the ready waiting requests in policy order (called only when
+                waiting requests may join).
+            sharing: in-batch prefix sharing; skips requests that should wait a batch.
+            max_running_requests: running plus admitted requests stay within it.
+        """
+        for req in continuing:
+            self.add(req)
+        for req in self.admitted:
+            sharing.add_admitted(req)
+        if len(self.admitted) < len(continuing) or self.chunked_req is not None:
+            return  # nothing overtakes a continuing request that is still waiting for room
+        for req in order_waiting():
+            if self.num_running + len(self.admitted) >= max_running_requests:
+                return
+            if self.admitted and req.wants_input_logprobs != self.admitted[0].wants_input_logprobs:
+                # Prompt logprobs need every token's logits: keep such batches apart so the
+                # others still get last-token logits only.
+                continue
+            if sharing.should_defer(req):
+                continue  # the next batch finds the shared prefix in the cache
+            result = self.add(req)
+            if self.admitted and self.admitted[-1] is req:
+                sharing.add_admitted(req)
+            if result == AddResult.BUDGET_FULL:
+                return
 
     def add(self, req: Req) -> AddResult:
         """Offers `req` (waiting, or the chunked request continuing its prefill)."""

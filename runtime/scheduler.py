@@ -26,7 +26,7 @@ from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
-from radixgen.runtime.prefill_adder import AddResult, PrefillAdder
+from radixgen.runtime.prefill_adder import PrefillAdder
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output
 from radixgen.runtime.request_intake import error_outputs, make_sample_reqs
@@ -335,29 +335,12 @@ class Scheduler:
             max_wait_s=self.server_args.schedule_max_wait_s,
             now_s=now_s,
         )
-        for req in continuing:
-            adder.add(req)
-        for req in adder.admitted:
-            sharing.add_admitted(req)
-        if len(adder.admitted) == len(continuing) and adder.chunked_req is None:
-            # Nothing overtakes a continuing request that is still waiting for room.
-            ready = [r for r in self.waiting if self._is_ready(r)]
-            for req in self.policy.order(ready, now_s):
-                if len(self.running.reqs) + len(adder.admitted) >= max_running:
-                    break
-                if adder.admitted and (
-                    req.wants_input_logprobs != adder.admitted[0].wants_input_logprobs
-                ):
-                    # Prompt logprobs need every token's logits: keep such batches apart so
-                    # the others still get last-token logits only.
-                    continue
-                if sharing.should_defer(req):
-                    continue  # the next batch finds the shared prefix in the cache
-                result = adder.add(req)
-                if adder.admitted and adder.admitted[-1] is req:
-                    sharing.add_admitted(req)
-                if result == AddResult.BUDGET_FULL:
-                    break
+        adder.fill(
+            continuing,
+            lambda: self.policy.order([r for r in self.waiting if self._is_ready(r)], now_s),
+            sharing=sharing,
+            max_running_requests=max_running,
+        )
         if not adder.admitted:
             return None
         admitted_ids = {id(r) for r in adder.admitted}
