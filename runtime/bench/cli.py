@@ -19,32 +19,17 @@ from radixgen.runtime.bench.offline import OfflineArgs
 from radixgen.runtime.bench.serving import ServingArgs
 from radixgen.runtime.server_args import ServerArgs
 
-# Server options that make sense for an in-process benchmark run.
-_ENGINE_FIELDS = (
-    "model_path",
-    "tokenizer_path",
-    "dtype",
-    "load_format",
-    "device",
-    "context_length",
-    "seed",
-    "mem_fraction_static",
-    "max_total_tokens",
-    "max_running_requests",
-    "max_prefill_tokens",
-    "chunked_prefill_size",
-    "schedule_policy",
-    "schedule_max_wait_s",
-    "new_token_ratio",
-    "disable_radix_cache",
-    "enable_mixed_chunk",
-    "enable_overlap_schedule",
-    "attention_backend",
-    "disable_cuda_graph",
-    "cuda_graph_max_bs",
-    "constrained_compile_timeout_s",
-    "disable_jump_forward",
-)
+# Every ServerArgs option applies to an in-process run except those of the HTTP front end;
+# deriving the list keeps new engine options (A/B switches) available to `offline`/`latency`.
+_HTTP_ONLY_FIELDS = {
+    "host",
+    "port",
+    "api_key",
+    "served_model_name",
+    "log_level",
+    "max_queued_requests",
+}
+_ENGINE_FIELDS = tuple(sorted(ServerArgs.field_names() - _HTTP_ONLY_FIELDS))
 
 
 def _add_dataclass_flags(parser, cls, only=None, skip=(), prefix_dest: str = "") -> None:
