@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import zipfile
@@ -38,3 +39,50 @@ def test_wheel_holds_every_package_and_imports(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(str(extracted))
+
+
+# Which layers each folder may import (see docs/architecture.md): layers only look down.
+_ALLOWED_LAYERS = {
+    "kernels": {"kernels"},
+    "radix_cache": {"radix_cache"},
+    "constrained": {"constrained", "kernels"},
+    "runtime": {"runtime", "radix_cache", "constrained", "kernels"},
+    "lang": {"lang", "runtime"},
+}
+_SUBPACKAGE_LAYERS = ("runtime", "radix_cache", "constrained", "kernels")
+
+
+def _layer_of(module: str) -> str:
+    """`radixgen.runtime.engine` -> "runtime"; the DSL's `radixgen.*` modules -> "lang"."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in _SUBPACKAGE_LAYERS else "lang"
+
+
+def _radixgen_imports(path: Path) -> list[str]:
+    modules = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.append(node.module)
+    return [m for m in modules if m == "radixgen" or m.startswith("radixgen.")]
+
+
+def test_layers_only_import_downwards():
+    violations = []
+    for folder, allowed in _ALLOWED_LAYERS.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            for module in _radixgen_imports(path):
+                layer = _layer_of(module)
+                # The DSL reaches the runtime only through its backends (and the lazy
+                # `rg.Engine` export in lang/__init__.py).
+                lang_outside_backends = (
+                    folder == "lang"
+                    and layer == "runtime"
+                    and not relative.startswith("lang/backends/")
+                    and relative != "lang/__init__.py"
+                )
+                if layer not in allowed or lang_outside_backends:
+                    violations.append(f"{relative} imports {module}")
+    assert not violations, violations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -10,7 +11,6 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict
 
-import radixgen
 from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.server.errors import RequestError, parse_json_body
 from radixgen.runtime.server.streaming import (
@@ -181,7 +181,7 @@ async def get_server_info(request: Request):
     server_args = dataclasses.asdict(manager.server_args)
     server_args["api_key"] = None if server_args["api_key"] is None else "<set>"
     return {
-        "version": radixgen.__version__,
+        "version": importlib.metadata.version("radixgen"),  # not radixgen: layers look down
         "server_args": server_args,
         "model_info": dataclasses.asdict(manager.model_info),
         "scheduler": dataclasses.asdict(stats),
