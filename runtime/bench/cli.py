@@ -19,18 +19,6 @@ from radixgen.runtime.bench.offline import OfflineArgs
 from radixgen.runtime.bench.serving import ServingArgs
 from radixgen.runtime.server_args import ServerArgs
 
-# Every ServerArgs option applies to an in-process run except those of the HTTP front end;
-# deriving the list keeps new engine options (A/B switches) available to `offline`/`latency`.
-_HTTP_ONLY_FIELDS = {
-    "host",
-    "port",
-    "api_key",
-    "served_model_name",
-    "log_level",
-    "max_queued_requests",
-}
-_ENGINE_FIELDS = tuple(sorted(ServerArgs.field_names() - _HTTP_ONLY_FIELDS))
-
 
 def _add_dataclass_flags(parser, cls, only=None, skip=(), prefix_dest: str = "") -> None:
     hints = typing.get_type_hints(cls)
@@ -65,6 +53,19 @@ def _take(namespace, cls, prefix: str = ""):
     return cls(**values)
 
 
+def _add_engine_flags(parser) -> None:
+    """The in-process modes take every `ServerArgs` option, parsed as `radixgen serve` does."""
+    from radixgen.runtime.cli import add_server_args  # imported late: that module imports this
+
+    add_server_args(parser)
+
+
+def _engine_args(namespace) -> ServerArgs:
+    from radixgen.runtime.cli import server_args_from_namespace
+
+    return server_args_from_namespace(namespace)
+
+
 def add_bench_command(subparsers) -> None:
     """`radixgen bench MODE ...`; plugged into `radixgen.runtime.cli`."""
     bench = subparsers.add_parser("bench", help="benchmarks: serving, offline, latency, hf")
@@ -77,13 +78,13 @@ def add_bench_command(subparsers) -> None:
     serving.add_argument("--output-json", default=None)
 
     offline = modes.add_parser("offline", help="the in-process Engine, all prompts at once")
-    _add_dataclass_flags(offline, ServerArgs, only=_ENGINE_FIELDS)
+    _add_engine_flags(offline)
     _add_dataclass_flags(offline, DatasetArgs, skip=("seed",), prefix_dest="dataset_")
     _add_dataclass_flags(offline, OfflineArgs)
     offline.add_argument("--output-json", default=None)
 
     latency = modes.add_parser("latency", help="one static batch: prefill ms, decode ms/token")
-    _add_dataclass_flags(latency, ServerArgs, only=_ENGINE_FIELDS)
+    _add_engine_flags(latency)
     _add_dataclass_flags(latency, LatencyArgs, skip=("seed",))
     latency.add_argument("--output-json", default=None)
 
@@ -105,15 +106,13 @@ def run_bench(namespace: argparse.Namespace) -> int:
     elif mode == "offline":
         from radixgen.runtime.bench.offline import main_offline
 
-        server_args = _take(namespace, ServerArgs)
+        server_args = _engine_args(namespace)
         dataset = _take(namespace, DatasetArgs, prefix="dataset_")
         main_offline(server_args, dataset, _take(namespace, OfflineArgs), namespace.output_json)
     elif mode == "latency":
         from radixgen.runtime.bench.latency import main_latency
 
-        main_latency(
-            _take(namespace, ServerArgs), _take(namespace, LatencyArgs), namespace.output_json
-        )
+        main_latency(_engine_args(namespace), _take(namespace, LatencyArgs), namespace.output_json)
     elif mode == "hf":
         from radixgen.runtime.bench.hf_peer import main_hf
 
