@@ -162,6 +162,8 @@ def test_info_metrics_and_flush(http):
     info = server_info(http)
     assert 0.0 <= info["kv_usage"] <= 1.0 and 0.0 <= info["cache_hit_rate"] <= 1.0
     assert info["server_args"]["api_key"] == "<set>"  # never echoed back
+    # One finished request of its own, so the counters exist when this test runs alone.
+    http.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
     metrics = http.get("/metrics")
     assert metrics.status_code == 200
     text = metrics.text
