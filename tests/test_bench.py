@@ -85,6 +85,13 @@ def test_bench_hf_peer(tmp_path, tiny_model_path):
     assert row["variant"] == "hf-eager-dynamic-cache" and row["output_token_throughput"] > 0
 
 
+def test_bench_serving_exits_1_when_every_request_fails(capsys):
+    flags = ["bench", "serving", "--base-url", "http://127.0.0.1:1", "--num-prompts", "2",
+             "--random-input-len", "4", "--random-output-len", "2"]  # fmt: skip
+    assert radixgen_main(flags) == 1
+    assert "every request failed" in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model_path):
     with ServerProcess(["--log-level", "warning", "--context-length", "512"]) as running:

@@ -100,9 +100,13 @@ def run_bench(namespace: argparse.Namespace) -> int:
 
         dataset = _take(namespace, DatasetArgs, prefix="dataset_")
         serving = _take(namespace, ServingArgs)
-        main_serving(
+        summary = main_serving(
             serving, dataclasses.replace(dataset, seed=serving.seed), namespace.output_json
         )
+        if summary["successful_requests"] == 0:
+            # Every request failed (wrong URL, missing --api-key...): a script must notice.
+            print(f"every request failed; first error: {summary.get('first_error')}")
+            return 1
     elif mode == "offline":
         from radixgen.runtime.bench.offline import main_offline
 
