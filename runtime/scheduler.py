@@ -80,7 +80,7 @@ class Scheduler:
             vocab_size=self.vocab_size,
             eos_token_ids=sorted(self.eos_token_ids),
             compile_timeout_s=server_args.constrained_compile_timeout_s,
-            jump_forward=not server_args.disable_jump_forward,
+            jump_forward=server_args.enable_jump_forward,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.new_token_ratio = server_args.new_token_ratio

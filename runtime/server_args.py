@@ -61,7 +61,9 @@ class ServerArgs:
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
-    disable_jump_forward: bool = False
+    # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
+    # are not merged into decode steps) and it starts only once a background automaton is built.
+    enable_jump_forward: bool = False
 
     # Server
     host: str = "127.0.0.1"

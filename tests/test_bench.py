@@ -64,11 +64,11 @@ def test_bench_engine_flags_reach_server_args():
     from radixgen.runtime.cli import build_parser
     from radixgen.runtime.server_args import ServerArgs
 
-    flags = ["--enable-mixed-chunk", "--enable-overlap-schedule", "--disable-jump-forward",
+    flags = ["--enable-mixed-chunk", "--enable-overlap-schedule", "--enable-jump-forward",
              "--schedule-max-wait-s", "2.5", "--new-token-ratio", "0.25"]  # fmt: skip
     namespace = build_parser().parse_args(["bench", "offline", *flags])
     server_args = _take(namespace, ServerArgs)
-    assert server_args.enable_mixed_chunk and server_args.disable_jump_forward
+    assert server_args.enable_mixed_chunk and server_args.enable_jump_forward
     assert server_args.enable_overlap_schedule is True
     assert (server_args.schedule_max_wait_s, server_args.new_token_ratio) == (2.5, 0.25)
     defaults = _take(build_parser().parse_args(["bench", "offline"]), ServerArgs)

@@ -196,7 +196,6 @@ def test_constrained_outputs_follow_the_constraint(engine):
         "required": ["name", "age", "favourite_language"],
         "additionalProperties": False,
     }
-    jumped_before = engine.get_stats()["num_jump_forward_tokens"]
     outs = engine.generate(
         ["Person:", "Someone else:"],
         {"max_new_tokens": 64, "temperature": 1.0, "seed": 1, "json_schema": schema},
@@ -204,16 +203,6 @@ def test_constrained_outputs_follow_the_constraint(engine):
     for out in outs:
         jsonschema.validate(json.loads(out["text"]), schema)
         assert out["meta_info"]["finish_reason"]["type"] == "stop"
-    # Forced text (keys, punctuation) is appended by jump-forward, not sampled, once the
-    # constraint's character automaton (built in the background) is ready.
-    for _attempt in range(40):
-        out = engine.generate("Person:", {"max_new_tokens": 64, "temperature": 1.0, "seed": 2,
-                                          "json_schema": schema})  # fmt: skip
-        jsonschema.validate(json.loads(out["text"]), schema)
-        if engine.get_stats()["num_jump_forward_tokens"] > jumped_before:
-            break
-        time.sleep(0.25)
-    assert engine.get_stats()["num_jump_forward_tokens"] > jumped_before
     choices = engine.generate(
         "Pick one:", {"max_new_tokens": 8, "temperature": 1.0, "n": 3, "choices": ["red", "blue"]}
     )
@@ -239,3 +228,36 @@ def test_concurrent_callers_batch_together(engine):
     assert threaded == expected
     assert asyncio.run(gather()) == expected
     engine.check_integrity()
+
+
+def test_jump_forward_appends_forced_text_when_enabled(tiny_model_path):
+    import json
+
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 6},
+            "favourite_language": {"enum": ["python", "rust"]},
+        },
+        "required": ["name", "favourite_language"],
+        "additionalProperties": False,
+    }
+    engine = Engine(
+        model_path=tiny_model_path, dtype="float32", max_total_tokens=4096, enable_jump_forward=True
+    )
+    try:
+        # Forced text (keys, punctuation) is appended by jump-forward, not sampled, once the
+        # constraint's character automaton (built in the background) is ready.
+        for _attempt in range(40):
+            out = engine.generate("Person:", {"max_new_tokens": 64, "temperature": 1.0, "seed": 2,
+                                              "json_schema": schema})  # fmt: skip
+            jsonschema.validate(json.loads(out["text"]), schema)
+            if engine.get_stats()["num_jump_forward_tokens"] > 0:
+                break
+            time.sleep(0.25)
+        assert engine.get_stats()["num_jump_forward_tokens"] > 0
+        engine.check_integrity()
+    finally:
+        engine.shutdown()
