@@ -56,6 +56,7 @@ class Engine:
         logprob_start_len: int | None = None,
         top_logprobs_num: int = 0,
         stream: bool = False,
+        cache_salt: str | list[str | None] | None = None,
     ) -> dict | list[dict] | Iterator[dict]:
         """Generates for one prompt (returns a dict) or a batch (returns a list of dicts).
 
@@ -69,6 +70,10 @@ class Engine:
             top_logprobs_num: top alternatives per position.
             stream: return an iterator of partial results (single prompt, n=1 only);
                 each has the text so far, plus "delta" (the new text).
+            cache_salt: the prefix cache namespace (or a list, one per prompt): cached
+                prefixes are reused only between requests with the same salt (e.g. one per
+                tenant). None: the shared default namespace. A non-empty string of at most
+                256 chars.
         Returns:
             {"text", "output_ids", "index", "meta_info"}; a list for a batch prompt or
             n > 1 (prompt-major: prompt 0's n samples first).
@@ -77,7 +82,13 @@ class Engine:
             ValueError: the engine rejected a request (e.g. an invalid constraint).
         """
         requests, is_batch = self._make_requests(
-            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            cache_salt,
         )
         if stream:
             if is_batch or requests[0].sampling_params.n != 1:
@@ -106,8 +117,9 @@ class Engine:
         logprob_start_len: int | None = None,
         top_logprobs_num: int = 0,
         stream: bool = False,
+        cache_salt: str | None = None,
     ):
-        """Asynchronous `generate` for one prompt.
+        """Asynchronous `generate` for one prompt (`cache_salt` as in `generate`).
 
         With `stream=False`, returns an awaitable of the result dict (a list if n > 1).
         With `stream=True`, returns an async iterator of partial results (n=1), each with
@@ -116,7 +128,13 @@ class Engine:
         `async for c in await engine.async_generate(..., stream=True)` work.
         """
         requests, is_batch = self._make_requests(
-            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            cache_salt,
         )
         if is_batch:
             raise ValueError("async_generate takes a single prompt; call it once per prompt")
@@ -211,6 +229,7 @@ class Engine:
         return_logprob: bool,
         logprob_start_len: int | None,
         top_logprobs_num: int,
+        cache_salt: str | list[str | None] | None,
     ) -> tuple[list[TokenizedGenerateReq], bool]:
         if (prompt is None) == (input_ids is None):
             raise ValueError("give exactly one of prompt or input_ids")
@@ -234,8 +253,16 @@ class Engine:
             params_list = [SamplingParams.from_dict(p) for p in sampling_params]
         else:
             params_list = [SamplingParams.from_dict(sampling_params)] * len(token_lists)
+        if isinstance(cache_salt, list):
+            if len(cache_salt) != len(token_lists):
+                raise ValueError(
+                    f"cache_salt has {len(cache_salt)} entries for {len(token_lists)} prompts"
+                )
+            salts = cache_salt
+        else:
+            salts = [cache_salt] * len(token_lists)
         requests = []
-        for ids, params in zip(token_lists, params_list, strict=True):
+        for ids, params, salt in zip(token_lists, params_list, salts, strict=True):
             request = TokenizedGenerateReq(
                 rid=uuid.uuid4().hex,
                 input_ids=ids,
@@ -243,6 +270,7 @@ class Engine:
                 return_logprob=return_logprob,
                 logprob_start_len=logprob_start_len,
                 top_logprobs_num=top_logprobs_num,
+                cache_salt=salt,
             )
             error = validate_request(
                 request,

@@ -9,7 +9,9 @@ position, the candidate is deferred; in the next batch it finds them in the cach
 
 Two requests that share more than the cached prefix share the same cached length `m` (if
 one had more cached, the other would find that token too), so admitted requests are indexed
-by `(m, ids[m : m + min_tokens])` and a hit is confirmed by comparing the first `m` tokens.
+by `(namespace, m, ids[m : m + min_tokens])` and a hit is confirmed by comparing the first
+`m` tokens. Only requests of one cache namespace are grouped: a request never waits for a
+prefix it could not reuse.
 
 No starvation: a deferral needs an admitted request, so every batch makes progress, and the
 batch after a deferral caches at least `min_tokens` more of the deferred request's prompt.
@@ -40,10 +42,10 @@ class InBatchPrefixIndex:
         self.max_wait_s = max_wait_s
         self.now_s = now_s
         self.enabled = min_tokens > 0 and not kv.tree.disabled
-        self._admitted: dict[tuple[int, tuple[int, ...]], list[Req]] = {}
+        self._admitted: dict[tuple[str | None, int, tuple[int, ...]], list[Req]] = {}
 
-    def _window(self, req: Req, start: int) -> tuple[int, tuple[int, ...]]:
-        return start, tuple(req.fill_slice(start, start + self.min_tokens))
+    def _window(self, req: Req, start: int) -> tuple[str | None, int, tuple[int, ...]]:
+        return req.cache_namespace, start, tuple(req.fill_slice(start, start + self.min_tokens))
 
     def add_admitted(self, req: Req) -> None:
         """Registers a request admitted to the batch (its `kv_committed_len` and

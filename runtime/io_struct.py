@@ -35,6 +35,8 @@ class TokenizedGenerateReq:
         top_logprobs_num: how many top alternatives to return per position (0: none).
         stream: the front end wants incremental outputs (the scheduler streams every step
             either way; this is carried for the front end's bookkeeping).
+        cache_salt: the radix cache namespace (vLLM's name): cached prefixes are shared only
+            between requests with the same salt; None is the shared default namespace.
     """
 
     rid: str
@@ -44,6 +46,7 @@ class TokenizedGenerateReq:
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     stream: bool = False
+    cache_salt: str | None = None
 
 
 @dataclass

@@ -3,6 +3,8 @@
 It ties together the request-to-token rows, the slot allocator and the radix cache, and
 keeps the ownership rule of `radix_cache.py`: every slot is free, held by the tree, or
 held by exactly one running request (`req_to_token[row, prefix_len:kv_committed_len]`).
+Every tree operation uses the request's `cache_namespace` (its cache salt), so requests
+share cached prefixes only within one namespace.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
+from radixgen.radix_cache.radix_node import MatchResult
 from radixgen.runtime.req import Req
 
 
@@ -45,15 +48,20 @@ class KVCacheManager:
 
     def match_prefix(self, req: Req) -> int:
         """Length of req's cached prefix, without claiming it (for scheduling policies)."""
+        return self.match_node(req).prefix_len
+
+    def match_node(self, req: Req) -> MatchResult:
+        """req's cached prefix (a `MatchResult`), in its namespace, not counted in stats."""
         key = req.fill_slice(0, req.max_prefix_len)
-        return self.tree.match_prefix(key, count_in_stats=False).prefix_len
+        return self.tree.match_prefix(key, req.cache_namespace, count_in_stats=False)
 
     def admit(self, req: Req) -> bool:
         """Give `req` a row and its cached prefix (locked). False if no row is free."""
         rows = self.req_to_token_pool.alloc(1)
         if rows is None:
             return False
-        match = self.tree.match_prefix(req.fill_slice(0, req.max_prefix_len))
+        key = req.fill_slice(0, req.max_prefix_len)
+        match = self.tree.match_prefix(key, req.cache_namespace)
         self.tree.inc_lock_ref(match.last_node)
         req.req_pool_idx = rows[0]
         req.prefix_indices = match.slots
@@ -89,6 +97,7 @@ class KVCacheManager:
             slots=slots,
             prefix_len=len(req.prefix_indices),
             last_node=req.last_node,
+            namespace=req.cache_namespace,
         )
         # Some of req's slots may have been duplicates, replaced by the tree's own.
         self.req_to_token_pool.req_to_token[req.req_pool_idx, : result.prefix_len] = (
@@ -108,6 +117,7 @@ class KVCacheManager:
             slots=slots.to(torch.int64),
             prefix_len=len(req.prefix_indices),
             last_node=req.last_node,
+            namespace=req.cache_namespace,
         )
         self.req_to_token_pool.free(req.req_pool_idx)
         req.req_pool_idx = None

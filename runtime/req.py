@@ -32,6 +32,8 @@ class Req:
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     arrival_time_s: float = field(default_factory=time.monotonic)
+    # Radix cache namespace (the request's cache salt): prefixes are shared only within it.
+    cache_namespace: str | None = None
 
     output_ids: list[int] = field(default_factory=list)
     finish_reason: dict[str, Any] | None = None

@@ -44,6 +44,7 @@ def make_sample_reqs(
             return_logprob=request.return_logprob,
             logprob_start_len=request.logprob_start_len,
             top_logprobs_num=request.top_logprobs_num,
+            cache_namespace=request.cache_salt,  # all n samples share it
         )
         for index in range(params.n)
     ]

@@ -9,6 +9,21 @@ from __future__ import annotations
 from radixgen.runtime.io_struct import TokenizedGenerateReq
 from radixgen.runtime.sampling_params import SamplingParams
 
+MAX_CACHE_SALT_LEN = 256
+
+
+def cache_salt_error(cache_salt: object) -> str | None:
+    """None if `cache_salt` is None or a non-empty str of at most 256 chars, else why not."""
+    if cache_salt is None:
+        return None
+    if not isinstance(cache_salt, str) or not 0 < len(cache_salt) <= MAX_CACHE_SALT_LEN:
+        shown = repr(cache_salt) if not isinstance(cache_salt, str) else f"{len(cache_salt)} chars"
+        return (
+            f"cache_salt must be None or a non-empty string of at most {MAX_CACHE_SALT_LEN} "
+            f"chars, got {shown}"
+        )
+    return None
+
 
 def validate_request(
     request: TokenizedGenerateReq,
@@ -27,6 +42,9 @@ def validate_request(
         return "the prompt is empty: input_ids must be a non-empty list of token ids"
     if not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
         return f"input_ids must be ints in [0, {vocab_size})"
+    salt_error = cache_salt_error(request.cache_salt)
+    if salt_error is not None:
+        return salt_error
     params = request.sampling_params
     if not isinstance(params, SamplingParams):
         return f"sampling_params must be a SamplingParams, got {type(params).__name__}"

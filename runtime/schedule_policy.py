@@ -54,7 +54,7 @@ class SchedulePolicy:
         children: dict[int, list[Any]] = defaultdict(list)
         tops: list[Any] = []
         for req in reqs:
-            node = self.kv.tree.match_prefix(req.fill_slice(0, req.max_prefix_len)).last_node
+            node = self.kv.match_node(req).last_node
             reqs_at_node[id(node)].append(req)
             # Walk to the root, counting this request in every ancestor's subtree weight.
             while True:

@@ -51,6 +51,58 @@ def test_parallel_samples_share_the_prompt(engine):
     engine.check_integrity()
 
 
+def test_cache_salt_shares_prefixes_only_within_one_salt(engine):
+    prompt = list(range(300, 348))  # not used by other tests: nothing cached yet
+    params = {**GREEDY, "max_new_tokens": 3}
+
+    def cached(salt):
+        out = engine.generate(input_ids=prompt, sampling_params=params, cache_salt=salt)
+        return out["meta_info"]["cached_tokens"], out["output_ids"]
+
+    first = cached("tenant-a")
+    other_salt = cached("tenant-b")
+    no_salt = cached(None)
+    same_salt = cached("tenant-a")
+    assert (first[0], other_salt[0], no_salt[0]) == (0, 0, 0)
+    assert same_salt[0] == len(prompt) - 1  # the last token is always computed
+    assert cached(None)[0] == len(prompt) - 1  # the default namespace is shared
+    assert first[1] == other_salt[1] == no_salt[1] == same_salt[1]
+    # One salt per prompt of a batch; n > 1 samples share their request's salt.
+    batch = engine.generate(
+        input_ids=[prompt, prompt],
+        sampling_params=[params, {**params, "n": 2}],
+        cache_salt=["tenant-b", "tenant-c"],
+    )
+    assert [b["meta_info"]["cached_tokens"] for b in batch] == [
+        len(prompt) - 1,
+        0,
+        len(prompt) - 1,
+    ]
+    assert all(b["output_ids"] == first[1] for b in batch)
+    engine.check_integrity()
+
+
+@pytest.mark.parametrize("salt", ["", "x" * 257, 7, ["a", "b"]])
+def test_bad_cache_salt_raises_naming_it(engine, salt):
+    with pytest.raises((ValueError, TypeError), match="cache_salt"):
+        engine.generate("hi", {"max_new_tokens": 1}, cache_salt=salt)
+    engine.check_integrity()
+
+
+async def _salted_async(engine, prompt):
+    return await engine.async_generate(
+        input_ids=prompt, sampling_params={**GREEDY, "max_new_tokens": 2}, cache_salt="async"
+    )
+
+
+def test_async_generate_takes_a_cache_salt(engine):
+    prompt = list(range(400, 440))
+    first = asyncio.run(_salted_async(engine, prompt))
+    second = asyncio.run(_salted_async(engine, prompt))
+    assert first["meta_info"]["cached_tokens"] == 0
+    assert second["meta_info"]["cached_tokens"] == len(prompt) - 1
+
+
 def test_stop_string_and_stop_token(engine):
     prompt = "The quick brown fox"
     full = engine.generate(prompt, {**GREEDY, "max_new_tokens": 16})

@@ -77,7 +77,7 @@ def test_prompt_is_cached_right_after_its_prefill(tiny_model_path):
     scheduler.check_integrity()
 
 
-def make_req(ids: list[int], arrival_s: float = 0.0) -> Req:
+def make_req(ids: list[int], arrival_s: float = 0.0, namespace: str | None = None) -> Req:
     return Req(
         rid="r",
         index=0,
@@ -86,6 +86,7 @@ def make_req(ids: list[int], arrival_s: float = 0.0) -> Req:
         sampling_seed=0,
         eos_token_ids=frozenset(),
         arrival_time_s=arrival_s,
+        cache_namespace=namespace,
     )
 
 
@@ -98,8 +99,8 @@ def kv() -> KVCacheManager:
     return KVCacheManager(ReqToTokenPool(8, 256), allocator, tree)
 
 
-def admitted(kv: KVCacheManager, ids: list[int]) -> Req:
-    req = make_req(ids)
+def admitted(kv: KVCacheManager, ids: list[int], namespace: str | None = None) -> Req:
+    req = make_req(ids, namespace=namespace)
     assert kv.admit(req)
     req.extend_input_len = req.seqlen - req.kv_committed_len
     return req
@@ -132,3 +133,16 @@ def test_overdue_request_is_deferred_at_most_once(kv):
     assert index.should_defer(fresh) and index.should_defer(fresh)  # within the bound
     assert not InBatchPrefixIndex(kv, min_tokens=0, max_wait_s=5.0, now_s=10.0).enabled
     kv.release(leader)
+
+
+def test_deferral_groups_only_requests_of_one_cache_namespace(kv):
+    shared = list(range(1000, 1040))
+    leader = admitted(kv, shared + [1], namespace="tenant-a")
+    index = InBatchPrefixIndex(kv, min_tokens=32, max_wait_s=5.0, now_s=1.0)
+    index.add_admitted(leader)
+    assert index.should_defer(make_req(shared + [2], namespace="tenant-a"))
+    # The same tokens in another namespace (or the default one) would not be reused.
+    assert not index.should_defer(make_req(shared + [2], namespace="tenant-b"))
+    assert not index.should_defer(make_req(shared + [2]))
+    kv.release(leader)
+    kv.check_integrity([])
