@@ -366,6 +366,60 @@ def test_bad_stream_request_fails_before_streaming(http):
     assert http.post("/generate", json=body).status_code == 400
 
 
+def test_cache_salt_shares_prefixes_only_within_one_salt(http, oai):
+    text = "Tenants keep their prompts apart: a salt namespaces the radix cache. " * 3
+    params = {"max_new_tokens": 3, **GREEDY}
+    runs = [
+        generate(http, text=text, sampling_params=params, **salt)
+        for salt in ({"cache_salt": "a"}, {"cache_salt": "b"}, {}, {"cache_salt": "a"})
+    ]
+    cached = [run["meta_info"]["cached_tokens"] for run in runs]
+    assert cached == [0, 0, 0, runs[0]["meta_info"]["prompt_tokens"] - 1]
+    assert all(run["output_ids"] == runs[0]["output_ids"] for run in runs)
+    batch = generate(http, text=[text, text], sampling_params=params, cache_salt=["b", "c"])
+    assert [b["meta_info"]["cached_tokens"] for b in batch] == [cached[3], 0]
+
+    def completion_cached(salt: str) -> int:
+        completion = oai.completions.create(
+            model="tiny", prompt=text + "!", max_tokens=2, extra_body={"cache_salt": salt}
+        )
+        return completion.usage.prompt_tokens_details.cached_tokens
+
+    assert completion_cached("d") == 0 and completion_cached("e") == 0
+    assert completion_cached("d") > 0
+    messages = [{"role": "user", "content": text}]
+
+    def chat_cached(salt: str) -> int:
+        chat = oai.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=2, extra_body={"cache_salt": salt}
+        )
+        return chat.usage.prompt_tokens_details.cached_tokens
+
+    assert chat_cached("f") == 0 and chat_cached("g") == 0 and chat_cached("f") > 0
+    assert_no_leaked_kv(http)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/generate", {"text": "hi", "cache_salt": ""}),
+        ("/generate", {"text": "hi", "cache_salt": "x" * 257}),
+        ("/generate", {"text": "hi", "cache_salt": 7}),
+        ("/generate", {"text": ["hi", "yo"], "cache_salt": ["a"]}),
+        ("/generate", {"text": "hi", "stream": True, "cache_salt": ""}),
+        ("/v1/completions", {"prompt": "hi", "cache_salt": ""}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "cache_salt": ""},
+        ),
+    ],
+)
+def test_bad_cache_salt_is_a_400_naming_it(http, path, body):
+    response = http.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "cache_salt"
+
+
 def test_openai_client_raises_bad_request(oai):
     with pytest.raises(openai.BadRequestError):
         oai.completions.create(model="tiny", prompt="hi", max_tokens=-3)

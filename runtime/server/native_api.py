@@ -40,6 +40,8 @@ class GenerateRequest(BaseModel):
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     rid: str | list[str] | None = None
+    # Prefix cache namespace: one for all prompts, or a list, one per prompt.
+    cache_salt: str | list[str | None] | None = None
 
 
 def build_sampling_params(params: dict[str, Any] | None, vocab_size: int) -> SamplingParams:
@@ -79,6 +81,13 @@ def _to_inputs(
     rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
     if body.rid is not None and (len(rids) != len(prompts) or len(set(rids)) != len(rids)):
         raise RequestError("rid must give one distinct id per prompt", param="rid")
+    salts = (
+        body.cache_salt if isinstance(body.cache_salt, list) else [body.cache_salt] * len(prompts)
+    )
+    if len(salts) != len(prompts):
+        raise RequestError(
+            f"cache_salt has {len(salts)} entries for {len(prompts)} prompts", param="cache_salt"
+        )
     vocab_size = manager.model_info.vocab_size
     inputs = [
         GenerateInput(
@@ -89,8 +98,9 @@ def _to_inputs(
             logprob_start_len=body.logprob_start_len,
             top_logprobs_num=body.top_logprobs_num,
             stream=body.stream,
+            cache_salt=salt,
         )
-        for prompt, prompt_params, rid in zip(prompts, params, rids, strict=True)
+        for prompt, prompt_params, rid, salt in zip(prompts, params, rids, salts, strict=True)
     ]
     return inputs, is_batch
 

@@ -104,6 +104,7 @@ def _to_input(
         return_logprob=top_logprobs_num is not None,
         top_logprobs_num=top_logprobs_num or 0,
         stream=body.stream,
+        cache_salt=body.cache_salt,
     )
 
 

@@ -110,6 +110,7 @@ class SamplingExtras(_Request):
     json_schema: str | dict[str, Any] | None = None
     choices: list[str] | None = None
     response_format: ResponseFormat | None = None
+    cache_salt: str | None = None  # prefix cache namespace (vLLM's extra)
 
 
 # ---------------------------------------------------------------------------------------------

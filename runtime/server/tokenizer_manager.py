@@ -31,6 +31,7 @@ from radixgen.runtime.io_struct import (
     SchedulerStats,
     TokenizedGenerateReq,
 )
+from radixgen.runtime.request_validation import cache_salt_error
 from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
@@ -59,6 +60,7 @@ class GenerateInput:
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     stream: bool = False
+    cache_salt: str | None = None  # the prefix cache namespace (None: shared)
 
 
 @dataclass
@@ -215,6 +217,9 @@ class TokenizerManager:
                 f"logprob_start_len must be in [0, {len(request.input_ids)})",
                 param="logprob_start_len",
             )
+        salt_error = cache_salt_error(request.cache_salt)
+        if salt_error is not None:
+            raise RequestError(salt_error, param="cache_salt")
         rid = request.rid or f"{self._rid_prefix}-{next(self._rid_counter)}"
         if rid in self._states:
             raise RequestError(f"request id {rid!r} is already in use", param="rid")
@@ -241,6 +246,7 @@ class TokenizerManager:
                 logprob_start_len=request.logprob_start_len,
                 top_logprobs_num=request.top_logprobs_num,
                 stream=request.stream,
+                cache_salt=request.cache_salt,
             )
         )
         try:
