@@ -8,7 +8,7 @@ benchmarks' `random` datasets.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -29,7 +29,6 @@ class BenchRequest:
     # multi-turn: conversation index and turn; later turns are built from earlier answers.
     conversation: int | None = None
     turn: int = 0
-    extra: dict = field(default_factory=dict)
 
     @property
     def prompt_len(self) -> int:

@@ -274,7 +274,7 @@ def _cache_hit_rate(before: dict | None, after: dict) -> float | None:
     """Hit rate over this run, from the server's cumulative cache counters where present."""
 
     def counters(info: dict | None) -> tuple[float, float]:
-        cache = (info or {}).get("cache_stats") or (info or {}).get("radix_cache") or {}
+        cache = (info or {}).get("cache_stats") or {}
         return float(cache.get("matched_tokens", 0)), float(cache.get("lookup_tokens", 0))
 
     matched_after, looked_after = counters(after)
