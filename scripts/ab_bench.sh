@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Before/after on the lent H200, in one lease: the same stages on a baseline tree, then on
+# this tree. The baseline is a `git archive` of main's commit extracted into an ignored folder:
+#   git archive --prefix=.base/ MAIN_SHA | tar -x        (and `/.base/` in .git/info/exclude)
+# then, through the device tool with `carry: [".whl", ".base"]`:
+#   bash scripts/ab_bench.sh .base STAGE...
+# Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
+# serving-json (constrained vs unconstrained TPOT through `radixgen serve`).
+# JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
+set -uo pipefail
+BASE=$1
+shift
+OUT=${OUT:-h200_out}
+mkdir -p "$OUT"
+MODEL=/tmp/llama-3.1-8b
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site
+
+use_tree() {  # $1: folder to install editable
+  (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1) \
+    || cat "$OUT/pip.log"
+  python3 -m radixgen.runtime.bench.model_configs llama-3.1-8b $MODEL >/dev/null
+}
+
+bench() { timeout 400 python3 -m radixgen.runtime.bench.cli "$@" 2>&1 | grep -v Warning; }
+
+stage_offline() {  # $1: tree name
+  log "$1: bench offline 1000 x 200/200"
+  bench offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
+    --random-input-len 200 --random-output-len 200 --output-json "$OUT/$1_offline.json" \
+    | grep -E "duration|throughput" | tail -4
+}
+
+stage_latency() {
+  log "$1: bench latency batch 1, 128/256"
+  bench latency --model-path $MODEL --load-format dummy --batch-sizes 1 --input-len 128 \
+    --output-len 256 --output-json "$OUT/$1_latency.json" | grep '^{' | tail -2
+}
+
+stage_gpu_tests() {
+  [ "$1" = new ] || return 0
+  log "$1: pytest -m gpu"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -8
+}
+
+stage_serving_json() {
+  log "$1: serving, json vs random-ids at 64 concurrent"
+  python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
+    --log-level warning >"$OUT/$1_server.log" 2>&1 &
+  local pid=$!
+  python3 -c "
+import time, httpx
+for _ in range(600):
+    try:
+        if httpx.get('http://127.0.0.1:30000/health', timeout=1).status_code == 200: break
+    except Exception: pass
+    time.sleep(0.5)
+"
+  for dataset in random-ids json random-ids json; do
+    bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
+      --max-concurrency 64 --random-input-len 64 --random-output-len 48 \
+      --output-json "$OUT/$1_serving_$dataset.json" \
+      | grep -E "TPOT|duration" | tail -3
+  done
+  kill -INT $pid
+  wait $pid 2>/dev/null
+}
+
+for tree in base new; do
+  dir=$([ $tree = base ] && echo "$BASE" || echo .)
+  use_tree "$dir"
+  for stage in "$@"; do
+    "stage_${stage//-/_}" $tree
+  done
+done
