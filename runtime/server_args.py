@@ -70,6 +70,12 @@ class ServerArgs:
     port: int = 30000
     api_key: str | None = None
     log_level: str = "info"
+    # Request bodies above this many bytes get HTTP 413 before they are parsed.
+    max_request_bytes: int = 8 * 1024 * 1024
+    # On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are aborted.
+    shutdown_timeout: float = 30.0
+    # Seconds a connection gets to send a complete request head (slowloris guard).
+    header_read_timeout: float = 10.0
 
     def __post_init__(self):
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
@@ -84,6 +90,11 @@ class ServerArgs:
             raise ValueError(
                 f"in_batch_prefix_min_tokens must be >= 0, got {self.in_batch_prefix_min_tokens}"
             )
+        if self.max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes must be >= 1, got {self.max_request_bytes}")
+        for name in ("shutdown_timeout", "header_read_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
         choices = {

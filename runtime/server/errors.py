@@ -18,6 +18,10 @@ from radixgen.runtime.server.openai_protocol import ErrorDetail, ErrorResponse
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
+# Deepest nesting of arrays and objects accepted in a request body (a JSON schema included):
+# deep enough for any real schema, far from Python's recursion limit in the code that walks it.
+MAX_JSON_DEPTH = 128
+
 # OpenAI's `type` strings by status.
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -31,24 +35,57 @@ _ERROR_TYPES = {
 class RequestError(Exception):
     """A request the server refuses, with the HTTP status and the argument at fault."""
 
-    def __init__(self, message: str, *, status_code: int = 400, param: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.status_code = status_code
         self.param = param
+        self.code = code  # OpenAI's string code (e.g. "model_not_found"); None: the status
 
 
-def error_body(message: str, status_code: int, param: str | None = None) -> dict:
+def error_body(
+    message: str, status_code: int, param: str | None = None, code: str | None = None
+) -> dict:
     """The JSON body of an error (also sent as the last event of a failing stream)."""
     error_type = _ERROR_TYPES.get(status_code)
     if error_type is None:
         error_type = "server_error" if status_code >= 500 else HTTPStatus(status_code).phrase
-    detail = ErrorDetail(message=message, type=error_type, param=param, code=status_code)
+    detail = ErrorDetail(
+        message=message, type=error_type, param=param, code=code if code else status_code
+    )
     return ErrorResponse(error=detail).model_dump()
 
 
-def error_response(message: str, status_code: int, param: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, status_code, param), status_code=status_code)
+def error_response(
+    message: str, status_code: int, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(message, status_code, param, code), status_code=status_code)
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of a parsed JSON value (a scalar is 0), computed without recursion."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest  # enough to refuse; stop walking
+    return deepest
 
 
 async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
@@ -63,6 +100,13 @@ async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
         data = json.loads(raw)
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
         raise RequestError(f"the request body is not valid JSON: {error}") from None
+    except RecursionError:
+        data = None  # nested beyond the parser's stack: refused below
+    depth = json_depth(data) if data is not None else MAX_JSON_DEPTH + 1
+    if depth > MAX_JSON_DEPTH:
+        raise RequestError(
+            f"the request body nests deeper than {MAX_JSON_DEPTH} levels (arrays and objects)"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as error:

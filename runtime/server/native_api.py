@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
 from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.server.errors import RequestError, parse_json_body
@@ -33,10 +33,10 @@ class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
+    input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
     sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
-    stream: bool = False
-    return_logprob: bool = False
+    stream: StrictBool = False
+    return_logprob: StrictBool = False
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     rid: str | list[str] | None = None
@@ -54,7 +54,7 @@ def build_sampling_params(params: dict[str, Any] | None, vocab_size: int) -> Sam
     return sampling_params
 
 
-def _to_inputs(
+async def _to_inputs(
     manager: TokenizerManager, body: GenerateRequest
 ) -> tuple[list[GenerateInput], bool]:
     """Returns the prompts of the request and whether it was a batch (a list)."""
@@ -63,7 +63,7 @@ def _to_inputs(
     if body.text is not None:
         is_batch = isinstance(body.text, list)
         texts = body.text if is_batch else [body.text]
-        prompts = [manager.encode(text) for text in texts]
+        prompts = [await manager.encode_async(text, param="text") for text in texts]
     else:
         is_batch = bool(body.input_ids) and isinstance(body.input_ids[0], list)
         prompts = body.input_ids if is_batch else [body.input_ids]
@@ -125,7 +125,7 @@ def _sample_json(sample: SampleResult, return_logprob: bool) -> dict:
 async def generate(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, GenerateRequest)
-    inputs, is_batch = _to_inputs(manager, body)
+    inputs, is_batch = await _to_inputs(manager, body)
     num_samples = [item.sampling_params.n for item in inputs]
     if body.stream:
         # Cumulative text per sample, as SGLang streams it: the last chunk is the answer.
@@ -152,8 +152,9 @@ async def generate(request: Request):
 @router.get("/health")
 async def health(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    if manager.failure is not None:
-        raise RequestError(manager.failure, status_code=503)
+    refusal = manager.refusal()
+    if refusal is not None:
+        raise RequestError(refusal, status_code=503)
     return {"status": "ok"}
 
 

@@ -112,6 +112,17 @@ def _served_name(manager: TokenizerManager) -> str:
     return manager.model_info.served_model_name
 
 
+def _check_model(manager: TokenizerManager, model: str | None) -> None:
+    """An omitted model means the served one; any other name is a 404, as OpenAI answers."""
+    if model is not None and model != _served_name(manager):
+        raise RequestError(
+            f"the model {model!r} does not exist; this server serves {_served_name(manager)!r}",
+            status_code=404,
+            param="model",
+            code="model_not_found",
+        )
+
+
 @router.get("/models")
 async def list_models(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
@@ -123,13 +134,13 @@ async def list_models(request: Request):
     return ModelList(data=[card]).model_dump()
 
 
-def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
+async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
     if isinstance(prompt, str):
-        return [manager.encode(prompt)]
+        return [await manager.encode_async(prompt)]
     if not prompt:
         raise RequestError("the prompt is empty", param="prompt")
     if isinstance(prompt[0], str):
-        return [manager.encode(text) for text in prompt]
+        return [await manager.encode_async(text) for text in prompt]
     if isinstance(prompt[0], int):
         return [list(prompt)]
     return [list(ids) for ids in prompt]
@@ -139,6 +150,7 @@ def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int
 async def completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, CompletionRequest)
+    _check_model(manager, body.model)
     _reject_unsupported(body)
     if body.echo:
         raise RequestError("echo is not supported", param="echo")
@@ -146,7 +158,7 @@ async def completions(request: Request):
         raise RequestError("suffix is not supported", param="suffix")
     inputs = [
         _to_input(manager, body, ids, max_tokens=body.max_tokens, top_logprobs_num=body.logprobs)
-        for ids in _completion_prompts(manager, body.prompt)
+        for ids in await _completion_prompts(manager, body.prompt)
     ]
     renderer = CompletionRenderer(
         response_id=f"cmpl-{uuid.uuid4().hex}",
@@ -185,10 +197,11 @@ def _chat_messages(body: ChatCompletionRequest) -> list[dict]:
 async def chat_completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, ChatCompletionRequest)
+    _check_model(manager, body.model)
     _reject_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
-    input_ids = manager.apply_chat_template(_chat_messages(body))
+    input_ids = await manager.apply_chat_template_async(_chat_messages(body))
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 
 def _now_s() -> int:
@@ -31,7 +31,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: int | None = None
+    code: int | str | None = None  # the HTTP status, or OpenAI's string code where it has one
 
 
 class ErrorResponse(BaseModel):
@@ -39,7 +39,7 @@ class ErrorResponse(BaseModel):
 
 
 class StreamOptions(_Request):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class PromptTokensDetails(BaseModel):
@@ -72,7 +72,7 @@ class JsonSchemaFormat(_Request):
     description: str | None = None
     # `schema` shadows a BaseModel attribute, hence the alias.
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseFormat(_Request):
@@ -91,7 +91,7 @@ class SamplingExtras(_Request):
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     # Unsupported OpenAI features, declared so the handlers can reject them by name.
@@ -103,8 +103,8 @@ class SamplingExtras(_Request):
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     min_tokens: int = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
     stop_token_ids: list[int] | None = None
     regex: str | None = None
     json_schema: str | dict[str, Any] | None = None
@@ -118,11 +118,11 @@ class SamplingExtras(_Request):
 
 
 class CompletionRequest(SamplingExtras):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     max_tokens: int | None = 16
     # Top alternatives per token (OpenAI allows 0..5 here; 20 as for chat); None: no logprobs.
     logprobs: int | None = Field(default=None, ge=0, le=20)
-    echo: bool = False
+    echo: StrictBool = False
     suffix: str | None = None
 
 
@@ -172,7 +172,7 @@ class ChatCompletionRequest(SamplingExtras):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    logprobs: bool = False
+    logprobs: StrictBool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 

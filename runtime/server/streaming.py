@@ -181,7 +181,7 @@ async def sse_response(
             for payload in final_payloads():
                 yield sse_event(payload)
         except RequestError as error:
-            yield sse_event(error_body(error.message, error.status_code, error.param))
+            yield sse_event(error_body(error.message, error.status_code, error.param, error.code))
         except Exception as error:  # a bug: still end the stream properly, and log it
             logger.exception("stream failed")
             yield sse_event(error_body(f"internal error: {error!r}", 500))

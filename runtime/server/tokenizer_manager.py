@@ -114,12 +114,14 @@ class TokenizerManager:
         self._rid_counter = itertools.count()
         self._receive_task: asyncio.Task | None = None
         self.failure: str | None = None  # set once a child process died: refuse new work
+        self.draining = False  # set on SIGTERM: refuse new work, let running requests finish
         # Sequences (requests times their `n`) running or waiting, beyond which new requests
         # get 503: a full batch plus the queue limit.
         self.max_samples_in_flight = (
             model_info.max_running_requests + server_args.max_queued_requests
         )
         self.num_samples_in_flight = 0
+        self.max_token_bytes = max_token_bytes(tokenizer)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -136,11 +138,30 @@ class TokenizerManager:
     def fail_all(self, message: str) -> None:
         """A child died: every waiting handler gets a 503 and new requests are refused."""
         self.failure = message
-        for state in self._states.values():
-            state.events.put_nowait(RequestError(message, status_code=503))
+        self.abort_all(message, status_code=503)
         for waiter in (*self._stats_waiters, *self._flush_waiters):
             if not waiter.done():
                 waiter.set_exception(RequestError(message, status_code=503))
+
+    def start_draining(self) -> None:
+        """Shutdown began: new requests get 503; those in flight run on."""
+        self.draining = True
+
+    def abort_all(self, message: str, *, status_code: int) -> None:
+        """Ends every request in flight with `RequestError(message, status_code)`.
+
+        Each handler's generator then aborts its request in the scheduler (freeing its KV).
+        """
+        for state in self._states.values():
+            state.events.put_nowait(RequestError(message, status_code=status_code))
+
+    def refusal(self) -> str | None:
+        """Why new requests are refused now (503), or None."""
+        if self.failure is not None:
+            return self.failure
+        if self.draining:
+            return "the server is shutting down"
+        return None
 
     @property
     def num_requests_in_flight(self) -> int:
@@ -148,10 +169,37 @@ class TokenizerManager:
 
     # ---- tokenization ----------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, param: str = "prompt") -> list[int]:
+        """Token ids of `text`; blocking (a long text takes a while): see `encode_async`.
+
+        Raises:
+            RequestError(400): the text is not encodable (a lone UTF-16 surrogate), or so long
+                that it cannot fit the context whatever its tokens.
+        """
+        _check_encodable(text, param)
+        # Every token covers at most `max_token_bytes` bytes, so a text of more bytes than
+        # that many tokens' worth is over-long without tokenizing it.
+        num_bytes = len(text.encode("utf-8", "surrogatepass"))
+        min_tokens = -(-num_bytes // self.max_token_bytes)
+        if min_tokens >= self.model_info.context_length:
+            raise RequestError(
+                f"{param} has {num_bytes} bytes, at least {min_tokens} tokens; the model's "
+                f"context length is {self.model_info.context_length}",
+                param=param,
+            )
         return list(self.tokenizer.encode(text))
 
+    async def encode_async(self, text: str, *, param: str = "prompt") -> list[int]:
+        """`encode` on a worker thread, so a long prompt never stalls the event loop."""
+        return await asyncio.to_thread(self.encode, text, param=param)
+
+    async def apply_chat_template_async(self, messages: list[dict]) -> list[int]:
+        """`apply_chat_template` on a worker thread (templating and tokenizing are blocking)."""
+        return await asyncio.to_thread(self.apply_chat_template, messages)
+
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        for position, message in enumerate(messages):
+            _check_encodable(message["content"], f"messages[{position}].content")
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise RequestError("this model's tokenizer has no chat template", param="messages")
         try:
@@ -187,8 +235,9 @@ class TokenizerManager:
             )
 
     def _admit(self, request: GenerateInput) -> str:
-        if self.failure is not None:
-            raise RequestError(self.failure, status_code=503)
+        refusal = self.refusal()
+        if refusal is not None:
+            raise RequestError(refusal, status_code=503)
         num_samples = request.sampling_params.n
         if num_samples > self.max_samples_in_flight:
             raise RequestError(
@@ -299,7 +348,7 @@ class TokenizerManager:
         return await self._control(FlushCacheReq(), self._flush_waiters)
 
     async def _control(self, message: object, waiters: deque[asyncio.Future]):
-        if self.failure is not None:
+        if self.failure is not None:  # (a drain still answers stats: leak checks need them)
             raise RequestError(self.failure, status_code=503)
         future = asyncio.get_running_loop().create_future()
         waiters.append(future)
@@ -332,6 +381,27 @@ class TokenizerManager:
             _resolve_oldest(self._flush_waiters, message)
         else:
             logger.error("unexpected message %r", type(message).__name__)
+
+
+def _check_encodable(text: str, param: str) -> None:
+    """Raises RequestError(400) if `text` holds a lone UTF-16 surrogate (not valid UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(
+            f"{param} is not valid Unicode: a lone surrogate {text[error.start]!r} at "
+            f"character {error.start}",
+            param=param.split(".")[0].split("[")[0],
+        ) from None
+
+
+def max_token_bytes(tokenizer) -> int:
+    """The most UTF-8 bytes any one token decodes to (at least 1)."""
+    vocab = tokenizer.get_vocab()
+    longest = max((len(token) for token in vocab), default=1)
+    # Byte-level BPE vocab strings use one character per byte; other tokenizers' pieces are
+    # at most 4 UTF-8 bytes a character.
+    return max(1, 4 * longest)
 
 
 def _rejection_error(message: str) -> RequestError:
