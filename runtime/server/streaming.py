@@ -69,11 +69,14 @@ class SampleResult:
 
 async def collect(manager: TokenizerManager, request: GenerateInput) -> list[SampleResult]:
     """Runs one prompt to completion; returns its `n` samples in index order."""
-    samples = [SampleResult(index=i) for i in range(request.sampling_params.n)]
+    # Filled as outputs arrive: nothing is allocated per sample before the manager admitted
+    # the request (and checked `n` against its cap).
+    samples: dict[int, SampleResult] = {}
     async with aclosing(manager.generate(request)) as events:
         async for event in events:
-            samples[event.output.index].add(event)
-    return samples
+            index = event.output.index
+            samples.setdefault(index, SampleResult(index=index)).add(event)
+    return [samples[index] for index in sorted(samples)]
 
 
 async def collect_all(
