@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.io_struct import ReqOutput
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -72,11 +73,11 @@ class SchedulerThread:
         self._thread = threading.Thread(target=self._run, name="radixgen-scheduler", daemon=True)
         self._thread.start()
 
-    def submit(self, request: TokenizedGenerateReq, channel: ResultChannel) -> None:
+    def submit(self, request: GenerateReq, channel: ResultChannel) -> None:
         self._check_alive()
         self._inbox.put(("add", request, channel))
 
-    def submit_many(self, items: list[tuple[TokenizedGenerateReq, ResultChannel]]) -> None:
+    def submit_many(self, items: list[tuple[GenerateReq, ResultChannel]]) -> None:
         """Submits several requests as one inbox item (one scheduler wake-up)."""
         self._check_alive()
         self._inbox.put(("add_many", items, None))
@@ -143,7 +144,7 @@ class SchedulerThread:
             except Exception as error:
                 extra.set_exception(error)
 
-    def _add(self, request: TokenizedGenerateReq, channel: ResultChannel) -> None:
+    def _add(self, request: GenerateReq, channel: ResultChannel) -> None:
         self._channels[request.rid] = channel
         n = request.sampling_params.n
         self._unfinished_samples[request.rid] = n if isinstance(n, int) and n > 0 else 1

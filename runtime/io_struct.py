@@ -3,50 +3,20 @@
 They are plain picklable dataclasses, so the server can send them over ZeroMQ
 (`send_pyobj`) and the in-process Engine can hand them over directly.
 
-Flow: front end -> `TokenizedGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq`
+Flow: front end -> `GenerateReq` (the one request type, `request_schema.py`; tokenized and
+validated) / `AbortReq` / `FlushCacheReq` / `GetStatsReq`
 -> scheduler -> `BatchTokenOutput` (a list of `ReqOutput`) / `FlushCacheOutput` /
 `SchedulerStats` -> detokenizer / front end.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from radixgen.runtime.sampling_params import SamplingParams
 
 # One logprob entry: (logprob, token_id). logprob is None for the first prompt token, which
 # has no preceding context.
 TokenLogprob = tuple[float | None, int]
-
-
-@dataclass
-class TokenizedGenerateReq:
-    """A generation request whose prompt is already token ids.
-
-    Args:
-        rid: unique request id chosen by the front end.
-        input_ids: prompt token ids (at least one).
-        sampling_params: a validated SamplingParams.
-        return_logprob: return logprobs of output tokens (and of prompt tokens from
-            `logprob_start_len` on).
-        logprob_start_len: first prompt position whose logprob is returned; None (or -1, as
-            in SGLang): no prompt logprobs. Position 0 has no logprob (reported as None).
-        top_logprobs_num: how many top alternatives to return per position (0: none).
-        stream: the front end wants incremental outputs (the scheduler streams every step
-            either way; this is carried for the front end's bookkeeping).
-        cache_salt: the radix cache namespace (vLLM's name): cached prefixes are shared only
-            between requests with the same salt; None is the shared default namespace.
-    """
-
-    rid: str
-    input_ids: list[int]
-    sampling_params: SamplingParams = field(default_factory=SamplingParams)
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
-    stream: bool = False
-    cache_salt: str | None = None
 
 
 @dataclass

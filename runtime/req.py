@@ -10,7 +10,7 @@ import torch
 
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
 from radixgen.runtime.io_struct import TokenLogprob
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import SamplingParams
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.io_struct import ReqOutput
 from radixgen.runtime.req import Req
+from radixgen.runtime.request_schema import GenerateReq
 
 
 def make_req_output(req: Req) -> ReqOutput:
@@ -35,7 +36,7 @@ def make_req_output(req: Req) -> ReqOutput:
     return output
 
 
-def make_error_output(request: TokenizedGenerateReq, index: int, message: str) -> ReqOutput:
+def make_error_output(request: GenerateReq, index: int, message: str) -> ReqOutput:
     """The one output of a rejected request sample."""
     return ReqOutput(
         rid=request.rid,

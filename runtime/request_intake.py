@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from radixgen.runtime.finish_checker import make_stop_checker
-from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.io_struct import ReqOutput
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output
+from radixgen.runtime.request_schema import GenerateReq
 
 
-def error_outputs(request: TokenizedGenerateReq, error: str) -> list[ReqOutput]:
+def error_outputs(request: GenerateReq, error: str) -> list[ReqOutput]:
     """One error output per sample (one when `n` itself is invalid)."""
     num_samples = getattr(request.sampling_params, "n", 1)
     if not isinstance(num_samples, int) or num_samples < 1:
@@ -20,7 +21,7 @@ def error_outputs(request: TokenizedGenerateReq, error: str) -> list[ReqOutput]:
 
 
 def make_sample_reqs(
-    request: TokenizedGenerateReq,
+    request: GenerateReq,
     *,
     base_seed: int,
     eos_token_ids: frozenset[int],

@@ -23,14 +23,14 @@ from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
-from radixgen.runtime.io_struct import ReqOutput, SchedulerStats, TokenizedGenerateReq
+from radixgen.runtime.io_struct import FlushCacheOutput, ReqOutput, SchedulerStats
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
 from radixgen.runtime.prefill_adder import PrefillAdder
 from radixgen.runtime.req import Req
 from radixgen.runtime.req_output import make_error_output
 from radixgen.runtime.request_intake import error_outputs, make_sample_reqs
-from radixgen.runtime.request_validation import validate_request
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.result_processor import ResultProcessor
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.schedule_batch import ScheduleBatch
@@ -81,6 +81,7 @@ class Scheduler:
             eos_token_ids=sorted(self.eos_token_ids),
             compile_timeout_s=server_args.constrained_compile_timeout_s,
             jump_forward=server_args.enable_jump_forward,
+            cache_dir=server_args.constrained_cache_dir,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.new_token_ratio = server_args.new_token_ratio
@@ -121,18 +122,19 @@ class Scheduler:
 
     # ---- public interface ----------------------------------------------------------------
 
-    def add_request(self, request: TokenizedGenerateReq) -> None:
-        """Queues a request. A bad request is not raised but answered with an error output
-        from the next `step()`, so one client cannot break the loop."""
-        error = validate_request(
-            request,
-            vocab_size=self.vocab_size,
-            context_length=self.context_length,
-            kv_capacity=self.kv.capacity,
-            num_queued=len(self.waiting),
-            max_queued=self.server_args.max_queued_requests,
-        )
-        if error is None and request.rid in self.reqs_by_rid:
+    def add_request(self, request: GenerateReq) -> None:
+        """Queues a request that `validate_request` accepted with this model's limits (the
+        front end's job: the scheduler trusts the type). A request the scheduler cannot
+        take now (queue full, duplicate id, constraint that fails to compile) is answered
+        with an error output from the next `step()`, so one client cannot break the loop."""
+        error = None
+        num_queued = len(self.waiting)
+        if num_queued + request.sampling_params.n > self.server_args.max_queued_requests:
+            error = (
+                f"the queue is full ({num_queued} requests waiting, "
+                f"max_queued_requests={self.server_args.max_queued_requests})"
+            )
+        elif request.rid in self.reqs_by_rid:
             error = f"duplicate request id {request.rid!r}"
         if error is not None:
             self.pending_outputs += error_outputs(request, error)
@@ -217,12 +219,12 @@ class Scheduler:
             outputs += self._process_decode(batch, logits)
         return outputs
 
-    def flush_cache(self) -> bool:
-        """Empties the radix cache; refused (False) while requests are queued or running."""
+    def flush_cache(self) -> FlushCacheOutput:
+        """Empties the radix cache; refused while requests are queued or running."""
         if self.has_work():
-            return False
+            return FlushCacheOutput(success=False, message="requests are in flight")
         self.kv.flush()
-        return True
+        return FlushCacheOutput(success=True)
 
     def shutdown(self) -> None:
         """Stops background work (constraint compilation threads)."""

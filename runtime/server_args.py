@@ -64,6 +64,9 @@ class ServerArgs:
     # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
     # are not merged into decode steps) and it starts only once a background automaton is built.
     enable_jump_forward: bool = False
+    # Compiled constraint indexes are also stored in this folder and reused across restarts
+    # (constrained/compile_cache.py, DiskCache). None: in memory only.
+    constrained_cache_dir: str | None = None
 
     # Server
     host: str = "127.0.0.1"

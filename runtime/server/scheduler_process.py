@@ -18,12 +18,10 @@ import zmq
 from radixgen.runtime.io_struct import (
     AbortReq,
     BatchTokenOutput,
-    FlushCacheOutput,
     FlushCacheReq,
     GetStatsReq,
-    ReqOutput,
-    TokenizedGenerateReq,
 )
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain
 from radixgen.runtime.server.messages import (
@@ -79,20 +77,20 @@ class SchedulerLoop:
         logger.info("parent process is gone; scheduler exits")
 
     def _handle(self, message: object) -> None:
-        if isinstance(message, TokenizedGenerateReq):
+        if isinstance(message, GenerateReq):
             self._add_request(message)
         elif isinstance(message, AbortReq):
             self.scheduler.abort_request(message.rid)
             # The detokenizer drops the request's decoding state too.
             self.to_detokenizer.send_pyobj(message)
         elif isinstance(message, FlushCacheReq):
-            self.to_tokenizer.send_pyobj(_as_flush_output(self.scheduler.flush_cache()))
+            self.to_tokenizer.send_pyobj(self.scheduler.flush_cache())
         elif isinstance(message, GetStatsReq):
             self.to_tokenizer.send_pyobj(self.scheduler.get_stats())
         else:
             logger.error("scheduler: unexpected message %r", type(message).__name__)
 
-    def _add_request(self, request: TokenizedGenerateReq) -> None:
+    def _add_request(self, request: GenerateReq) -> None:
         params = request.sampling_params
         self.to_detokenizer.send_pyobj(
             DetokenizeSpec(
@@ -103,26 +101,8 @@ class SchedulerLoop:
                 stop_strings=params.stop_strings,
             )
         )
-        try:
-            self.scheduler.add_request(request)
-        except (ValueError, TypeError) as error:
-            # Rejected (e.g. an invalid constraint): tell the client; the scheduler is intact.
-            rejection = ReqOutput(
-                rid=request.rid,
-                index=0,
-                new_token_ids=[],
-                finished=True,
-                finish_reason={"type": "abort", "message": str(error)},
-                prompt_tokens=len(request.input_ids),
-                error=str(error),
-            )
-            self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=[rejection]))
-
-
-def _as_flush_output(result: object) -> FlushCacheOutput:
-    if isinstance(result, FlushCacheOutput):
-        return result
-    return FlushCacheOutput(success=bool(result))
+        # A request the scheduler cannot take comes back as an error output of its next step.
+        self.scheduler.add_request(request)
 
 
 def describe_model(server_args: ServerArgs, scheduler) -> ServedModelInfo:
