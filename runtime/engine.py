@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixgen.runtime.engine_loop import ResultChannel, SchedulerThread
-from radixgen.runtime.io_struct import ReqOutput
+from radixgen.runtime.io_struct import CheckIntegrityReq, FlushCacheReq, GetStatsReq, ReqOutput
 from radixgen.runtime.output_accumulator import OutputAccumulator
 from radixgen.runtime.request_schema import (
     GenerateReq,
@@ -52,7 +52,9 @@ class Engine:
             context_length=self.context_length,
             kv_capacity=self._scheduler.kv.capacity,
         )
-        self._loop = SchedulerThread(self._scheduler)
+        # The same SchedulerLoop as the server's, on a thread, with an in-process transport.
+        self._scheduler_thread = SchedulerThread(self._scheduler)
+        self._transport = self._scheduler_thread.transport
 
     # ---- generation --------------------------------------------------------------------------
 
@@ -112,7 +114,7 @@ class Engine:
                 results += [sample.result() for sample in samples]
         except BaseException:
             for request in requests:  # frees whatever is still running
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
             raise
         if not is_batch and len(results) == 1:
             return results[0]
@@ -163,7 +165,7 @@ class Engine:
         try:
             await self._collect_async(channel, samples)
         except asyncio.CancelledError:
-            self._loop.abort(request.rid)
+            self._transport.abort(request.rid)
             raise
         results = [sample.result() for sample in samples]
         return results[0] if len(results) == 1 else results
@@ -180,7 +182,7 @@ class Engine:
                 yield {**sample.result(), "delta": delta}
         finally:
             if not sample.finished:  # the consumer stopped early: free the request's KV
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
 
     def _stream_sync(self, request: GenerateReq) -> Iterator[dict]:
         channel, (sample,) = self._submit(request, None)
@@ -192,24 +194,24 @@ class Engine:
                 yield {**sample.result(), "delta": delta}
         finally:
             if not sample.finished:
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
 
     # ---- management -------------------------------------------------------------------------
 
     def flush_cache(self) -> bool:
         """Empties the prefix cache. False (nothing done) while requests are in flight."""
-        return self._loop.call(lambda scheduler: scheduler.flush_cache()).success
+        return self._transport.request(FlushCacheReq()).success
 
     def get_stats(self) -> dict[str, Any]:
         """Running/queued requests, KV usage, cache hit rate, token counters."""
-        return dataclasses.asdict(self._loop.call(lambda scheduler: scheduler.get_stats()))
+        return dataclasses.asdict(self._transport.request(GetStatsReq()))
 
     def check_integrity(self) -> None:
         """Asserts no KV slot leaked (free + cached + in use == total)."""
-        self._loop.call(lambda scheduler: scheduler.check_integrity())
+        self._transport.request(CheckIntegrityReq())
 
     def abort(self, rid: str) -> None:
-        self._loop.abort(rid)
+        self._transport.abort(rid)
 
     def apply_chat_template(
         self, messages: list[dict[str, str]], add_generation_prompt: bool = True
@@ -221,7 +223,7 @@ class Engine:
 
     def shutdown(self) -> None:
         """Stops the scheduler thread (idempotent)."""
-        self._loop.shutdown()
+        self._scheduler_thread.shutdown()
         self._scheduler.shutdown()
 
     def __enter__(self) -> Engine:
@@ -293,7 +295,7 @@ class Engine:
         self, request: GenerateReq, loop, stream: bool = True
     ) -> tuple[ResultChannel, list]:
         channel, samples = self._make_channel(request, loop, stream)
-        self._loop.submit(request, channel)
+        self._transport.submit([request], [channel])
         return channel, samples
 
     def _submit_batch(
@@ -302,9 +304,7 @@ class Engine:
         """Submits all requests as one inbox item, so the scheduler sees the whole batch at
         once (its first extend batch is full, not whatever arrived first)."""
         submitted = [self._make_channel(request, None, stream) for request in requests]
-        self._loop.submit_many(
-            [(request, channel) for request, (channel, _) in zip(requests, submitted, strict=True)]
-        )
+        self._transport.submit(requests, [channel for channel, _ in submitted])
         return submitted
 
     def _make_channel(self, request: GenerateReq, loop, stream: bool) -> tuple[ResultChannel, list]:

@@ -4,9 +4,9 @@ They are plain picklable dataclasses, so the server can send them over ZeroMQ
 (`send_pyobj`) and the in-process Engine can hand them over directly.
 
 Flow: front end -> `GenerateReq` (the one request type, `request_schema.py`; tokenized and
-validated) / `AbortReq` / `FlushCacheReq` / `GetStatsReq`
--> scheduler -> `BatchTokenOutput` (a list of `ReqOutput`) / `FlushCacheOutput` /
-`SchedulerStats` -> detokenizer / front end.
+validated) / `BatchGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq` /
+`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> `BatchTokenOutput` (a list
+of `ReqOutput`) / `FlushCacheOutput` / `SchedulerStats` -> detokenizer / front end.
 """
 
 from __future__ import annotations
@@ -14,9 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from radixgen.runtime.request_schema import GenerateReq
+
 # One logprob entry: (logprob, token_id). logprob is None for the first prompt token, which
 # has no preceding context.
 TokenLogprob = tuple[float | None, int]
+
+
+@dataclass
+class BatchGenerateReq:
+    """Several validated requests submitted at once: the scheduler sees them in one wake-up,
+    so its first extend batch is full rather than whatever arrived first."""
+
+    requests: list[GenerateReq]
 
 
 @dataclass
@@ -40,6 +50,12 @@ class FlushCacheOutput:
 @dataclass
 class GetStatsReq:
     """Ask the scheduler for a `SchedulerStats`."""
+
+
+@dataclass
+class CheckIntegrityReq:
+    """Ask the scheduler to check that no KV slot leaked (the reply: None or the
+    AssertionError)."""
 
 
 @dataclass

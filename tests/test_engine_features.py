@@ -333,3 +333,20 @@ def test_jump_forward_appends_forced_text_when_enabled(tiny_model_path):
         engine.check_integrity()
     finally:
         engine.shutdown()
+
+
+def test_a_failing_step_reaches_every_waiter_instead_of_hanging(tiny_model_path, monkeypatch):
+    # A device fault cannot be produced on demand: inject one into the real loop.
+    engine = Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=512)
+
+    def device_fault():
+        raise RuntimeError("injected device fault")
+
+    monkeypatch.setattr(engine._scheduler, "step", device_fault)
+    with pytest.raises(RuntimeError, match="injected device fault"):
+        engine.generate("hi", {**GREEDY, "max_new_tokens": 4})
+    with pytest.raises(RuntimeError, match="the engine's scheduler failed"):
+        engine.get_stats()
+    with pytest.raises(RuntimeError, match="the engine's scheduler failed"):
+        engine.generate("again", {**GREEDY, "max_new_tokens": 4})
+    engine.shutdown()
