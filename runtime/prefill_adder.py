@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.req import Req
+from radixgen.runtime.req import Req, ReqStatus
 
 
 class AddResult(enum.Enum):
@@ -112,14 +112,15 @@ class PrefillAdder:
         if extend_len + headroom > self._remaining_total():
             return self._reject(req, is_new)
         req.extend_input_len = extend_len
-        req.is_chunked = req.kv_committed_len + extend_len < req.seqlen
+        is_chunked = req.kv_committed_len + extend_len < req.seqlen
+        req.set_status(ReqStatus.CHUNKED if is_chunked else ReqStatus.PREFILLING)
         self.planned_tokens += extend_len
         self.reserved_tokens += headroom
         self.rem_input_tokens -= extend_len
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= extend_len
         self.admitted.append(req)
-        if req.is_chunked:
+        if is_chunked:
             self.chunked_req = req
             return AddResult.BUDGET_FULL
         return AddResult.ADDED

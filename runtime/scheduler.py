@@ -17,25 +17,30 @@ import random
 import time
 from typing import Any
 
-import torch
-
 from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
-from radixgen.runtime.io_struct import FlushCacheOutput, ReqOutput, SchedulerStats
+from radixgen.runtime.io_struct import (
+    FlushCacheOutput,
+    ReqOutput,
+    SchedulerCounters,
+    SchedulerStats,
+)
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
 from radixgen.runtime.prefill_adder import PrefillAdder
-from radixgen.runtime.req import Req
-from radixgen.runtime.req_output import make_error_output
-from radixgen.runtime.request_intake import error_outputs, make_sample_reqs
+from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.request_schema import GenerateReq
-from radixgen.runtime.result_processor import ResultProcessor
+from radixgen.runtime.result_processor import (
+    ResultProcessor,
+    StepResult,
+    error_outputs,
+    make_stop_checker,
+)
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.schedule_batch import ScheduleBatch
 from radixgen.runtime.schedule_policy import SchedulePolicy
-from radixgen.runtime.scheduler_counters import SchedulerCounters
 from radixgen.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -101,7 +106,6 @@ class Scheduler:
             grammar=self.grammar,
             sampler=self.sampler,
             counters=self.counters,
-            reqs_by_rid=self.reqs_by_rid,
             vocab_size=self.vocab_size,
             context_length=self.context_length,
             device=self.device,
@@ -111,8 +115,7 @@ class Scheduler:
             kv=self.kv,
             counters=self.counters,
             context_length=self.context_length,
-            sample=self.results.sample,
-            advance_decoded=self._advance_decoded,
+            results=self.results,
         )
 
     @property
@@ -139,31 +142,51 @@ class Scheduler:
         if error is not None:
             self.pending_outputs += error_outputs(request, error)
             return
-        params = request.sampling_params
-        base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)
-        reqs = make_sample_reqs(
-            request,
-            base_seed=base_seed,
-            eos_token_ids=self.eos_token_ids,
-            tokenizer=self.tokenizer,
-            share_prompt=not self.kv.tree.disabled,
-        )
-        if params.has_constraint:
+        reqs = self._make_sample_reqs(request)
+        if request.sampling_params.has_constraint:
             for req in reqs:
                 error = self.grammar.start_compile(req)
                 if error is not None:
                     for failed in reqs:
                         self.grammar.forget(failed)
-                        self.pending_outputs.append(make_error_output(request, failed.index, error))
+                    self.pending_outputs += error_outputs(request, error)
                     return
         self.reqs_by_rid[request.rid] = reqs
         self.waiting.extend(reqs)
+
+    def _make_sample_reqs(self, request: GenerateReq) -> list[Req]:
+        """The `n` sequences of a request; sample `i` draws with seed `seed + i` (a drawn
+        seed when the request has none). With the radix cache on, samples 1..n-1 wait until
+        sample 0 has prefilled the prompt and put it in the cache, so it is computed once."""
+        params = request.sampling_params
+        base_seed = params.seed if params.seed is not None else self.seed_rng.getrandbits(62)
+        reqs = [
+            Req(
+                rid=request.rid,
+                index=index,
+                origin_input_ids=list(request.input_ids),
+                sampling_params=params,
+                sampling_seed=base_seed + index,
+                eos_token_ids=self.eos_token_ids,
+                return_logprob=request.return_logprob,
+                logprob_start_len=request.logprob_start_len,
+                top_logprobs_num=request.top_logprobs_num,
+                cache_namespace=request.cache_salt,  # all n samples share it
+            )
+            for index in range(params.n)
+        ]
+        for req in reqs:
+            req.stop_checker = make_stop_checker(req, self.tokenizer)
+        if not self.kv.tree.disabled:
+            for req in reqs[1:]:
+                req.prefill_gate = reqs[0]
+        return reqs
 
     def abort_request(self, rid: str) -> None:
         """Aborts every sample of `rid`; its KV is freed by the next `step()`."""
         for req in self.reqs_by_rid.get(rid, []):
             if not req.finished:
-                req.finish_reason = {"type": "abort", "message": "aborted"}
+                req.finish({"type": "abort", "message": "aborted"})
                 self._abort_pending = True
 
     def has_work(self) -> bool:
@@ -179,24 +202,30 @@ class Scheduler:
     def step(self) -> list[ReqOutput]:
         """Runs at most one forward. Returns the outputs produced (possibly none)."""
         outputs = self._step()
+        for output in outputs:
+            if output.finished:  # a request leaves the table with its last sample
+                reqs = self.reqs_by_rid.get(output.rid)
+                if reqs is not None and all(req.finished for req in reqs):
+                    del self.reqs_by_rid[output.rid]
         if not self.has_work():
             self._check_integrity_when_idle()
         return outputs
 
     def _step(self) -> list[ReqOutput]:
         outputs, self.pending_outputs = self.pending_outputs, []
+        overlap = self.overlap_decoder
         if self.inflight is not None and (
             self._abort_pending or self.grammar.has_pending_compiles()
         ):
-            outputs += self.overlap_decoder.resolve(self.running)
+            outputs += self._apply(overlap.resolve(self.running), decoded=True)
         outputs += self._drop_aborted_and_failed()
         batch = None
         if self.inflight is not None:
             batch = self._get_prefill_batch()
             if batch is None and self._can_overlap_decode():
-                outputs += self.overlap_decoder.launch(self.running)
+                outputs += self._apply(overlap.launch(self.running), decoded=True)
                 return outputs
-            outputs += self.overlap_decoder.resolve(self.running)
+            outputs += self._apply(overlap.resolve(self.running), decoded=True)
             if batch is not None:
                 self._maybe_mix_decode(batch)
         if batch is None:
@@ -204,7 +233,7 @@ class Scheduler:
         if batch is None:
             return outputs
         if batch is self.running and self._can_overlap_decode():
-            outputs += self.overlap_decoder.launch(self.running)
+            outputs += self._apply(overlap.launch(self.running), decoded=True)
             return outputs
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
@@ -212,12 +241,27 @@ class Scheduler:
         if batch.mode == ForwardMode.EXTEND:
             if batch.mixed_decode_reqs:  # their rows follow the extend requests' rows
                 num_extend = len(batch.reqs)
-                outputs += self._process_decode(self.running, logits[num_extend:])
+                decoded = self.results.process_decode(self.running, logits[num_extend:])
+                outputs += self._apply(decoded, decoded=True)
                 logits = logits[:num_extend]
-            outputs += self._process_extend(batch, logits)
+            outputs += self._apply(self.results.process_extend(batch, logits), decoded=False)
         else:
-            outputs += self._process_decode(batch, logits)
+            outputs += self._apply(self.results.process_decode(batch, logits), decoded=True)
         return outputs
+
+    def _apply(self, result: StepResult | None, *, decoded: bool) -> list[ReqOutput]:
+        """Applies a processed forward (None: nothing processed): requests that start
+        decoding join the running batch, jump-forward-extended ones wait for an extend."""
+        if result is None:
+            return []
+        if result.to_decode is not None:
+            self.running.merge(result.to_decode)
+        self.jump_forward_reqs += result.to_extend
+        if decoded:
+            # Back towards the configured decode headroom (it rises on retraction).
+            base = self.server_args.new_token_ratio
+            self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
+        return result.outputs
 
     def flush_cache(self) -> FlushCacheOutput:
         """Empties the radix cache; refused while requests are queued or running."""
@@ -241,7 +285,9 @@ class Scheduler:
         """Asserts that no KV slot or row leaked: free + cached + in use == total."""
         # A decode step in flight holds slots not committed yet: process it first (its
         # outputs go out with the next step).
-        self.pending_outputs += self.overlap_decoder.resolve(self.running)
+        self.pending_outputs += self._apply(
+            self.overlap_decoder.resolve(self.running), decoded=True
+        )
         live = list(self.running.reqs) + self.jump_forward_reqs
         live += [self.chunked_req] if self.chunked_req else []
         self.kv.check_integrity(live)
@@ -272,7 +318,7 @@ class Scheduler:
             error = self.grammar.poll(req)
             if error is not None:
                 req.error = error
-                req.finish_reason = {"type": "abort", "message": error}
+                req.finish({"type": "abort", "message": error})
             if req.finished:
                 self.grammar.forget(req)
                 outputs.append(self.results.finish(req))
@@ -387,7 +433,7 @@ class Scheduler:
             rows = range(len(self.running.reqs))
             self.running.filter([i for i in rows if self.running.reqs[i] is not victim])
         self.kv.release(victim)  # its KV goes to the cache, evictable
-        victim.is_chunked = victim.jumped = False
+        victim.set_status(ReqStatus.WAITING)
         if not victim.input_logprobs_done:  # a partial prompt-logprob pass restarts
             victim.input_token_logprobs.clear()
             victim.input_top_logprobs.clear()
@@ -405,30 +451,3 @@ class Scheduler:
         if self.chunked_req is not None or self.jump_forward_reqs:
             return False
         return all(can_overlap(r) for r in self.running.reqs if not r.finished)
-
-    # ---- results (runtime/result_processor.py) ----------------------------------------------
-
-    def _process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
-        outputs, decoding = self.results.process_extend(batch, logits)
-        if decoding is not None:
-            self.running.merge(decoding)
-        self.jump_forward_reqs += self.results.take_jumped()
-        return outputs
-
-    def _process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
-        outputs = self.results.process_decode(batch, logits)
-        self.jump_forward_reqs += self.results.take_jumped()
-        self._decay_new_token_ratio()
-        return outputs
-
-    def _advance_decoded(self, reqs: list[Req], next_ids: list[int], launched_next):
-        """Appends the tokens of an overlapped decode step (`OverlapDecoder`)."""
-        outputs = self.results.advance(reqs, next_ids, launched_next=launched_next)
-        self.jump_forward_reqs += self.results.take_jumped()
-        self._decay_new_token_ratio()
-        return outputs
-
-    def _decay_new_token_ratio(self) -> None:
-        """After a decode step: back towards the configured ratio (it rises on retraction)."""
-        base = self.server_args.new_token_ratio
-        self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)

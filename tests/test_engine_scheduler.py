@@ -8,7 +8,7 @@ import torch
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.req import Req
+from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.request_schema import (
     GenerateReq,
     ModelLimits,
@@ -170,3 +170,23 @@ def test_integrity_check_detects_a_leak(scheduler):
     scheduler.kv.slot_allocator.free(slots)
     scheduler.check_integrity()
     assert isinstance(slots, torch.Tensor)
+
+
+def test_request_status_follows_its_life_and_refuses_illegal_moves(scheduler):
+    scheduler.add_request(GenerateReq(rid="life", input_ids=[7, 8, 9], sampling_params=greedy(3)))
+    scheduler.add_request(GenerateReq(rid="gone", input_ids=[7, 8], sampling_params=greedy(50)))
+    life, gone = scheduler.reqs_by_rid["life"][0], scheduler.reqs_by_rid["gone"][0]
+    assert life.status is gone.status is ReqStatus.WAITING
+    scheduler.step()  # one extend batch: both prefill and sample their first token
+    assert life.status is gone.status is ReqStatus.DECODING
+    scheduler.abort_request("gone")
+    assert gone.status is ReqStatus.ABORTED
+    drain(scheduler)
+    assert life.status is ReqStatus.FINISHED and life.finish_reason["type"] == "length"
+    assert "life" not in scheduler.reqs_by_rid and "gone" not in scheduler.reqs_by_rid
+    with pytest.raises(AssertionError, match="finished -> decoding"):
+        life.set_status(ReqStatus.DECODING)
+    waiting = make_req("w", [1])
+    with pytest.raises(AssertionError, match="waiting -> jumped"):
+        waiting.set_status(ReqStatus.JUMPED)
+    scheduler.check_integrity()
