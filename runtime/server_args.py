@@ -44,7 +44,7 @@ class ServerArgs:
     max_queued_requests: int = 4096
     # A waiting request whose next uncached tokens (at least this many) are computed by a
     # request already in the extend batch waits for the next batch, to find them in the
-    # cache (runtime/in_batch_prefix.py). 0: off.
+    # cache (InBatchPrefixIndex, runtime/batch_builder.py). 0: off.
     in_batch_prefix_min_tokens: int = 32
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False  # running requests decode inside extend forwards

@@ -9,8 +9,8 @@ import pytest
 
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
+from radixgen.runtime.batch_builder import InBatchPrefixIndex
 from radixgen.runtime.engine import Engine
-from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req
 from radixgen.runtime.request_schema import GenerateReq, SamplingParams
