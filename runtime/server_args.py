@@ -44,7 +44,7 @@ class ServerArgs:
     max_queued_requests: int = 4096
     # A waiting request whose next uncached tokens (at least this many) are computed by a
     # request already in the extend batch waits for the next batch, to find them in the
-    # cache (runtime/in_batch_prefix.py). 0: off.
+    # cache (InBatchPrefixIndex, runtime/batch_builder.py). 0: off.
     in_batch_prefix_min_tokens: int = 32
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False  # running requests decode inside extend forwards
@@ -64,6 +64,9 @@ class ServerArgs:
     # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
     # are not merged into decode steps) and it starts only once a background automaton is built.
     enable_jump_forward: bool = False
+    # Compiled constraint indexes are also stored in this folder and reused across restarts
+    # (constrained/compile_cache.py, DiskCache). None: in memory only.
+    constrained_cache_dir: str | None = None
 
     # Server
     host: str = "127.0.0.1"

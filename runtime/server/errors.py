@@ -14,13 +14,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from radixgen.runtime.request_schema import MAX_JSON_DEPTH, json_depth
 from radixgen.runtime.server.openai_protocol import ErrorDetail, ErrorResponse
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-# Deepest nesting of arrays and objects accepted in a request body (a JSON schema included):
-# deep enough for any real schema, far from Python's recursion limit in the code that walks it.
-MAX_JSON_DEPTH = 128
 
 # OpenAI's `type` strings by status.
 _ERROR_TYPES = {
@@ -69,25 +66,6 @@ def error_response(
     return JSONResponse(error_body(message, status_code, param, code), status_code=status_code)
 
 
-def json_depth(value: object) -> int:
-    """Nesting depth of a parsed JSON value (a scalar is 0), computed without recursion."""
-    deepest = 0
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        else:
-            deepest = max(deepest, depth)
-            continue
-        deepest = max(deepest, depth + 1)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest  # enough to refuse; stop walking
-    return deepest
-
-
 async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
     """Reads the request body as JSON into `model`.
 
@@ -100,10 +78,11 @@ async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
         data = json.loads(raw)
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
         raise RequestError(f"the request body is not valid JSON: {error}") from None
-    except RecursionError:
-        data = None  # nested beyond the parser's stack: refused below
-    depth = json_depth(data) if data is not None else MAX_JSON_DEPTH + 1
-    if depth > MAX_JSON_DEPTH:
+    except RecursionError:  # nested beyond the parser's own stack
+        data, too_deep = None, True
+    else:
+        too_deep = json_depth(data) > MAX_JSON_DEPTH
+    if too_deep:
         raise RequestError(
             f"the request body nests deeper than {MAX_JSON_DEPTH} levels (arrays and objects)"
         )

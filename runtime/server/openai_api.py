@@ -1,6 +1,6 @@
 """The OpenAI-compatible API: `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
 
-Requests become `GenerateInput`s (OpenAI names mapped to SamplingParams, `response_format`
+Requests become `GenerateReq`s (OpenAI names mapped to SamplingParams, `response_format`
 mapped to a JSON-schema constraint); outputs are rendered by `openai_render`.
 """
 
@@ -11,8 +11,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from radixgen.runtime.request_schema import (
+    FIELD_BOUNDS,
+    MAX_LOGIT_BIAS_ENTRIES,
+    GenerateReq,
+    RequestFieldError,
+)
 from radixgen.runtime.server.errors import RequestError, parse_json_body
-from radixgen.runtime.server.native_api import build_sampling_params
+from radixgen.runtime.server.native_api import build_request, count_prompts
 from radixgen.runtime.server.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -28,7 +34,7 @@ from radixgen.runtime.server.streaming import (
     run_while_connected,
     sse_response,
 )
-from radixgen.runtime.server.tokenizer_manager import GenerateInput, TokenizerManager
+from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
 router = APIRouter(prefix="/v1")
 
@@ -37,6 +43,17 @@ JSON_OBJECT_SCHEMA = {"type": "object"}
 
 
 def _reject_unsupported(body: SamplingExtras) -> None:
+    if body.logit_bias is not None and len(body.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise RequestError(
+            f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got "
+            f"{len(body.logit_bias)}",
+            param="logit_bias",
+        )
+    if body.best_of is not None:
+        try:
+            FIELD_BOUNDS["best_of"].check("best_of", body.best_of)
+        except RequestFieldError as error:
+            raise RequestError(str(error), param="best_of") from None
     if body.tools:
         raise RequestError("tools are not supported", param="tools")
     if body.logit_bias:
@@ -71,7 +88,7 @@ def _to_input(
     *,
     max_tokens: int | None,
     top_logprobs_num: int | None,
-) -> GenerateInput:
+) -> GenerateReq:
     if max_tokens is None:
         # No limit given: whatever room the context leaves (at least 1, so a too-long
         # prompt still reaches the length check and gets its own message).
@@ -98,9 +115,9 @@ def _to_input(
         params["temperature"] = body.temperature
     if body.top_p is not None:
         params["top_p"] = body.top_p
-    return GenerateInput(
+    return build_request(
         input_ids=input_ids,
-        sampling_params=build_sampling_params(params, manager.model_info.vocab_size),
+        sampling_params=params,
         return_logprob=top_logprobs_num is not None,
         top_logprobs_num=top_logprobs_num or 0,
         stream=body.stream,
@@ -139,6 +156,8 @@ async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[li
         return [await manager.encode_async(prompt)]
     if not prompt:
         raise RequestError("the prompt is empty", param="prompt")
+    if not isinstance(prompt[0], int):
+        count_prompts(len(prompt))
     if isinstance(prompt[0], str):
         return [await manager.encode_async(text) for text in prompt]
     if isinstance(prompt[0], int):

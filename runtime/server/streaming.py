@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.server.errors import RequestError, error_body
-from radixgen.runtime.server.tokenizer_manager import GenerateInput, StreamEvent, TokenizerManager
+from radixgen.runtime.server.tokenizer_manager import StreamEvent, TokenizerManager
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class SampleResult:
             self.input_top_logprobs = list(output.input_top_logprobs)
 
 
-async def collect(manager: TokenizerManager, request: GenerateInput) -> list[SampleResult]:
+async def collect(manager: TokenizerManager, request: GenerateReq) -> list[SampleResult]:
     """Runs one prompt to completion; returns its `n` samples in index order."""
     # Filled as outputs arrive: nothing is allocated per sample before the manager admitted
     # the request (and checked `n` against its cap).
@@ -80,7 +81,7 @@ async def collect(manager: TokenizerManager, request: GenerateInput) -> list[Sam
 
 
 async def collect_all(
-    manager: TokenizerManager, requests: list[GenerateInput]
+    manager: TokenizerManager, requests: list[GenerateReq]
 ) -> list[list[SampleResult]]:
     """Runs the prompts of a batch concurrently; the first failure aborts the others."""
     tasks = [asyncio.ensure_future(collect(manager, request)) for request in requests]
@@ -91,7 +92,7 @@ async def collect_all(
 
 
 async def merge_streams(
-    manager: TokenizerManager, requests: list[GenerateInput]
+    manager: TokenizerManager, requests: list[GenerateReq]
 ) -> AsyncIterator[tuple[int, StreamEvent]]:
     """Yields (prompt index, event) from every prompt of a batch as the events arrive."""
     if len(requests) == 1:
@@ -102,7 +103,7 @@ async def merge_streams(
     queue: asyncio.Queue = asyncio.Queue()
     stream_done = object()
 
-    async def pump(prompt_index: int, request: GenerateInput) -> None:
+    async def pump(prompt_index: int, request: GenerateReq) -> None:
         try:
             async with aclosing(manager.generate(request)) as events:
                 async for event in events:

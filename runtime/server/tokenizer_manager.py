@@ -10,6 +10,7 @@ frees its KV in the scheduler.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -29,10 +30,13 @@ from radixgen.runtime.io_struct import (
     GetStatsReq,
     ReqOutput,
     SchedulerStats,
-    TokenizedGenerateReq,
 )
-from radixgen.runtime.request_validation import cache_salt_error
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    ModelLimits,
+    RequestFieldError,
+    validate_request,
+)
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
 from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo
@@ -43,24 +47,8 @@ logger = logging.getLogger(__name__)
 
 # A stats or flush reply slower than this means the scheduler is wedged: answer 503.
 CONTROL_REPLY_TIMEOUT_S = 30.0
-# How the scheduler's rejection for a full queue begins (runtime/request_validation.py).
+# How the scheduler's rejection for a full queue begins (`Scheduler.add_request`).
 SCHEDULER_QUEUE_FULL_PREFIX = "the queue is full"
-# Upper bound of top_logprobs_num, as OpenAI's (20) with some headroom.
-MAX_TOP_LOGPROBS = 32
-
-
-@dataclass
-class GenerateInput:
-    """One prompt of a generation request, tokenized, with validated sampling parameters."""
-
-    input_ids: list[int]
-    sampling_params: SamplingParams
-    rid: str | None = None  # None: the manager picks a unique one
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
-    stream: bool = False
-    cache_salt: str | None = None  # the prefix cache namespace (None: shared)
 
 
 @dataclass
@@ -122,6 +110,11 @@ class TokenizerManager:
         )
         self.num_samples_in_flight = 0
         self.max_token_bytes = max_token_bytes(tokenizer)
+        self.limits = ModelLimits(
+            vocab_size=model_info.vocab_size,
+            context_length=model_info.context_length,
+            kv_capacity=model_info.max_total_tokens,
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -216,28 +209,16 @@ class TokenizerManager:
 
     # ---- generation ------------------------------------------------------------------------
 
-    def check_lengths(self, input_ids: list[int], max_new_tokens: int) -> None:
-        """Raises RequestError (400) if the prompt or its output cannot fit the context."""
-        context_length = self.model_info.context_length
-        if not input_ids:
-            raise RequestError("the prompt is empty", param="prompt")
-        if len(input_ids) >= context_length:
-            raise RequestError(
-                f"the prompt has {len(input_ids)} tokens; the model's context length is "
-                f"{context_length}",
-                param="prompt",
-            )
-        if len(input_ids) + max_new_tokens > context_length:
-            raise RequestError(
-                f"the prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) "
-                f"exceeds the model's context length ({context_length})",
-                param="max_tokens",
-            )
-
-    def _admit(self, request: GenerateInput) -> str:
+    def _admit(self, request: GenerateReq) -> str:
+        """Validates a tokenized request against the model (400 naming the field) and
+        admits it under the in-flight limit (503); returns its rid."""
         refusal = self.refusal()
         if refusal is not None:
             raise RequestError(refusal, status_code=503)
+        try:
+            validate_request(request, self.limits)
+        except RequestFieldError as error:
+            raise RequestError(str(error), param=error.field) from None
         num_samples = request.sampling_params.n
         if num_samples > self.max_samples_in_flight:
             raise RequestError(
@@ -252,30 +233,13 @@ class TokenizerManager:
                 f"flight, limit {self.max_samples_in_flight}); retry later",
                 status_code=503,
             )
-        vocab_size = self.model_info.vocab_size
-        if any(not 0 <= token < vocab_size for token in request.input_ids):
-            raise RequestError(f"input_ids must be in [0, {vocab_size})", param="input_ids")
-        self.check_lengths(request.input_ids, request.sampling_params.max_new_tokens)
-        if not 0 <= request.top_logprobs_num <= MAX_TOP_LOGPROBS:
-            raise RequestError(
-                f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num"
-            )
-        start = request.logprob_start_len
-        if start is not None and not 0 <= start < len(request.input_ids):
-            raise RequestError(
-                f"logprob_start_len must be in [0, {len(request.input_ids)})",
-                param="logprob_start_len",
-            )
-        salt_error = cache_salt_error(request.cache_salt)
-        if salt_error is not None:
-            raise RequestError(salt_error, param="cache_salt")
         rid = request.rid or f"{self._rid_prefix}-{next(self._rid_counter)}"
         if rid in self._states:
             raise RequestError(f"request id {rid!r} is already in use", param="rid")
         return rid
 
-    async def generate(self, request: GenerateInput) -> AsyncIterator[StreamEvent]:
-        """Submits one prompt and yields its outputs until all `n` samples finish.
+    async def generate(self, request: GenerateReq) -> AsyncIterator[StreamEvent]:
+        """Submits one tokenized prompt and yields its outputs until all `n` samples finish.
 
         Raises:
             RequestError: 400 for bad input (also a constraint the scheduler rejected),
@@ -286,18 +250,8 @@ class TokenizerManager:
         self._states[rid] = state
         unfinished_samples = request.sampling_params.n
         self.num_samples_in_flight += unfinished_samples
-        self._to_scheduler.send_pyobj(
-            TokenizedGenerateReq(
-                rid=rid,
-                input_ids=request.input_ids,
-                sampling_params=request.sampling_params,
-                return_logprob=request.return_logprob,
-                logprob_start_len=request.logprob_start_len,
-                top_logprobs_num=request.top_logprobs_num,
-                stream=request.stream,
-                cache_salt=request.cache_salt,
-            )
-        )
+        # The scheduler gets the request without its text (it needs only the ids).
+        self._to_scheduler.send_pyobj(dataclasses.replace(request, rid=rid, text=None))
         try:
             while unfinished_samples > 0:
                 item = await state.events.get()
