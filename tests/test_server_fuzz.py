@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from radixgen.runtime.sampling_params import SamplingParams
-from radixgen.runtime.server.native_api import GenerateRequest
+from radixgen.runtime.request_schema import SamplingParams
+from radixgen.runtime.server.native_api import GenerateBody
 from radixgen.runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
@@ -79,7 +79,7 @@ VALID_BODIES = {
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
 }
 MODELS = {
-    "/generate": GenerateRequest,
+    "/generate": GenerateBody,
     "/v1/completions": CompletionRequest,
     "/v1/chat/completions": ChatCompletionRequest,
 }

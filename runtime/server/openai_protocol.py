@@ -32,7 +32,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: int | None = None
+    code: int | str | None = None  # the HTTP status, or OpenAI's string code where it has one
 
 
 class ErrorResponse(BaseModel):
