@@ -135,15 +135,22 @@ class Scheduler:
         if error is not None:
             self.pending_outputs += error_outputs(request, error)
             return
-        reqs = self._make_sample_reqs(request)
-        if request.sampling_params.has_constraint:
-            for req in reqs:
-                error = self.grammar.start_compile(req)
-                if error is not None:
-                    for failed in reqs:
-                        self.grammar.forget(failed)
-                    self.pending_outputs += error_outputs(request, error)
-                    return
+        reqs: list[Req] = []
+        try:
+            reqs = self._make_sample_reqs(request)
+            if request.sampling_params.has_constraint:
+                for req in reqs:
+                    error = self.grammar.start_compile(req)
+                    if error is not None:
+                        break
+        except Exception as bug:  # noqa: BLE001 - this request fails, never the loop
+            logger.exception("could not admit request %s", request.rid)
+            error = f"the scheduler could not admit this request ({type(bug).__name__}: {bug})"
+        if error is not None:
+            for failed in reqs:
+                self.grammar.forget(failed)
+            self.pending_outputs += error_outputs(request, error)
+            return
         self.reqs_by_rid[request.rid] = reqs
         self.batches.waiting.extend(reqs)
 

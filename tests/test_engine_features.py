@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+import radixgen.runtime.scheduler as scheduler_module
 from radixgen.runtime.engine import Engine
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
@@ -350,3 +351,21 @@ def test_a_failing_step_reaches_every_waiter_instead_of_hanging(tiny_model_path,
     with pytest.raises(RuntimeError, match="the engine's scheduler failed"):
         engine.generate("again", {**GREEDY, "max_new_tokens": 4})
     engine.shutdown()
+
+
+def test_a_request_the_scheduler_cannot_admit_fails_alone(engine, monkeypatch):
+    # Fault injection: building this request's scheduler state raises (as a bug would).
+    # That request gets an error; the scheduler loop, and the requests beside it, go on.
+    real = scheduler_module.make_stop_checker
+
+    def failing_for_boom(req, tokenizer):
+        if "BOOM" in (req.sampling_params.stop_strings or []):
+            raise RuntimeError("injected fault")
+        return real(req, tokenizer)
+
+    monkeypatch.setattr(scheduler_module, "make_stop_checker", failing_for_boom)
+    with pytest.raises(ValueError, match="could not admit this request.*injected fault"):
+        engine.generate("def f(", {**GREEDY, "max_new_tokens": 4, "stop": ["BOOM"]})
+    ok = engine.generate("def f(", {**GREEDY, "max_new_tokens": 4, "stop": ["zzz"]})
+    assert ok["meta_info"]["completion_tokens"] == 4
+    engine.check_integrity()
