@@ -5,101 +5,69 @@ the program line runs), `Engine.generate` and the HTTP handlers (whole requests,
 with the model's `ModelLimits` once the prompt is tokenized). The scheduler trusts a
 validated request. Errors are `RequestFieldError`s naming the field and what it accepts.
 
-This module imports no torch (nor anything of radixgen): the DSL imports it to build
-requests without loading the runtime.
-
-Bounds live in one table, `FIELD_BOUNDS`; a new numeric bound is one entry there. Size-like
-fields have caps (`MAX_N`, `MAX_TOP_LOGPROBS`, `MAX_STOP_STRINGS`...) so that no front end
-allocates per-sample or per-entry state before the request is known to be sane.
+It imports no torch (nor anything of radixgen but `request_fields.py`, the checks of single
+fields): the DSL imports it without loading the runtime. Numeric bounds live in one table,
+`FIELD_BOUNDS` (a new bound is one entry), other fields' checks in `NORMALISERS`; size-like
+fields have caps (`MAX_N`, `MAX_STOP_STRINGS`...) so no front end allocates per-sample or
+per-entry state before the request is known sane.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Greedy when the temperature is at or below this; dividing logits by ~0 would overflow.
-GREEDY_TEMPERATURE_EPS = 1e-6
-# Seeds are int64 on the device; sample i of a request draws with seed + i.
-SEED_LIMIT = 2**63
-MAX_N = 128  # parallel samples per prompt (OpenAI's limit for n)
-MAX_TOP_LOGPROBS = 32  # top alternatives per position (OpenAI's 20, with headroom)
-MAX_STOP_STRINGS = 64
-MAX_STOP_STRING_CHARS = 1024
-MAX_STOP_TOKEN_IDS = 1024
-MAX_CACHE_SALT_CHARS = 256
-MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
-MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit (the field itself is not supported yet)
-CONSTRAINT_FIELDS = ("regex", "json_schema", "choices")
-# Deepest nesting of arrays and objects accepted in a request body or a JSON schema: deep
-# enough for any real schema, far from Python's recursion limit in the code that walks it.
-MAX_JSON_DEPTH = 128
+from radixgen.runtime.request_fields import (
+    BOOL_FIELDS,
+    CONSTRAINT_FIELDS,
+    FIELD_BOUNDS,
+    GREEDY_TEMPERATURE_EPS,
+    MAX_CACHE_SALT_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_LOGIT_BIAS_ENTRIES,
+    MAX_N,
+    MAX_PROMPTS_PER_REQUEST,
+    MAX_STOP_STRING_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_STOP_TOKEN_IDS,
+    MAX_TOP_LOGPROBS,
+    NORMALISERS,
+    NOT_NULLABLE,
+    SEED_LIMIT,
+    Bound,
+    RequestFieldError,
+    json_depth,
+    json_schema_string,
+)
 
-
-class RequestFieldError(ValueError, TypeError):
-    """A request field has a wrong type or value. Both a ValueError and a TypeError, so
-    callers of either convention catch it; `field` names the field (HTTP `param`)."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(message)
-        self.field = field_name
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The accepted values of a numeric field: its kind and an interval (None: open end)."""
-
-    kind: type  # int or float; bools are never accepted as either
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low itself is excluded
-    hint: str = ""  # appended to the range error, e.g. what to use instead
-
-    def check(self, name: str, value: Any, display_name: str | None = None) -> None:
-        """Raises RequestFieldError naming the field (as `display_name`, if given) unless
-        `value` fits this bound."""
-        shown = display_name or name
-        kind_name = "an int" if self.kind is int else "a number"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RequestFieldError(name, f"{shown} must be {kind_name}, got {value!r}")
-        if self.kind is int and not isinstance(value, int):
-            raise RequestFieldError(name, f"{shown} must be an int, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RequestFieldError(name, f"{shown} must be a finite number, got {value!r}")
-        low, high = self.low, self.high
-        too_low = low is not None and (value <= low if self.low_open else value < low)
-        too_high = high is not None and value > high
-        if not (too_low or too_high):
-            return
-        if (too_low and (high is None or self.low_open)) or (too_high and low is None):
-            accepted = f"{'>' if self.low_open else '>='} {low}" if too_low else f"<= {high}"
-        else:
-            accepted = f"in {'(' if self.low_open else '['}{low}, {high}]"
-        hint = f" ({self.hint})" if self.hint and too_low else ""
-        raise RequestFieldError(name, f"{shown} must be {accepted}{hint}, got {value}")
-
-
-FIELD_BOUNDS: dict[str, Bound] = {
-    "max_new_tokens": Bound(int, low=0),
-    "min_new_tokens": Bound(int, low=0),
-    "temperature": Bound(float, low=0.0),
-    "top_p": Bound(float, low=0, high=1.0, low_open=True, hint="use temperature=0 for greedy"),
-    "top_k": Bound(int, low=-1),
-    "min_p": Bound(float, low=0.0, high=1.0),
-    "frequency_penalty": Bound(float, low=-2.0, high=2.0),
-    "presence_penalty": Bound(float, low=-2.0, high=2.0),
-    "repetition_penalty": Bound(float, low=0.0, high=2.0, low_open=True),
-    "n": Bound(int, low=1, high=MAX_N),
-    "seed": Bound(int, low=0, high=SEED_LIMIT - 1),
-    "top_logprobs_num": Bound(int, low=0, high=MAX_TOP_LOGPROBS),
-    "logprob_start_len": Bound(int, low=-1),
-    "best_of": Bound(int, low=1, high=MAX_N),  # OpenAI's field (the handler maps it)
-}
-BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "return_logprob", "stream")
+# The schema's public names, with the field checks it re-exports from request_fields.py.
+__all__ = [
+    "FIELD_BOUNDS",
+    "GREEDY_TEMPERATURE_EPS",
+    "MAX_CACHE_SALT_CHARS",
+    "MAX_JSON_DEPTH",
+    "MAX_LOGIT_BIAS_ENTRIES",
+    "MAX_N",
+    "MAX_PROMPTS_PER_REQUEST",
+    "MAX_STOP_STRING_CHARS",
+    "MAX_STOP_STRINGS",
+    "MAX_STOP_TOKEN_IDS",
+    "MAX_TOP_LOGPROBS",
+    "SEED_LIMIT",
+    "Bound",
+    "GenerateReq",
+    "ModelLimits",
+    "RequestFieldError",
+    "SamplingParams",
+    "build_request",
+    "check_num_prompts",
+    "json_depth",
+    "json_schema_string",
+    "validate_fields",
+    "validate_request",
+]
 
 
 @dataclass
@@ -131,10 +99,6 @@ class SamplingParams:
     regex: str | None = None
     json_schema: str | dict | None = None
     choices: list[str] | None = None
-
-    @classmethod
-    def field_names(cls) -> frozenset[str]:
-        return SAMPLING_FIELD_NAMES
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -186,33 +150,21 @@ _SAMPLING_DEFAULTS = SamplingParams().to_dict()
 @dataclass
 class GenerateReq:
     """One prompt's generation request: the type every front end builds and the scheduler
-    receives (in-process, or pickled over ZeroMQ).
-
-    Args:
-        text: the prompt as text; exactly one of `text` / `input_ids`.
-        input_ids: the prompt as token ids (the front end fills it in when tokenizing).
-        sampling_params: how to sample.
-        return_logprob: return logprobs of output tokens (and of prompt tokens from
-            `logprob_start_len` on).
-        logprob_start_len: first prompt position whose logprob is returned; None (or -1, as
-            in SGLang): no prompt logprobs. Position 0 has no logprob (reported as None).
-        top_logprobs_num: how many top alternatives to return per position (0: none).
-        stream: the client wants incremental outputs (the scheduler streams every step
-            either way; this is for the front end).
-        cache_salt: the radix cache namespace (vLLM's name): cached prefixes are shared only
-            between requests with the same salt; None is the shared default namespace.
-        rid: unique request id; None until the front end assigns one.
-    """
+    receives (in-process, or pickled over ZeroMQ). Exactly one of `text` / `input_ids` is
+    given; the front end fills `input_ids` in when it tokenizes, and `rid` when it submits."""
 
     text: str | None = None
     input_ids: list[int] | None = None
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    # Logprobs of output tokens, and of prompt tokens from `logprob_start_len` on (None, or
+    # SGLang's -1: none; position 0 has no logprob), with `top_logprobs_num` alternatives.
     return_logprob: bool = False
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
-    stream: bool = False
+    stream: bool = False  # for the front end: the scheduler streams every step either way
+    # The radix cache namespace (vLLM's name): prefixes are shared only within one salt.
     cache_salt: str | None = None
-    rid: str | None = None
+    rid: str | None = None  # unique request id
 
 
 # The GenerateReq fields besides the prompt and sampling_params: request options.
@@ -271,15 +223,15 @@ def validate_fields(
         )
     normalised = dict(values)
     for name, value in values.items():
-        if value is None and name not in _NOT_NULLABLE:
+        if value is None and name not in NOT_NULLABLE:
             continue
         if name in FIELD_BOUNDS:
             FIELD_BOUNDS[name].check(name, value, (display_names or {}).get(name))
         elif name in BOOL_FIELDS:
             if not isinstance(value, bool):
                 raise RequestFieldError(name, f"{name} must be a bool, got {value!r}")
-        elif name in _NORMALISERS:
-            normalised[name] = _NORMALISERS[name](value)
+        elif name in NORMALISERS:
+            normalised[name] = NORMALISERS[name](value)
     return normalised
 
 
@@ -301,17 +253,13 @@ def validate_request(request: GenerateReq, limits: ModelLimits | None = None) ->
         raise RequestFieldError("text", "give exactly one of text (prompt) and input_ids")
     if request.text is not None and not isinstance(request.text, str):
         raise RequestFieldError("text", f"the prompt must be a string, got {request.text!r}")
-    if request.rid is not None and (not isinstance(request.rid, str) or not request.rid):
-        raise RequestFieldError("rid", f"rid must be a non-empty string, got {request.rid!r}")
     params = request.sampling_params
     if not isinstance(params, SamplingParams):
         raise RequestFieldError(
             "sampling_params",
             f"sampling_params must be a SamplingParams, got {type(params).__name__}",
         )
-    options = {name: getattr(request, name) for name in REQUEST_OPTION_NAMES if name != "rid"}
-    validate_fields(options)
-    _check_cache_salt(request.cache_salt)
+    validate_fields({name: getattr(request, name) for name in REQUEST_OPTION_NAMES})
     for name, value in validate_fields(params.to_dict(), allowed=SAMPLING_FIELD_NAMES).items():
         setattr(params, name, value)
     _check_sampling_params(params)
@@ -380,8 +328,9 @@ def _check_tokenized(request: GenerateReq, limits: ModelLimits) -> None:
             "input_ids", "the prompt is empty: input_ids must be a non-empty list of token ids"
         )
     vocab_size = limits.vocab_size
-    # type() is int: a bool is not a token id (JSON false must not read as token 0).
-    if not all(type(i) is int and 0 <= i < vocab_size for i in ids):
+    # Exact type int: a bool is not a token id (JSON false must not read as token 0). The
+    # type set, min and max run in C, not a Python loop per token.
+    if set(map(type, ids)) != {int} or min(ids) < 0 or max(ids) >= vocab_size:
         raise RequestFieldError("input_ids", f"input_ids must be ints in [0, {vocab_size})")
     params = request.sampling_params
     bad_stops = [i for i in params.stop_token_ids or [] if i >= vocab_size]
@@ -397,163 +346,19 @@ def _check_tokenized(request: GenerateReq, limits: ModelLimits) -> None:
             f"({context_length}) with room for one output token",
         )
     total = prompt_len + params.max_new_tokens
-    if total > context_length:
-        raise RequestFieldError(
-            "max_new_tokens",
-            f"prompt tokens ({prompt_len}) + max_new_tokens ({params.max_new_tokens}) = {total} "
-            f"exceeds the context length ({context_length})",
-        )
-    if total > limits.kv_capacity:
-        raise RequestFieldError(
-            "max_new_tokens",
-            f"prompt tokens ({prompt_len}) + max_new_tokens ({params.max_new_tokens}) = {total} "
-            f"exceeds the KV cache capacity ({limits.kv_capacity} tokens)",
-        )
+    for bound, what in [
+        (context_length, "context length"),
+        (limits.kv_capacity, "KV cache capacity"),
+    ]:
+        if total > bound:
+            raise RequestFieldError(
+                "max_new_tokens",
+                f"prompt tokens ({prompt_len}) + max_new_tokens ({params.max_new_tokens}) = "
+                f"{total} exceeds the {what} ({bound})",
+            )
     start = request.logprob_start_len
     if start is not None and start > prompt_len:
         raise RequestFieldError(
             "logprob_start_len",
             f"logprob_start_len must be an int in [0, {prompt_len}] or None, got {start!r}",
         )
-
-
-def _check_cache_salt(cache_salt: Any) -> None:
-    if cache_salt is None:
-        return
-    if not isinstance(cache_salt, str) or not 0 < len(cache_salt) <= MAX_CACHE_SALT_CHARS:
-        shown = repr(cache_salt) if not isinstance(cache_salt, str) else f"{len(cache_salt)} chars"
-        raise RequestFieldError(
-            "cache_salt",
-            f"cache_salt must be None or a non-empty string of at most {MAX_CACHE_SALT_CHARS} "
-            f"chars, got {shown}",
-        )
-
-
-def _stop_list(value: Any) -> list[str]:
-    stop = [value] if isinstance(value, str) else value
-    if not isinstance(stop, (list, tuple)):
-        raise RequestFieldError(
-            "stop", f"stop must be a string or a list of strings, got {value!r}"
-        )
-    if len(stop) > MAX_STOP_STRINGS:
-        raise RequestFieldError(
-            "stop", f"stop holds at most {MAX_STOP_STRINGS} strings, got {len(stop)}"
-        )
-    if not all(isinstance(s, str) for s in stop):
-        raise RequestFieldError(
-            "stop", f"stop must be a string or a list of strings, got {value!r}"
-        )
-    if any(s == "" for s in stop):
-        raise RequestFieldError("stop", "stop must not contain empty strings")
-    longest = max((len(s) for s in stop), default=0)
-    if longest > MAX_STOP_STRING_CHARS:
-        raise RequestFieldError(
-            "stop", f"each stop string has at most {MAX_STOP_STRING_CHARS} chars, got {longest}"
-        )
-    return list(stop)
-
-
-def _stop_token_id_list(value: Any) -> list[int]:
-    if not isinstance(value, (list, tuple)):
-        raise RequestFieldError(
-            "stop_token_ids", f"stop_token_ids must be a list of ints, got {value!r}"
-        )
-    if len(value) > MAX_STOP_TOKEN_IDS:
-        raise RequestFieldError(
-            "stop_token_ids",
-            f"stop_token_ids holds at most {MAX_STOP_TOKEN_IDS} ids, got {len(value)}",
-        )
-    if not all(type(i) is int for i in value):
-        raise RequestFieldError(
-            "stop_token_ids", f"stop_token_ids must be a list of ints, got {value!r}"
-        )
-    negative = [i for i in value if i < 0]
-    if negative:
-        raise RequestFieldError("stop_token_ids", f"stop_token_ids must be >= 0, got {negative}")
-    return list(value)
-
-
-def _choice_list(value: Any) -> list[str]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
-        raise RequestFieldError("choices", f"choices must be a list of strings, got {value!r}")
-    if not value:
-        raise RequestFieldError("choices", "choices must not be empty")
-    return list(value)
-
-
-def _regex(value: Any) -> str:
-    if not isinstance(value, str):
-        raise RequestFieldError("regex", f"regex must be a string, got {type(value).__name__}")
-    return value
-
-
-def json_depth(value: object) -> int:
-    """Nesting depth of a parsed JSON value (a scalar is 0), computed without recursion.
-
-    Stops walking once the depth passes MAX_JSON_DEPTH (enough to refuse the value).
-    """
-    deepest = 0
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def json_schema_string(schema: Any) -> str:
-    """A dict, a JSON string or a pydantic model class -> the canonical JSON string.
-
-    Raises:
-        RequestFieldError naming `json_schema`.
-    """
-    if isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None)):
-        schema = schema.model_json_schema()  # a pydantic v2 model class
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as error:
-            raise RequestFieldError(
-                "json_schema", f"json_schema is not valid JSON: {error}"
-            ) from None
-        except RecursionError:
-            raise RequestFieldError("json_schema", "json_schema is nested too deeply") from None
-        if not isinstance(schema, (dict, bool)):
-            raise RequestFieldError("json_schema", "json_schema must be a JSON object")
-    if not isinstance(schema, (dict, bool)):
-        raise RequestFieldError(
-            "json_schema",
-            "json_schema must be a dict, a JSON string or a pydantic model class, "
-            f"got {type(schema).__name__}",
-        )
-    if json_depth(schema) > MAX_JSON_DEPTH:
-        raise RequestFieldError(
-            "json_schema", f"json_schema nests deeper than {MAX_JSON_DEPTH} levels"
-        )
-    try:
-        return json.dumps(schema, sort_keys=True)
-    except (TypeError, ValueError) as error:
-        raise RequestFieldError("json_schema", f"json_schema is not JSON: {error}") from None
-    except RecursionError:
-        raise RequestFieldError("json_schema", "json_schema is nested too deeply") from None
-
-
-_NORMALISERS = {
-    "stop": _stop_list,
-    "stop_token_ids": _stop_token_id_list,
-    "choices": _choice_list,
-    "regex": _regex,
-    "json_schema": json_schema_string,
-}
-# Fields whose None is not "unset" but a wrong value.
-_NOT_NULLABLE = frozenset(FIELD_BOUNDS) - {"seed", "logprob_start_len", "best_of"} | set(
-    BOOL_FIELDS
-)

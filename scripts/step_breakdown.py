@@ -60,8 +60,11 @@ def main() -> None:
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     current: dict[str, float] = {}
     runner, sampler, step = scheduler.runner, scheduler.sampler, scheduler.step
-    transport = engine._transport  # the SchedulerLoop's in-process transport
-    runner_forward, transport_deliver = runner.forward, transport.deliver
+    # The loop's output hand-off: the in-process transport's deliver(); an older engine
+    # (perf_base.tar in scripts/h200.sh) has SchedulerThread._dispatch instead.
+    transport = getattr(engine, "_transport", None) or engine._loop
+    deliver_name = "deliver" if hasattr(transport, "deliver") else "_dispatch"
+    runner_forward, transport_deliver = runner.forward, getattr(transport, deliver_name)
 
     def timed_forward(forward_batch):
         start = time.perf_counter()
@@ -109,7 +112,7 @@ def main() -> None:
 
     runner.forward, scheduler.step = timed_forward, timed_step
     scheduler.results.sampler = timed_sampler  # the sampler is called from ResultProcessor
-    transport.deliver = timed_deliver
+    setattr(transport, deliver_name, timed_deliver)
     start = time.perf_counter()
     engine.generate(input_ids=prompts, sampling_params=params)
     wall_s = time.perf_counter() - start

@@ -104,6 +104,7 @@ def test_importing_a_layer_does_not_load_the_dsl():
     assert _modules_after("import radixgen.runtime.request_schema", ("torch", "radixgen")) == [
         "radixgen",
         "radixgen.runtime",
+        "radixgen.runtime.request_fields",
         "radixgen.runtime.request_schema",
     ]
     assert _modules_after("import radixgen", ("radixgen",)) == ["radixgen"]
