@@ -3,7 +3,6 @@
 # Constrained decoding engine API (guide helper): compile, match, mask, jump-forward.
 from radixgen.constrained.backend import GrammarBackend as GrammarBackend
 from radixgen.constrained.bitmask import allocate_token_bitmask as allocate_token_bitmask
-from radixgen.constrained.bitmask import apply_token_bitmask_ as apply_token_bitmask_
 from radixgen.constrained.compile_cache import CompileTimeoutError as CompileTimeoutError
 from radixgen.constrained.constraint_spec import ConstraintSpec as ConstraintSpec
 from radixgen.constrained.constraint_spec import escape_regex_literal as escape_regex_literal

@@ -130,7 +130,12 @@ def _request_future(
     """A future mirroring `shared` that fails with CompileTimeoutError after `timeout_s`."""
     request_future: Future = Future()
     if timeout_s is not None:
-        message = f"constraint did not compile within {timeout_s} s: {str(key)[:120]}"
+        describe = getattr(key, "describe", None)  # ConstraintSpec keys say what they are
+        what = describe() if describe is not None else str(key)[:120]
+        message = (
+            f"the constraint {what} did not compile within {timeout_s:g} s "
+            "(--constrained-compile-timeout-s): simplify it or raise that limit"
+        )
         watcher.add(request_future, timeout_s, message)
 
     def mirror(done: Future) -> None:

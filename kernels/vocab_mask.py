@@ -1,5 +1,9 @@
 """Vocabulary masks: packed allowed-token bitmasks applied in place to logits.
 
+`apply_token_bitmask_` is the one mask function of radixgen: the sampler calls it, and it
+runs the Triton kernel on CUDA and the plain-torch `apply_token_bitmask_ref_` elsewhere
+(radixgen.constrained only produces the bitmasks).
+
 Bitmask layout (the usual one of grammar engines): `bitmask[row, w]` is an int32 whose bit j
 (least significant first) allows token `32 * w + j`. Tokens beyond `32 * bitmask.shape[1]` are
 not covered by the grammar and are disallowed too.
@@ -48,6 +52,8 @@ def apply_token_bitmask_(
     logits: torch.Tensor,  # [batch, vocab], float
     bitmask: torch.Tensor,  # [batch, num_words] int32
     rows: torch.Tensor | None = None,  # [num_rows] int, the constrained rows; None: all
+    *,
+    use_triton: bool | None = None,
 ) -> None:
     """Sets `logits[r, t] = -inf` for every disallowed token t of every row r in `rows`, in place.
 
@@ -55,14 +61,15 @@ def apply_token_bitmask_(
         logits: the batch's next-token logits; only the listed rows change.
         bitmask: allowed-token bits, row r for logits row r (see the module docstring).
         rows: indices of the constrained rows (on logits' device); None means every row.
+        use_triton: run the Triton kernel (True), the torch reference (False), or the
+            kernel exactly when `logits` is on CUDA (None). Tests force the kernel on CPU
+            under TRITON_INTERPRET=1.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or devices.
     """
     if logits.dim() != 2 or not logits.is_floating_point():
         raise ValueError(f"logits must be a float [batch, vocab] tensor, got {tuple(logits.shape)}")
-    if logits.stride(1) != 1:
-        raise ValueError("logits must be contiguous along the vocabulary")
     if bitmask.dtype != torch.int32 or bitmask.dim() != 2:
         raise TypeError(f"bitmask must be an int32 [batch, num_words] tensor, got {bitmask.dtype}")
     if bitmask.shape[0] != logits.shape[0]:
@@ -71,16 +78,24 @@ def apply_token_bitmask_(
         )
     if bitmask.device != logits.device:
         raise ValueError(f"bitmask must be on {logits.device}, got {bitmask.device}")
+    if rows is not None:
+        if rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64):
+            raise TypeError(
+                f"rows must be a 1-D int32/int64 tensor, got {rows.dtype} {tuple(rows.shape)}"
+            )
+        if rows.device != logits.device:
+            raise ValueError(f"rows must be on {logits.device}, got {rows.device}")
+    if use_triton is None:
+        use_triton = logits.is_cuda
+    if not use_triton:
+        apply_token_bitmask_ref_(logits, bitmask, rows)
+        return
+    if logits.stride(1) != 1:
+        raise ValueError("logits must be contiguous along the vocabulary")
     if bitmask.stride(1) != 1:
         bitmask = bitmask.contiguous()
     if rows is None:
         rows = torch.arange(logits.shape[0], device=logits.device)
-    elif rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64):
-        raise TypeError(
-            f"rows must be a 1-D int32/int64 tensor, got {rows.dtype} {tuple(rows.shape)}"
-        )
-    elif rows.device != logits.device:
-        raise ValueError(f"rows must be on {logits.device}, got {rows.device}")
     vocab_size = logits.shape[1]
     if rows.numel() == 0 or vocab_size == 0:
         return
@@ -102,17 +117,19 @@ def apply_token_bitmask_(
 def apply_token_bitmask_ref_(
     logits: torch.Tensor,  # [batch, vocab]
     bitmask: torch.Tensor,  # [batch, num_words] int32
-    rows: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,  # [num_rows] int; None: all rows
 ) -> None:
-    """Plain-torch reference of `apply_token_bitmask_` (unpacks the bits, then masked_fill_)."""
-    if rows is None:
-        rows = torch.arange(logits.shape[0], device=logits.device)
+    """Plain-torch `apply_token_bitmask_` (unpacks the bits, then masked_fill); the CPU path."""
     vocab_size = logits.shape[1]
-    bits = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    allowed = ((bitmask[rows].unsqueeze(-1) >> bits) & 1).bool().flatten(1)  # [rows, 32*words]
-    if allowed.shape[1] < vocab_size:
-        pad = allowed.new_zeros(allowed.shape[0], vocab_size - allowed.shape[1])
-        allowed = torch.cat((allowed, pad), dim=1)
-    selected = logits[rows]
-    selected.masked_fill_(~allowed[:, :vocab_size], float("-inf"))
-    logits[rows] = selected
+    row_bitmask = bitmask if rows is None else bitmask.index_select(0, rows.long())
+    bit_positions = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    # [num_rows, num_words, 32] -> [num_rows, 32 * num_words]: one bool per token
+    allowed = ((row_bitmask.unsqueeze(-1) >> bit_positions) & 1).bool().flatten(1)
+    disallowed = torch.ones((allowed.shape[0], vocab_size), dtype=torch.bool, device=logits.device)
+    covered = min(vocab_size, allowed.shape[1])
+    disallowed[:, :covered] = ~allowed[:, :covered]  # tokens past the mask stay disallowed
+    if rows is None:
+        logits.masked_fill_(disallowed, float("-inf"))
+    else:
+        row_index = rows.long()
+        logits[row_index] = logits[row_index].masked_fill(disallowed, float("-inf"))

@@ -10,99 +10,87 @@
     state = qa.run(question="What is a radix tree?", backend=rg.Engine())
     print(state["answer"])
 
-`import radixgen as rg` stays light: the runtime (torch, transformers) is imported only
-when an in-process Engine is created, and the HTTP clients only when a backend is built.
+Every export is lazy (PEP 562): `import radixgen` imports nothing else, so
+`import radixgen.radix_cache` (or any other layer) does not load the DSL; `rg.gen` loads the
+DSL on first use, `rg.Engine` the runtime (torch, transformers), and the HTTP backends
+httpx / openai when one is built.
 """
 
-from radixgen.backends.base import Backend
-from radixgen.context import get_default_backend, set_default_backend
-from radixgen.errors import (
-    BackendError,
-    BackendUnreachableError,
-    ExpressionOutsideProgramError,
-    NoBackendError,
-    ProgramError,
-    RoleNestingError,
-    StateClosedError,
-    UnknownVariableError,
-    UnsupportedFeatureError,
-)
-from radixgen.ir import ChoicesMethod
-from radixgen.primitives import (
-    assistant,
-    assistant_begin,
-    assistant_end,
-    gen,
-    select,
-    system,
-    system_begin,
-    system_end,
-    user,
-    user_begin,
-    user_end,
-)
-from radixgen.program import Program, function
-from radixgen.state import ForkGroup, ProgramState
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
+# Public name -> the module that defines it (imported on first access).
+_EXPORTS: dict[str, str] = {
+    "Backend": "radixgen.backends.base",
+    "get_default_backend": "radixgen.context",
+    "set_default_backend": "radixgen.context",
+    "ChoicesMethod": "radixgen.ir",
+    "Program": "radixgen.program",
+    "function": "radixgen.program",
+    "ForkGroup": "radixgen.state",
+    "ProgramState": "radixgen.state",
+    "Engine": "radixgen.runtime.engine",
+    "ServerArgs": "radixgen.runtime.server_args",
+    "RuntimeEndpoint": "radixgen.backends",
+    "OpenAI": "radixgen.backends",
+}
+_EXPORTS.update(
+    dict.fromkeys(
+        [
+            "BackendError",
+            "BackendUnreachableError",
+            "ExpressionOutsideProgramError",
+            "NoBackendError",
+            "ProgramError",
+            "RoleNestingError",
+            "StateClosedError",
+            "UnknownVariableError",
+            "UnsupportedFeatureError",
+        ],
+        "radixgen.errors",
+    )
+)
+_EXPORTS.update(
+    dict.fromkeys(
+        [
+            "assistant",
+            "assistant_begin",
+            "assistant_end",
+            "gen",
+            "select",
+            "system",
+            "system_begin",
+            "system_end",
+            "user",
+            "user_begin",
+            "user_end",
+        ],
+        "radixgen.primitives",
+    )
+)
 # SGLang-style names for the select methods: rg.select(..., choices_method=rg.greedy_token_selection)
-token_length_normalized = ChoicesMethod.TOKEN_LENGTH_NORMALIZED
-greedy_token_selection = ChoicesMethod.GREEDY_TOKEN_SELECTION
-unconditional_likelihood_normalized = ChoicesMethod.UNCONDITIONAL_LIKELIHOOD_NORMALIZED
+_CHOICES_METHODS = {
+    "token_length_normalized": "TOKEN_LENGTH_NORMALIZED",
+    "greedy_token_selection": "GREEDY_TOKEN_SELECTION",
+    "unconditional_likelihood_normalized": "UNCONDITIONAL_LIKELIHOOD_NORMALIZED",
+}
 
-__all__ = [
-    "Backend",
-    "BackendError",
-    "BackendUnreachableError",
-    "ChoicesMethod",
-    "Engine",
-    "ExpressionOutsideProgramError",
-    "ForkGroup",
-    "NoBackendError",
-    "OpenAI",
-    "Program",
-    "ProgramError",
-    "ProgramState",
-    "RoleNestingError",
-    "RuntimeEndpoint",
-    "ServerArgs",
-    "StateClosedError",
-    "UnknownVariableError",
-    "UnsupportedFeatureError",
-    "assistant",
-    "assistant_begin",
-    "assistant_end",
-    "function",
-    "gen",
-    "get_default_backend",
-    "greedy_token_selection",
-    "select",
-    "set_default_backend",
-    "system",
-    "system_begin",
-    "system_end",
-    "token_length_normalized",
-    "unconditional_likelihood_normalized",
-    "user",
-    "user_begin",
-    "user_end",
-]
+__all__ = sorted([*_EXPORTS, *_CHOICES_METHODS])
 
 
-def __getattr__(name):
-    # Lazy: `rg.Engine` imports the runtime (torch) on first use only; the HTTP backends
-    # import httpx / openai on first use.
-    if name == "Engine":
-        from radixgen.runtime.engine import Engine
+def __getattr__(name: str):
+    if name in _CHOICES_METHODS:
+        value = getattr(__getattr__("ChoicesMethod"), _CHOICES_METHODS[name])
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'radixgen' has no attribute {name!r}")
+    globals()[name] = value  # later accesses skip this function
+    return value
 
-        return Engine
-    if name == "ServerArgs":
-        from radixgen.runtime.server_args import ServerArgs
 
-        return ServerArgs
-    if name in ("RuntimeEndpoint", "OpenAI"):
-        import radixgen.backends
-
-        return getattr(radixgen.backends, name)
-    raise AttributeError(f"module 'radixgen' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

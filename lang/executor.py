@@ -17,10 +17,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from radixgen.backends.base import Backend, GenerateRequest, Prompt
+from radixgen.backends.base import Backend, Prompt
 from radixgen.errors import StateClosedError
-from radixgen.gen_params import GenParams
 from radixgen.ir import Gen, Primitive, RoleBegin, RoleEnd, Select, Text
+from radixgen.runtime.request_schema import build_request
 from radixgen.text_stream import TextStream
 from radixgen.transcript import Transcript
 
@@ -42,7 +42,7 @@ class ProgramExecutor:
     def __init__(
         self,
         backend: Backend,
-        defaults: GenParams,
+        defaults: dict[str, Any],
         *,
         stream: bool,
         transcript: Transcript | None = None,
@@ -141,18 +141,20 @@ class ProgramExecutor:
 
     def _run_gen(self, gen: Gen) -> None:
         transcript = self.transcript
-        request = GenerateRequest(self._prompt(), gen.params.merged_over(self.defaults))
+        prompt = self._prompt()
+        # The one request type, validated whole: the gen's own options over the run's.
+        request = build_request({**self.defaults, **gen.options}, text=prompt.text)
         if self.stream:
             pieces: list[str] = []
             meta_info: dict[str, Any] = {}
-            for delta in self.backend.generate_stream(request):
+            for delta in self.backend.generate_stream(prompt, request):
                 pieces.append(transcript.add_text(delta.text))
                 self._emit(delta.text, gen.name)
                 if delta.meta_info is not None:
                     meta_info = delta.meta_info
             output_text = "".join(pieces)
         else:
-            output = self.backend.generate(request)
+            output = self.backend.generate(prompt, request)
             output_text, meta_info = output.text, output.meta_info
             self._emit(transcript.add_text(output_text), gen.name)
         self._store(gen.name, output_text, meta_info)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
 from radixgen.errors import ExpressionOutsideProgramError
-from radixgen.gen_params import GenParams
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[str, ...] = Role.__args__
@@ -67,7 +66,9 @@ class Gen(Expr):
     """Generate text; store it under `name` (None: append only)."""
 
     name: str | None
-    params: GenParams
+    # The options rg.gen was given (validated, normalised): SamplingParams fields and
+    # request options of radixgen.runtime.request_schema; unset ones come from the run.
+    options: dict[str, Any] = field(hash=False)
 
     def __repr__(self) -> str:
         return f"rg.gen({self.name!r})"

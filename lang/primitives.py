@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixgen.gen_params import GenParams
 from radixgen.ir import (
     ChoicesMethod,
     Expr,
@@ -15,6 +14,13 @@ from radixgen.ir import (
     check_choices_method,
     role_expr,
 )
+from radixgen.runtime.request_schema import validate_fields
+
+# How errors name the fields that rg.gen spells differently (it follows OpenAI's names).
+_GEN_DISPLAY_NAMES = {
+    "max_new_tokens": "max_new_tokens (rg.gen's max_tokens)",
+    "min_new_tokens": "min_new_tokens (rg.gen's min_tokens)",
+}
 
 
 def gen(
@@ -51,7 +57,7 @@ def gen(
     """
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a string or None, got {name!r}")
-    params = GenParams.build(
+    given = dict(
         max_new_tokens=max_tokens,
         min_new_tokens=min_tokens,
         stop=stop,
@@ -71,7 +77,13 @@ def gen(
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
     )
-    return Gen(name, params)
+    # Checked field by field now, so a bad argument fails at the line that wrote it; the
+    # whole request is validated once merged with the run's defaults (executor.py).
+    options = validate_fields(
+        {option: value for option, value in given.items() if value is not None},
+        display_names=_GEN_DISPLAY_NAMES,
+    )
+    return Gen(name, options)
 
 
 def select(

@@ -15,8 +15,8 @@ from typing import Any, Literal
 from radixgen.backends.base import Backend
 from radixgen.context import resolve_backend
 from radixgen.executor import ProgramExecutor
-from radixgen.gen_params import GenParams
 from radixgen.prefix_trace import common_prefix, trace_prefix
+from radixgen.runtime.request_schema import validate_fields
 from radixgen.state import ProgramState, RunScope
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,11 @@ _SAMPLING_OPTIONS = frozenset(
 _RUN_OPTIONS = _SAMPLING_OPTIONS | {
     "backend", "stream", "num_threads", "progress_bar", "warm_prefix"
 }  # fmt: skip
+
+
+def _sampling_defaults(**values: Any) -> dict[str, Any]:
+    """The run's sampling defaults that were given (None: unset), checked field by field."""
+    return validate_fields({name: value for name, value in values.items() if value is not None})
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class Program:
             TypeError: the arguments do not match the program's signature.
             Any error a step or the program raised (non-streaming runs).
         """
-        defaults = GenParams.build(
+        defaults = _sampling_defaults(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_p=top_p,
@@ -168,7 +173,7 @@ class Program:
                 f"run_batch got unknown option(s) {unknown}; program arguments go in "
                 f"batch_arguments, sampling options are {sorted(_SAMPLING_OPTIONS)}"
             )
-        defaults = GenParams.build(**sampling_defaults)
+        defaults = _sampling_defaults(**sampling_defaults)
         resolved = resolve_backend(backend)
         bound = [self._bind_arguments((), {**self.bound_arguments, **a}) for a in batch_arguments]
         if warm_prefix and len(bound) > 1:
@@ -191,7 +196,7 @@ class Program:
     # ---- internals ----
 
     def _new_state(
-        self, backend: Backend, defaults: GenParams, *, stream: bool
+        self, backend: Backend, defaults: dict[str, Any], *, stream: bool
     ) -> tuple[ProgramState, RunScope]:
         scope = RunScope(background=stream)
         executor = ProgramExecutor(backend, defaults, stream=stream)

@@ -53,6 +53,10 @@ _FLAG_HELP = {
     "port": "TCP port of the HTTP server",
     "api_key": "require 'Authorization: Bearer KEY' on every endpoint except /health",
     "log_level": "logging level of every process",
+    "max_request_bytes": "request bodies larger than this get HTTP 413",
+    "shutdown_timeout": "seconds in-flight requests get to finish after SIGTERM before they are "
+    "aborted (new requests get 503 meanwhile)",
+    "header_read_timeout": "seconds a connection gets to send its request headers",
 }
 
 

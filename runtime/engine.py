@@ -16,10 +16,14 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixgen.runtime.engine_loop import ResultChannel, SchedulerThread
-from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.io_struct import CheckIntegrityReq, FlushCacheReq, GetStatsReq, ReqOutput
 from radixgen.runtime.output_accumulator import OutputAccumulator
-from radixgen.runtime.request_validation import validate_request
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    ModelLimits,
+    SamplingParams,
+    validate_request,
+)
 from radixgen.runtime.server_args import ServerArgs
 
 
@@ -43,7 +47,14 @@ class Engine:
         self.tokenizer = self._scheduler.tokenizer
         self.model_config = self._scheduler.runner.model_config
         self.context_length = self._scheduler.context_length
-        self._loop = SchedulerThread(self._scheduler)
+        self.limits = ModelLimits(
+            vocab_size=self.model_config.vocab_size,
+            context_length=self.context_length,
+            kv_capacity=self._scheduler.kv.capacity,
+        )
+        # The same SchedulerLoop as the server's, on a thread, with an in-process transport.
+        self._scheduler_thread = SchedulerThread(self._scheduler)
+        self._transport = self._scheduler_thread.transport
 
     # ---- generation --------------------------------------------------------------------------
 
@@ -89,6 +100,7 @@ class Engine:
             logprob_start_len,
             top_logprobs_num,
             cache_salt,
+            stream,
         )
         if stream:
             if is_batch or requests[0].sampling_params.n != 1:
@@ -102,7 +114,7 @@ class Engine:
                 results += [sample.result() for sample in samples]
         except BaseException:
             for request in requests:  # frees whatever is still running
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
             raise
         if not is_batch and len(results) == 1:
             return results[0]
@@ -135,6 +147,7 @@ class Engine:
             logprob_start_len,
             top_logprobs_num,
             cache_salt,
+            stream,
         )
         if is_batch:
             raise ValueError("async_generate takes a single prompt; call it once per prompt")
@@ -145,19 +158,19 @@ class Engine:
             return _AwaitableIterator(self._stream_async(request))
         return self._generate_async(request)
 
-    async def _generate_async(self, request: TokenizedGenerateReq) -> dict | list[dict]:
+    async def _generate_async(self, request: GenerateReq) -> dict | list[dict]:
         import asyncio
 
         channel, samples = self._submit(request, asyncio.get_running_loop(), stream=False)
         try:
             await self._collect_async(channel, samples)
         except asyncio.CancelledError:
-            self._loop.abort(request.rid)
+            self._transport.abort(request.rid)
             raise
         results = [sample.result() for sample in samples]
         return results[0] if len(results) == 1 else results
 
-    async def _stream_async(self, request: TokenizedGenerateReq) -> AsyncIterator[dict]:
+    async def _stream_async(self, request: GenerateReq) -> AsyncIterator[dict]:
         import asyncio
 
         channel, (sample,) = self._submit(request, asyncio.get_running_loop())
@@ -169,9 +182,9 @@ class Engine:
                 yield {**sample.result(), "delta": delta}
         finally:
             if not sample.finished:  # the consumer stopped early: free the request's KV
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
 
-    def _stream_sync(self, request: TokenizedGenerateReq) -> Iterator[dict]:
+    def _stream_sync(self, request: GenerateReq) -> Iterator[dict]:
         channel, (sample,) = self._submit(request, None)
         try:
             while not sample.finished:
@@ -181,24 +194,24 @@ class Engine:
                 yield {**sample.result(), "delta": delta}
         finally:
             if not sample.finished:
-                self._loop.abort(request.rid)
+                self._transport.abort(request.rid)
 
     # ---- management -------------------------------------------------------------------------
 
     def flush_cache(self) -> bool:
         """Empties the prefix cache. False (nothing done) while requests are in flight."""
-        return self._loop.call(lambda scheduler: scheduler.flush_cache())
+        return self._transport.request(FlushCacheReq()).success
 
     def get_stats(self) -> dict[str, Any]:
         """Running/queued requests, KV usage, cache hit rate, token counters."""
-        return dataclasses.asdict(self._loop.call(lambda scheduler: scheduler.get_stats()))
+        return dataclasses.asdict(self._transport.request(GetStatsReq()))
 
     def check_integrity(self) -> None:
         """Asserts no KV slot leaked (free + cached + in use == total)."""
-        self._loop.call(lambda scheduler: scheduler.check_integrity())
+        self._transport.request(CheckIntegrityReq())
 
     def abort(self, rid: str) -> None:
-        self._loop.abort(rid)
+        self._transport.abort(rid)
 
     def apply_chat_template(
         self, messages: list[dict[str, str]], add_generation_prompt: bool = True
@@ -210,7 +223,7 @@ class Engine:
 
     def shutdown(self) -> None:
         """Stops the scheduler thread (idempotent)."""
-        self._loop.shutdown()
+        self._scheduler_thread.shutdown()
         self._scheduler.shutdown()
 
     def __enter__(self) -> Engine:
@@ -230,7 +243,8 @@ class Engine:
         logprob_start_len: int | None,
         top_logprobs_num: int,
         cache_salt: str | list[str | None] | None,
-    ) -> tuple[list[TokenizedGenerateReq], bool]:
+        stream: bool,
+    ) -> tuple[list[GenerateReq], bool]:
         if (prompt is None) == (input_ids is None):
             raise ValueError("give exactly one of prompt or input_ids")
         if prompt is not None:
@@ -263,47 +277,37 @@ class Engine:
             salts = [cache_salt] * len(token_lists)
         requests = []
         for ids, params, salt in zip(token_lists, params_list, salts, strict=True):
-            request = TokenizedGenerateReq(
-                rid=uuid.uuid4().hex,
+            request = GenerateReq(
                 input_ids=ids,
                 sampling_params=params,
                 return_logprob=return_logprob,
                 logprob_start_len=logprob_start_len,
                 top_logprobs_num=top_logprobs_num,
                 cache_salt=salt,
+                stream=stream,
+                rid=uuid.uuid4().hex,
             )
-            error = validate_request(
-                request,
-                vocab_size=self.model_config.vocab_size,
-                context_length=self.context_length,
-                kv_capacity=self._scheduler.kv.capacity,
-            )
-            if error is not None:
-                raise ValueError(error)
+            validate_request(request, self.limits)
             requests.append(request)
         return requests, is_batch
 
     def _submit(
-        self, request: TokenizedGenerateReq, loop, stream: bool = True
+        self, request: GenerateReq, loop, stream: bool = True
     ) -> tuple[ResultChannel, list]:
         channel, samples = self._make_channel(request, loop, stream)
-        self._loop.submit(request, channel)
+        self._transport.submit([request], [channel])
         return channel, samples
 
     def _submit_batch(
-        self, requests: list[TokenizedGenerateReq], stream: bool
+        self, requests: list[GenerateReq], stream: bool
     ) -> list[tuple[ResultChannel, list]]:
         """Submits all requests as one inbox item, so the scheduler sees the whole batch at
         once (its first extend batch is full, not whatever arrived first)."""
         submitted = [self._make_channel(request, None, stream) for request in requests]
-        self._loop.submit_many(
-            [(request, channel) for request, (channel, _) in zip(requests, submitted, strict=True)]
-        )
+        self._transport.submit(requests, [channel for channel, _ in submitted])
         return submitted
 
-    def _make_channel(
-        self, request: TokenizedGenerateReq, loop, stream: bool
-    ) -> tuple[ResultChannel, list]:
+    def _make_channel(self, request: GenerateReq, loop, stream: bool) -> tuple[ResultChannel, list]:
         params = request.sampling_params
         samples = [
             OutputAccumulator(

@@ -1,8 +1,8 @@
-"""`SchedulerThread`: runs a `Scheduler` on a background thread for the in-process Engine.
+"""The in-process transport of the Engine: a `SchedulerLoop` on a background thread.
 
 Callers (any thread, or an asyncio loop) submit requests and receive that request's
 `ReqOutput`s through a `ResultChannel`. Every scheduler call happens on the loop thread, so
-the scheduler itself needs no locks. If a step raises, every waiting caller gets the error
+the scheduler itself needs no locks. If the loop fails, every waiting caller gets the error
 instead of hanging.
 """
 
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import queue
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from radixgen.runtime.io_struct import ReqOutput, TokenizedGenerateReq
+from radixgen.runtime.io_struct import AbortReq, BatchGenerateReq, ReqOutput
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.scheduler import Scheduler
-
-logger = logging.getLogger(__name__)
+from radixgen.runtime.scheduler_loop import SchedulerLoop, SchedulerTransport
 
 # How long the idle loop sleeps waiting for work before checking for shutdown.
 IDLE_POLL_S = 0.05
@@ -61,116 +59,126 @@ class ResultChannel:
         return item
 
 
-class SchedulerThread:
-    def __init__(self, scheduler: Scheduler):
-        self.scheduler = scheduler
+class InProcessTransport(SchedulerTransport):
+    """A queue in, result channels (and futures for control replies) out."""
+
+    def __init__(self):
         self._inbox: queue.Queue = queue.Queue()
         self._channels: dict[str, ResultChannel] = {}
         self._unfinished_samples: dict[str, int] = {}  # rid -> samples not finished yet
+        self._replies: dict[int, concurrent.futures.Future] = {}  # id(message) -> its future
         self._stopping = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="radixgen-scheduler", daemon=True)
-        self._thread.start()
+        self.error: BaseException | None = None
 
-    def submit(self, request: TokenizedGenerateReq, channel: ResultChannel) -> None:
-        self._check_alive()
-        self._inbox.put(("add", request, channel))
+    # ---- caller side (any thread) --------------------------------------------------------
 
-    def submit_many(self, items: list[tuple[TokenizedGenerateReq, ResultChannel]]) -> None:
-        """Submits several requests as one inbox item (one scheduler wake-up)."""
-        self._check_alive()
-        self._inbox.put(("add_many", items, None))
+    def submit(self, requests: list[GenerateReq], channels: list[ResultChannel]) -> None:
+        """Queues validated requests as one message; each request's outputs go to its channel."""
+        self.check_alive()
+        for request, channel in zip(requests, channels, strict=True):
+            # Registered before the loop can see the request (dict writes are atomic).
+            self._unfinished_samples[request.rid] = request.sampling_params.n
+            self._channels[request.rid] = channel
+        self._inbox.put(requests[0] if len(requests) == 1 else BatchGenerateReq(list(requests)))
+        if self.error is not None:  # the loop failed meanwhile, maybe after failing channels
+            for channel in channels:
+                channel.put(RuntimeError(f"the engine's scheduler failed: {self.error!r}"))
 
     def abort(self, rid: str) -> None:
-        self._inbox.put(("abort", rid, None))
+        self._inbox.put(AbortReq(rid))
 
-    def call(self, function: Callable[[Scheduler], Any]) -> Any:
-        """Runs `function(scheduler)` on the loop thread and returns its result."""
-        self._check_alive()
+    def request(self, message: object) -> Any:
+        """Sends a control request and waits for the loop's reply (raised if an error)."""
+        self.check_alive()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._inbox.put(("call", function, future))
+        self._replies[id(message)] = future
+        self._inbox.put(message)
+        if self.error is not None and not future.done():  # the loop failed meanwhile
+            future.set_exception(RuntimeError(f"the engine's scheduler failed: {self.error!r}"))
         return future.result()
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self._stopping.set()
-        self._inbox.put(("wake", None, None))
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        self._inbox.put(None)  # wakes a blocked receive()
 
-    def _check_alive(self) -> None:
-        if self._error is not None:
-            raise RuntimeError("the engine's scheduler failed") from self._error
+    def check_alive(self) -> None:
+        if self.error is not None:
+            raise RuntimeError("the engine's scheduler failed") from self.error
         if self._stopping.is_set():
             raise RuntimeError("the engine was shut down")
 
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                self._drain_inbox(block=not self.scheduler.has_work())
-                if self.scheduler.has_work():
-                    self._dispatch(self.scheduler.step())
-        except BaseException as error:  # deliver to every waiter: nobody may hang
-            logger.exception("scheduler loop failed")
-            self._error = error
-            for channel in self._channels.values():
-                channel.put(RuntimeError(f"the engine's scheduler failed: {error!r}"))
-            self._channels.clear()
-            self._fail_pending_calls(error)
+    # ---- loop side (the scheduler thread) --------------------------------------------------
 
-    def _drain_inbox(self, block: bool) -> None:
+    def is_open(self) -> bool:
+        return not self._stopping.is_set()
+
+    def receive(self, *, block: bool) -> list[object]:
         try:
-            item = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
+            first = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
         except queue.Empty:
-            return
+            return []
+        messages = [first]
         while True:
-            self._handle(*item)
             try:
-                item = self._inbox.get_nowait()
+                messages.append(self._inbox.get_nowait())
             except queue.Empty:
-                return
+                return [m for m in messages if m is not None]
 
-    def _handle(self, kind: str, payload: Any, extra: Any) -> None:
-        if kind == "add":
-            self._add(payload, extra)
-        elif kind == "add_many":
-            for request, channel in payload:
-                self._add(request, channel)
-        elif kind == "abort":
-            self.scheduler.abort_request(payload)
-        elif kind == "call":
-            try:
-                extra.set_result(payload(self.scheduler))
-            except Exception as error:
-                extra.set_exception(error)
-
-    def _add(self, request: TokenizedGenerateReq, channel: ResultChannel) -> None:
-        self._channels[request.rid] = channel
-        n = request.sampling_params.n
-        self._unfinished_samples[request.rid] = n if isinstance(n, int) and n > 0 else 1
-        self.scheduler.add_request(request)
-
-    def _dispatch(self, outputs: list[ReqOutput]) -> None:
+    def deliver(self, outputs: list[ReqOutput]) -> list[str]:
+        gone = []
         for output in outputs:
             channel = self._channels.get(output.rid)
             if channel is None:
                 continue
             if not channel.put(output):
-                self.scheduler.abort_request(output.rid)  # its caller is gone: free the KV
+                gone.append(output.rid)
             if output.finished:
                 self._unfinished_samples[output.rid] -= 1
                 if self._unfinished_samples[output.rid] <= 0:  # every sample is done
                     del self._channels[output.rid], self._unfinished_samples[output.rid]
+        return gone
 
-    def _fail_pending_calls(self, error: BaseException) -> None:
+    def reply(self, message: object, value: object) -> None:
+        future = self._replies.pop(id(message))
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        failure = RuntimeError(f"the engine's scheduler failed: {error!r}")
+        for channel in self._channels.values():
+            channel.put(failure)
+        self._channels.clear()
+        for future in self._replies.values():
+            if not future.done():
+                future.set_exception(failure)
+        self._replies.clear()
+        # Requests queued but never seen: registered above, so already failed; drop them.
         while True:
             try:
-                kind, payload, extra = self._inbox.get_nowait()
+                self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "call":
-                extra.set_exception(RuntimeError(f"the engine's scheduler failed: {error!r}"))
-            elif kind == "add":
-                extra.put(RuntimeError(f"the engine's scheduler failed: {error!r}"))
-            elif kind == "add_many":
-                for _request, channel in payload:
-                    channel.put(RuntimeError(f"the engine's scheduler failed: {error!r}"))
+
+
+class SchedulerThread:
+    """The Engine's `SchedulerLoop`, on a daemon thread, with its in-process transport."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.transport = InProcessTransport()
+        self._loop = SchedulerLoop(scheduler, self.transport)
+        self._thread = threading.Thread(target=self._run, name="radixgen-scheduler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop.run()
+        except BaseException:  # logged and handed to every waiter by the loop
+            pass
+
+    def shutdown(self) -> None:
+        self.transport.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)

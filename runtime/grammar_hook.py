@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from radixgen.runtime.req import Req
+from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
 # Our own deadline on top of the backend's, in case a compile never reports back.
@@ -30,12 +30,14 @@ class GrammarHook:
         eos_token_ids: list[int],
         compile_timeout_s: float,
         jump_forward: bool,
+        cache_dir: str | None = None,
     ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = list(eos_token_ids)
         self.compile_timeout_s = compile_timeout_s
         self.jump_forward = jump_forward
+        self.cache_dir = cache_dir
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
         self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
@@ -49,6 +51,7 @@ class GrammarHook:
                 vocab_size=self.vocab_size,
                 eos_token_ids=self.eos_token_ids,
                 jump_forward=self.jump_forward,
+                cache_dir=self.cache_dir,
             )
         return self._backend
 
@@ -138,7 +141,8 @@ class GrammarHook:
         return req.grammar is not None and req.grammar.is_terminated()
 
     def try_jump_forward(self, req: Req, context_length: int) -> bool:
-        """Appends the text the constraint forces next, to be computed in one extend step.
+        """Appends the text the constraint forces next, to be computed in one extend step
+        (req is JUMPED then; it may finish instead, when the constraint or its budget ends).
 
         Only plans that re-tokenise at most the token just sampled (not yet reported) are
         taken, so a client never sees a token change; requests with logprobs or stop
@@ -160,12 +164,12 @@ class GrammarHook:
         del req.output_ids[len(req.output_ids) - plan.retract_tokens :]
         req.output_ids.extend(plan.append_ids)
         if self.is_terminated(req):
-            req.finish_reason = {"type": "stop", "matched": None}
+            req.finish({"type": "stop", "matched": None})
             return False
         if req.remaining_new_tokens <= 0:
-            req.finish_reason = {"type": "length", "length": req.sampling_params.max_new_tokens}
+            req.finish({"type": "length", "length": req.sampling_params.max_new_tokens})
             return False
-        req.jumped = True
+        req.set_status(ReqStatus.JUMPED)
         return True
 
     def shutdown(self) -> None:

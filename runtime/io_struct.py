@@ -3,17 +3,18 @@
 They are plain picklable dataclasses, so the server can send them over ZeroMQ
 (`send_pyobj`) and the in-process Engine can hand them over directly.
 
-Flow: front end -> `TokenizedGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq`
--> scheduler -> `BatchTokenOutput` (a list of `ReqOutput`) / `FlushCacheOutput` /
-`SchedulerStats` -> detokenizer / front end.
+Flow: front end -> `GenerateReq` (the one request type, `request_schema.py`; tokenized and
+validated) / `BatchGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq` /
+`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> `BatchTokenOutput` (a list
+of `ReqOutput`) / `FlushCacheOutput` / `SchedulerStats` -> detokenizer / front end.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import GenerateReq
 
 # One logprob entry: (logprob, token_id). logprob is None for the first prompt token, which
 # has no preceding context.
@@ -21,32 +22,11 @@ TokenLogprob = tuple[float | None, int]
 
 
 @dataclass
-class TokenizedGenerateReq:
-    """A generation request whose prompt is already token ids.
+class BatchGenerateReq:
+    """Several validated requests submitted at once: the scheduler sees them in one wake-up,
+    so its first extend batch is full rather than whatever arrived first."""
 
-    Args:
-        rid: unique request id chosen by the front end.
-        input_ids: prompt token ids (at least one).
-        sampling_params: a validated SamplingParams.
-        return_logprob: return logprobs of output tokens (and of prompt tokens from
-            `logprob_start_len` on).
-        logprob_start_len: first prompt position whose logprob is returned; None (or -1, as
-            in SGLang): no prompt logprobs. Position 0 has no logprob (reported as None).
-        top_logprobs_num: how many top alternatives to return per position (0: none).
-        stream: the front end wants incremental outputs (the scheduler streams every step
-            either way; this is carried for the front end's bookkeeping).
-        cache_salt: the radix cache namespace (vLLM's name): cached prefixes are shared only
-            between requests with the same salt; None is the shared default namespace.
-    """
-
-    rid: str
-    input_ids: list[int]
-    sampling_params: SamplingParams = field(default_factory=SamplingParams)
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
-    stream: bool = False
-    cache_salt: str | None = None
+    requests: list[GenerateReq]
 
 
 @dataclass
@@ -70,6 +50,12 @@ class FlushCacheOutput:
 @dataclass
 class GetStatsReq:
     """Ask the scheduler for a `SchedulerStats`."""
+
+
+@dataclass
+class CheckIntegrityReq:
+    """Ask the scheduler to check that no KV slot leaked (the reply: None or the
+    AssertionError)."""
 
 
 @dataclass
@@ -131,3 +117,51 @@ class SchedulerStats:
     context_length: int = 0
     num_jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
     num_mixed_steps: int = 0  # extend forwards that also decoded the running requests
+
+
+@dataclass
+class SchedulerCounters:
+    """Cumulative token and step counts of a scheduler; `to_stats` snapshots them."""
+
+    prompt_tokens: int = 0  # prompt tokens of admitted requests (first admission)
+    cached_tokens: int = 0  # of those, found in the radix cache
+    computed_prefill_tokens: int = 0  # tokens run through extend forwards (not jump-forward)
+    generated_tokens: int = 0  # sampled tokens
+    jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
+    forward_steps: int = 0
+    mixed_steps: int = 0  # extend forwards that also decoded the running requests
+    retractions: int = 0
+    finished_reqs: int = 0
+
+    def to_stats(
+        self,
+        *,
+        num_running_reqs: int,
+        num_queued_reqs: int,
+        kv_total_slots: int,
+        kv_free_slots: int,
+        kv_cached_slots: int,
+        context_length: int,
+    ) -> SchedulerStats:
+        used = kv_total_slots - kv_free_slots
+        return SchedulerStats(
+            num_running_reqs=num_running_reqs,
+            num_queued_reqs=num_queued_reqs,
+            kv_total_slots=kv_total_slots,
+            kv_free_slots=kv_free_slots,
+            kv_cached_slots=kv_cached_slots,
+            kv_used_slots=used - kv_cached_slots,
+            kv_usage=used / kv_total_slots,
+            cache_hit_rate=self.cached_tokens / max(self.prompt_tokens, 1),
+            num_prompt_tokens=self.prompt_tokens,
+            num_cached_tokens=self.cached_tokens,
+            num_generated_tokens=self.generated_tokens,
+            num_computed_prefill_tokens=self.computed_prefill_tokens,
+            num_forward_steps=self.forward_steps,
+            num_retractions=self.retractions,
+            num_finished_reqs=self.finished_reqs,
+            max_total_tokens=kv_total_slots,
+            context_length=context_length,
+            num_jump_forward_tokens=self.jump_forward_tokens,
+            num_mixed_steps=self.mixed_steps,
+        )

@@ -125,6 +125,12 @@ class KVCacheManager:
         req.last_node = None
         req.kv_committed_len = 0
 
+    def free_pending_slot(self, req: Req) -> None:
+        """Frees the slot of position `kv_committed_len` of req: written by an overlapped
+        decode step launched before req finished, and never committed (a wasted row)."""
+        row_slots = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        self.slot_allocator.free(row_slots[req.kv_committed_len : req.kv_committed_len + 1])
+
     def flush(self) -> None:
         """Drop every cached prefix (no request may be running)."""
         self.tree.reset()

@@ -19,13 +19,16 @@ What keeps the outputs identical:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
+from radixgen.runtime.io_struct import SchedulerCounters
+from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req
+from radixgen.runtime.result_processor import ResultProcessor, StepResult
+from radixgen.runtime.schedule_batch import ScheduleBatch
 
 
 @dataclass
@@ -79,41 +82,39 @@ class OverlapDecoder:
     the one step in flight. While a step is in flight, the running batch holds exactly its
     rows (some possibly finished: they are dropped at the next launch).
 
+    Both entry points return the processed step's `StepResult` (None when no step was
+    processed); the scheduler applies it.
+
     Args:
         runner: the model runner.
         kv: the KV manager (one slot per row of each launched step).
         counters: forward steps are counted here.
         context_length: the model's context length (finishing by length, one token ahead).
-        sample: `(reqs, logits, info, pending) -> SampleResult`, launches sampling without a
-            host sync; `pending` is 1 while a previous step's token is not appended yet.
-        advance_decoded: `(reqs, token_ids, launched_next) -> list[ReqOutput]`, appends one
-            decode step's tokens on the host (finish checks, outputs); a request finishing
-            there that runs in the step launched after it (`launched_next`, ids) gets that
-            step's KV slot freed.
+        results: samples (launched without a host sync, counting the pending token) and
+            appends each processed step's tokens; a request finishing there that runs in
+            the step launched after it gets that step's KV slot freed.
     """
 
     def __init__(
         self,
         *,
         runner,
-        kv,
-        counters,
+        kv: KVCacheManager,
+        counters: SchedulerCounters,
         context_length: int,
-        sample: Callable,
-        advance_decoded: Callable,
+        results: ResultProcessor,
     ):
         self.runner = runner
         self.kv = kv
         self.counters = counters
         self.context_length = context_length
-        self.sample = sample
-        self.advance_decoded = advance_decoded
+        self.results = results
         self.inflight: InflightDecode | None = None
 
-    def launch(self, running) -> list:
-        """Launches the next decode step of `running` (a `ScheduleBatch`), then processes
-        the step in flight (if any) while the device computes. Falls back to processing
-        only, when the next step would need a retraction or has no row left."""
+    def launch(self, running: ScheduleBatch) -> StepResult | None:
+        """Launches the next decode step of `running`, then processes the step in flight
+        (if any) while the device computes. Falls back to processing only, when the next
+        step would need a retraction or has no row left."""
         previous = self.inflight
         pending = 1 if previous is not None else 0
         reqs = running.reqs
@@ -145,25 +146,25 @@ class OverlapDecoder:
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
-        result = self.sample(next_reqs, logits, running.sampling_info, pending)
-        self.inflight = InflightDecode.launch_copy(next_reqs, result.next_token_ids)
+        sampled = self.results.sample(next_reqs, logits, running.sampling_info, pending)
+        self.inflight = InflightDecode.launch_copy(next_reqs, sampled.next_token_ids)
         if previous is None:
-            return []
+            return None
         return self._process(previous, next_reqs=next_reqs)
 
-    def resolve(self, running) -> list:
+    def resolve(self, running: ScheduleBatch) -> StepResult | None:
         """Processes the step in flight with nothing launched after it; `running` then holds
         no released request (aborted ones stay for the scheduler to finish)."""
         if self.inflight is None:
-            return []
+            return None
         inflight, self.inflight = self.inflight, None
-        outputs = self._process(inflight, next_reqs=())
+        result = self._process(inflight, next_reqs=())
         keep = [i for i, r in enumerate(running.reqs) if r.req_pool_idx is not None]
         if len(keep) < len(running.reqs):
             running.filter(keep)
-        return outputs
+        return result
 
-    def _process(self, inflight: InflightDecode, next_reqs) -> list:
+    def _process(self, inflight: InflightDecode, next_reqs) -> StepResult:
         """Appends the in-flight step's tokens (`next_reqs`: the step launched after it)."""
         alive_reqs, alive_ids = [], []
         for req, token_id in zip(inflight.reqs, inflight.token_ids(), strict=True):
@@ -175,4 +176,4 @@ class OverlapDecoder:
             alive_reqs.append(req)
             alive_ids.append(token_id)
         launched_next = {id(r) for r in next_reqs}
-        return self.advance_decoded(alive_reqs, alive_ids, launched_next)
+        return self.results.advance(alive_reqs, alive_ids, launched_next)

@@ -1,7 +1,9 @@
-"""`Req`: one sequence being generated (one of a request's `n` samples) and its KV state."""
+"""`Req`: one sequence being generated (one of a request's `n` samples), its KV state and its
+status (`ReqStatus`), whose transitions are all in `ALLOWED_TRANSITIONS`."""
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,32 @@ import torch
 
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
 from radixgen.runtime.io_struct import TokenLogprob
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import SamplingParams
+
+
+class ReqStatus(enum.Enum):
+    """Where a sequence is in the scheduler."""
+
+    WAITING = "waiting"  # queued: new, or retracted (its KV went to the cache) to resume
+    PREFILLING = "prefilling"  # in an extend batch: its prompt (or jumped tokens) is computed
+    CHUNKED = "chunked"  # admitted, and its prefill continues in a later extend batch
+    DECODING = "decoding"  # in the running batch: one token per decode step
+    JUMPED = "jumped"  # a jump-forward appended tokens that need an extend step first
+    FINISHED = "finished"  # done: stop (EOS, stop id or string, constraint) or length
+    ABORTED = "aborted"  # aborted by the client, or failed (e.g. its constraint)
+
+
+_FINAL = {ReqStatus.FINISHED, ReqStatus.ABORTED}  # reachable from every other status
+# The one place where a sequence's status may change (`Req.set_status` checks it).
+ALLOWED_TRANSITIONS: dict[ReqStatus, set[ReqStatus]] = {
+    ReqStatus.WAITING: {ReqStatus.PREFILLING, ReqStatus.CHUNKED} | _FINAL,
+    ReqStatus.PREFILLING: {ReqStatus.DECODING, ReqStatus.JUMPED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.CHUNKED: {ReqStatus.PREFILLING, ReqStatus.CHUNKED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.DECODING: {ReqStatus.JUMPED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.JUMPED: {ReqStatus.PREFILLING, ReqStatus.CHUNKED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.FINISHED: set(),
+    ReqStatus.ABORTED: set(),
+}
 
 
 @dataclass
@@ -35,8 +62,9 @@ class Req:
     # Radix cache namespace (the request's cache salt): prefixes are shared only within it.
     cache_namespace: str | None = None
 
+    status: ReqStatus = ReqStatus.WAITING
     output_ids: list[int] = field(default_factory=list)
-    finish_reason: dict[str, Any] | None = None
+    finish_reason: dict[str, Any] | None = None  # set with FINISHED / ABORTED (`finish`)
     error: str | None = None
 
     # KV state (None / 0 while waiting).
@@ -46,7 +74,6 @@ class Req:
     kv_committed_len: int = 0
     # Tokens whose KV this request's next extend forward computes (a chunk of fill_ids).
     extend_input_len: int = 0
-    is_chunked: bool = False  # its prefill is not complete yet
 
     # Accounting.
     cached_tokens: int = 0  # prefix reused at first admission (what the user sees)
@@ -61,7 +88,6 @@ class Req:
     # is admitted, so the prompt is computed once.
     prefill_gate: Req | None = None
     prompt_published: bool = False  # its prompt is fully computed (and cached)
-    jumped: bool = False  # a jump-forward just appended tokens that need an extend
 
     # Logprobs, accumulated; the `sent` counters say what was reported.
     input_token_logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -89,9 +115,21 @@ class Req:
     def seqlen(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
 
+    def set_status(self, status: ReqStatus) -> None:
+        """Moves to `status`; a transition outside `ALLOWED_TRANSITIONS` is a scheduler bug."""
+        if status not in ALLOWED_TRANSITIONS[self.status]:
+            raise AssertionError(f"request {self.rid}: {self.status.value} -> {status.value}")
+        self.status = status
+
+    def finish(self, reason: dict[str, Any]) -> None:
+        """Ends generation with `reason` (SGLang's finish-reason dict): ABORTED for an
+        abort, FINISHED otherwise. Its KV is released by the scheduler's result processor."""
+        self.set_status(ReqStatus.ABORTED if reason["type"] == "abort" else ReqStatus.FINISHED)
+        self.finish_reason = reason
+
     @property
     def finished(self) -> bool:
-        return self.finish_reason is not None
+        return self.status is ReqStatus.FINISHED or self.status is ReqStatus.ABORTED
 
     @property
     def wants_input_logprobs(self) -> bool:

@@ -1,30 +1,40 @@
-"""`ResultProcessor`: what the scheduler does with a forward's logits.
+"""`ResultProcessor`: what the scheduler does with a forward's logits, and the outputs.
 
 Samples one token per request (constraint masks, min-token bans, seeded draws), appends it,
-checks finishing and constrained jump-forward, caches prompts after their prefill, releases
-finished requests' KV to the radix cache, and builds the `ReqOutput`s. The scheduler keeps
-the batches: it merges the requests that start decoding into its running batch and holds
-the requests a jump-forward extended (`take_jumped`) for an extend step.
+checks finishing (EOS, stop ids, stop strings, length, a complete constraint) and
+constrained jump-forward, caches prompts after their prefill, releases finished requests'
+KV to the radix cache, and builds the `ReqOutput`s. It returns what changed as a
+`StepResult` (outputs, the requests that start decoding, the requests that need an extend);
+the scheduler owns the batches and applies it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from radixgen.runtime.finish_checker import check_finished, fast_finish_check
+from radixgen.runtime.detokenizer import IncrementalDetokenizer
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.grammar_hook import GrammarHook
-from radixgen.runtime.io_struct import ReqOutput
+from radixgen.runtime.io_struct import ReqOutput, SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.logprobs import record_input_logprobs, record_output_logprobs
-from radixgen.runtime.req import Req
-from radixgen.runtime.req_output import make_req_output
+from radixgen.runtime.req import Req, ReqStatus
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo, set_min_token_bans
 from radixgen.runtime.schedule_batch import ScheduleBatch, last_token_rows
-from radixgen.runtime.scheduler_counters import SchedulerCounters
+
+
+@dataclass
+class StepResult:
+    """What processing one forward's results changed."""
+
+    outputs: list[ReqOutput] = field(default_factory=list)
+    to_decode: ScheduleBatch | None = None  # requests that start decoding (a batch to merge)
+    to_extend: list[Req] = field(default_factory=list)  # jump-forward appended: extend first
 
 
 class ResultProcessor:
@@ -33,8 +43,6 @@ class ResultProcessor:
     grammar: the constrained-decoding hook.
     sampler: the batched sampler.
     counters: generated and finished counts go here.
-    reqs_by_rid: the scheduler's request table (a request leaves it when its last sample
-        finishes); shared, not copied.
     vocab_size, context_length: of the model.
     device: where sampling runs.
     """
@@ -46,7 +54,6 @@ class ResultProcessor:
         grammar: GrammarHook,
         sampler: Sampler,
         counters: SchedulerCounters,
-        reqs_by_rid: dict[str, list[Req]],
         vocab_size: int,
         context_length: int,
         device: Any,
@@ -55,27 +62,14 @@ class ResultProcessor:
         self.grammar = grammar
         self.sampler = sampler
         self.counters = counters
-        self.reqs_by_rid = reqs_by_rid
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.device = device
-        self.jumped_reqs: list[Req] = []  # extended by a jump-forward, not taken yet
 
-    def take_jumped(self) -> list[Req]:
-        """The requests a jump-forward extended since the last call (they need an extend)."""
-        jumped, self.jumped_reqs = self.jumped_reqs, []
-        return jumped
-
-    def process_extend(
-        self, batch: ScheduleBatch, logits: torch.Tensor
-    ) -> tuple[list[ReqOutput], ScheduleBatch | None]:
+    def process_extend(self, batch: ScheduleBatch, logits: torch.Tensor) -> StepResult:
         """Commits an extend forward: chunked prompts are cached and wait for their next
-        chunk, finished prompts are cached and sample their first token.
-
-        Returns:
-            the outputs, and the requests that now decode (a batch to merge into the
-            running one), or None.
-        """
+        chunk, finished prompts are cached and sample their first token; the requests that
+        go on decoding are `to_decode`."""
         reqs = batch.reqs
         counts = [r.extend_input_len for r in reqs]
         prefix_lens = [r.kv_committed_len for r in reqs]
@@ -85,16 +79,16 @@ class ResultProcessor:
                 starts.append(starts[-1] + count)
             record_input_logprobs(reqs, logits, starts, prefix_lens)
             logits = logits[last_token_rows(counts, logits.device)]  # [batch, vocab]
-        outputs = []
+        result = StepResult()
         sample_rows = []
         for row, (req, count) in enumerate(zip(reqs, counts, strict=True)):
             req.kv_committed_len += count
-            if req.is_chunked:
+            if req.status is ReqStatus.CHUNKED:
                 self.kv.cache_unfinished(req)
             elif req.remaining_new_tokens <= 0:
                 # max_new_tokens=0: a prefill only (prompt logprobs, cache warm-up).
-                req.finish_reason = {"type": "length", "length": 0}
-                outputs.append(self.finish(req))
+                req.finish({"type": "length", "length": 0})
+                result.outputs.append(self.finish(req))
             else:
                 # Its prompt goes into the cache now, not at finish: requests deferred by
                 # in-batch prefix sharing and the samples of n > 1 wait for it.
@@ -102,36 +96,37 @@ class ResultProcessor:
                 req.prompt_published = True
                 sample_rows.append(row)
         if not sample_rows:
-            return outputs, None
+            return result
         sampled_reqs = [reqs[i] for i in sample_rows]
         info = SamplingBatchInfo.from_reqs(sampled_reqs, self.vocab_size, self.device)
         logits = logits[torch.tensor(sample_rows, device=logits.device)]
-        outputs += self.sample_and_advance(sampled_reqs, logits, info)
-        keep = [i for i, r in enumerate(sampled_reqs) if not r.finished and not r.jumped]
-        if not keep:
-            return outputs, None
-        decoding = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
-        decoding.filter(keep)
-        return outputs, decoding
+        decoded = self.sample_and_advance(sampled_reqs, logits, info)
+        result.outputs += decoded.outputs
+        result.to_extend = decoded.to_extend
+        keep = [i for i, r in enumerate(sampled_reqs) if r.status is ReqStatus.DECODING]
+        if keep:
+            result.to_decode = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
+            result.to_decode.filter(keep)
+        return result
 
-    def process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> list[ReqOutput]:
+    def process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> StepResult:
         """Commits a decode forward; finished and jumped requests leave `batch`."""
         for req in batch.reqs:
             req.kv_committed_len += 1
-        outputs = self.sample_and_advance(batch.reqs, logits, batch.sampling_info)
-        keep = [i for i, r in enumerate(batch.reqs) if not r.finished and not r.jumped]
+        result = self.sample_and_advance(batch.reqs, logits, batch.sampling_info)
+        keep = [i for i, r in enumerate(batch.reqs) if r.status is ReqStatus.DECODING]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
-        return outputs
+        return result
 
     def sample_and_advance(
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
-    ) -> list[ReqOutput]:
-        """Samples one token per request, appends it, checks finish; returns outputs."""
-        result = self.sample(reqs, logits, info, pending=0)
-        if result.logprobs is not None:
-            record_output_logprobs(reqs, result.logprobs, result.next_token_ids)
-        next_ids = result.next_token_ids.tolist()  # the step's one deliberate host sync
+    ) -> StepResult:
+        """Samples one token per request, appends it, checks finish."""
+        sampled = self.sample(reqs, logits, info, pending=0)
+        if sampled.logprobs is not None:
+            record_output_logprobs(reqs, sampled.logprobs, sampled.next_token_ids)
+        next_ids = sampled.next_token_ids.tolist()  # the step's one deliberate host sync
         return self.advance(reqs, next_ids, launched_next=())
 
     def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo, pending: int):
@@ -144,44 +139,151 @@ class ResultProcessor:
         else:
             steps = host_ints_to_device([len(r.output_ids) + pending for r in reqs], self.device)
         want_logprobs = any(r.return_logprob for r in reqs)
-        result = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
-        info.record_sampled(result.next_token_ids)
-        return result
+        sampled = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
+        info.record_sampled(sampled.next_token_ids)
+        return sampled
 
-    def advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> list[ReqOutput]:
-        """Appends each request's sampled token, checks finishing; returns outputs.
+    def advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> StepResult:
+        """Appends each request's sampled token and checks finishing. A request that goes on
+        sampling is DECODING afterwards, or JUMPED (in `to_extend`) after a jump-forward.
         `launched_next`: ids of the requests in a decode step launched after this one
         (overlap), whose row of it is wasted when they finish here."""
         self.counters.generated_tokens += len(next_ids)
-        outputs = []
+        result = StepResult()
+        outputs = result.outputs
         context_length = self.context_length
         for req, token_id in zip(reqs, next_ids, strict=True):
             req.output_ids.append(token_id)
-            req.jumped = False
             if req.grammar is None and fast_finish_check(req, token_id, context_length):
                 # No constraint, stop string or min_new_tokens: the common decode path.
+                if req.status is not ReqStatus.DECODING:
+                    req.set_status(ReqStatus.DECODING)  # its first token, after the prefill
                 outputs.append(make_req_output(req))
                 continue
             self.grammar.accept(req, token_id)
             check_finished(req, [token_id], context_length)
             if not req.finished and self.grammar.is_terminated(req):
-                req.finish_reason = {"type": "stop", "matched": None}  # the constraint is done
+                req.finish({"type": "stop", "matched": None})  # the constraint is done
             if not req.finished and self.grammar.try_jump_forward(req, context_length):
-                self.jumped_reqs.append(req)
+                result.to_extend.append(req)  # JUMPED now
+            elif not req.finished and req.status is not ReqStatus.DECODING:
+                req.set_status(ReqStatus.DECODING)
             if req.finished and launched_next and id(req) in launched_next:
-                # Its row in the step launched after this one is wasted: free that KV slot.
-                row_slots = self.kv.req_to_token_pool.req_to_token[req.req_pool_idx]
-                self.kv.slot_allocator.free(
-                    row_slots[req.kv_committed_len : req.kv_committed_len + 1]
-                )
+                self.kv.free_pending_slot(req)  # its row in the step launched after this one
             outputs.append(self.finish(req) if req.finished else make_req_output(req))
-        return outputs
+        return result
 
     def finish(self, req: Req) -> ReqOutput:
         """Releases a finished request's KV to the cache and builds its last output."""
         self.kv.release(req)
-        siblings = self.reqs_by_rid.get(req.rid, [])
-        if all(s.finished for s in siblings):
-            self.reqs_by_rid.pop(req.rid, None)
         self.counters.finished_reqs += 1
         return make_req_output(req)
+
+
+# ---- finishing -------------------------------------------------------------------------------
+
+
+def make_stop_checker(req: Req, tokenizer: Any) -> IncrementalDetokenizer | None:
+    """A detokenizer following req's output, only if req has stop strings."""
+    stops = req.sampling_params.stop_strings
+    if not stops or tokenizer is None:
+        return None
+    checker = IncrementalDetokenizer(
+        tokenizer,
+        req.origin_input_ids,
+        skip_special_tokens=req.sampling_params.skip_special_tokens,
+        stop_strings=stops,
+    )
+    # A resumed (retracted) request already has output: replay it.
+    if req.output_ids:
+        checker.add_tokens(req.output_ids)
+    return checker
+
+
+def check_finished(req: Req, new_token_ids: list[int], context_length: int) -> None:
+    """Finishes `req` if the tokens just appended (already in `req.output_ids`) end it:
+    EOS, a stop token id, a stop string, or its token limit."""
+    params = req.sampling_params
+    num_output = len(req.output_ids)
+    if num_output >= params.min_new_tokens:
+        stop_ids = params.stop_token_ids or ()
+        for token in new_token_ids:
+            if token in stop_ids or (not params.ignore_eos and token in req.eos_token_ids):
+                req.finish({"type": "stop", "matched": token})
+                return
+    if req.stop_checker is not None:
+        req.stop_checker.add_tokens(new_token_ids)
+        if num_output >= params.min_new_tokens and req.stop_checker.matched_stop is not None:
+            req.finish({"type": "stop", "matched": req.stop_checker.matched_stop})
+            return
+    if num_output >= params.max_new_tokens:
+        req.finish({"type": "length", "length": params.max_new_tokens})
+    elif req.seqlen >= context_length:
+        req.finish({"type": "length", "length": num_output})
+
+
+def fast_finish_check(req: Req, token_id: int, context_length: int) -> bool:
+    """True when `token_id` (just appended) certainly does not end req, decided cheaply.
+
+    Covers requests without stop strings and past min_new_tokens whose token is no EOS or
+    stop id and that are below both length limits; anything else returns False and goes
+    through `check_finished`. Called once per request per decode step.
+    """
+    params = req.sampling_params
+    if req.stop_checker is not None or params.stop_token_ids:
+        return False
+    if not params.ignore_eos and token_id in req.eos_token_ids:
+        return False
+    num_output = len(req.output_ids)
+    return (
+        num_output < params.max_new_tokens
+        and num_output >= params.min_new_tokens
+        and len(req.origin_input_ids) + num_output < context_length
+    )
+
+
+# ---- outputs -----------------------------------------------------------------------------
+
+
+def make_req_output(req: Req) -> ReqOutput:
+    """Builds req's output with the tokens (and logprobs) not reported yet, and marks them
+    reported."""
+    sent = req.num_sent_tokens
+    output = ReqOutput(
+        rid=req.rid,
+        index=req.index,
+        new_token_ids=req.output_ids[sent:],
+        finished=req.finished,
+        finish_reason=req.finish_reason,
+        prompt_tokens=len(req.origin_input_ids),
+        completion_tokens=len(req.output_ids),
+        cached_tokens=req.cached_tokens,
+        error=req.error,
+    )
+    if req.return_logprob:
+        output.output_token_logprobs = req.output_token_logprobs[sent:]
+        if req.top_logprobs_num:
+            output.output_top_logprobs = req.output_top_logprobs[sent:]
+        if req.logprob_start_len is not None and req.input_logprobs_done:
+            if not req.input_logprobs_sent:
+                output.input_token_logprobs = req.input_token_logprobs
+                output.input_top_logprobs = req.input_top_logprobs
+                req.input_logprobs_sent = True
+    req.num_sent_tokens = len(req.output_ids)
+    return output
+
+
+def error_outputs(request: GenerateReq, message: str) -> list[ReqOutput]:
+    """The one output per sample of a request the scheduler refuses or fails."""
+    return [
+        ReqOutput(
+            rid=request.rid,
+            index=index,
+            new_token_ids=[],
+            finished=True,
+            finish_reason={"type": "abort", "message": message},
+            prompt_tokens=len(request.input_ids),
+            error=message,
+        )
+        for index in range(request.sampling_params.n)
+    ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.vocab_mask import apply_token_bitmask_
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
 _MASK32 = 0xFFFFFFFF
@@ -131,9 +132,7 @@ class Sampler:
         # The model's logits are not ours to change in place: copy only when we must.
         processed = logits.clone() if modifies else logits
         if info.vocab_bitmask is not None:
-            # The constrained backend's op: torch on CPU, a Triton kernel on CUDA.
-            from radixgen.constrained.bitmask import apply_token_bitmask_
-
+            # The one mask function: a Triton kernel on CUDA, torch elsewhere.
             apply_token_bitmask_(processed, info.vocab_bitmask, info.vocab_bitmask_rows)
         if info.banned_rows is not None:
             processed[info.banned_rows, info.banned_token_ids] = float("-inf")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from radixgen.runtime.sampling_params import GREEDY_TEMPERATURE_EPS
+from radixgen.runtime.request_schema import GREEDY_TEMPERATURE_EPS
 
 if TYPE_CHECKING:
     from radixgen.runtime.req import Req

@@ -44,7 +44,7 @@ class ServerArgs:
     max_queued_requests: int = 4096
     # A waiting request whose next uncached tokens (at least this many) are computed by a
     # request already in the extend batch waits for the next batch, to find them in the
-    # cache (runtime/in_batch_prefix.py). 0: off.
+    # cache (InBatchPrefixIndex, runtime/batch_builder.py). 0: off.
     in_batch_prefix_min_tokens: int = 32
     disable_radix_cache: bool = False
     enable_mixed_chunk: bool = False  # running requests decode inside extend forwards
@@ -64,12 +64,21 @@ class ServerArgs:
     # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
     # are not merged into decode steps) and it starts only once a background automaton is built.
     enable_jump_forward: bool = False
+    # Compiled constraint indexes are also stored in this folder and reused across restarts
+    # (constrained/compile_cache.py, DiskCache). None: in memory only.
+    constrained_cache_dir: str | None = None
 
     # Server
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
     log_level: str = "info"
+    # Request bodies above this many bytes get HTTP 413 before they are parsed.
+    max_request_bytes: int = 8 * 1024 * 1024
+    # On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are aborted.
+    shutdown_timeout: float = 30.0
+    # Seconds a connection gets to send a complete request head (slowloris guard).
+    header_read_timeout: float = 10.0
 
     def __post_init__(self):
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
@@ -84,6 +93,11 @@ class ServerArgs:
             raise ValueError(
                 f"in_batch_prefix_min_tokens must be >= 0, got {self.in_batch_prefix_min_tokens}"
             )
+        if self.max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes must be >= 1, got {self.max_request_bytes}")
+        for name in ("shutdown_timeout", "header_read_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
         choices = {

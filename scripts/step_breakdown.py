@@ -59,8 +59,12 @@ def main() -> None:
 
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     current: dict[str, float] = {}
-    runner, sampler, step, loop = scheduler.runner, scheduler.sampler, scheduler.step, engine._loop
-    runner_forward, loop_dispatch = runner.forward, loop._dispatch
+    runner, sampler, step = scheduler.runner, scheduler.sampler, scheduler.step
+    # The loop's output hand-off: the in-process transport's deliver(); an older engine
+    # (perf_base.tar in scripts/h200.sh) has SchedulerThread._dispatch instead.
+    transport = getattr(engine, "_transport", None) or engine._loop
+    deliver_name = "deliver" if hasattr(transport, "deliver") else "_dispatch"
+    runner_forward, transport_deliver = runner.forward, getattr(transport, deliver_name)
 
     def timed_forward(forward_batch):
         start = time.perf_counter()
@@ -100,14 +104,15 @@ def main() -> None:
             row["host"] += elapsed - current["forward"] - current["sample+wait"]
         return outputs
 
-    def timed_dispatch(outputs):
+    def timed_deliver(outputs):
         start = time.perf_counter()
-        loop_dispatch(outputs)
+        gone = transport_deliver(outputs)
         totals["(between steps)"]["dispatch"] += time.perf_counter() - start
+        return gone
 
     runner.forward, scheduler.step = timed_forward, timed_step
     scheduler.results.sampler = timed_sampler  # the sampler is called from ResultProcessor
-    loop._dispatch = timed_dispatch
+    setattr(transport, deliver_name, timed_deliver)
     start = time.perf_counter()
     engine.generate(input_ids=prompts, sampling_params=params)
     wall_s = time.perf_counter() - start

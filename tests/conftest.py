@@ -59,3 +59,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def greedy_output_ids():
+    """`(prompts, max_new_tokens, **server_args) -> output ids`: greedy continuations of
+    token-id prompts through a real `Engine` (scheduler, radix cache, sampler), ignoring EOS."""
+    return _greedy_output_ids
+
+
+def _greedy_output_ids(
+    prompts: list[list[int]], max_new_tokens: int, **server_args
+) -> list[list[int]]:
+    from radixgen.runtime.engine import Engine
+
+    with Engine(**server_args) as engine:
+        outputs = engine.generate(
+            input_ids=prompts,
+            sampling_params={
+                "max_new_tokens": max_new_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        )
+    return [output["output_ids"] for output in outputs]

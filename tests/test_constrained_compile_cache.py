@@ -16,9 +16,9 @@ from radixgen.constrained import (
     GrammarBackend,
     RegexError,
     allocate_token_bitmask,
-    apply_token_bitmask_,
 )
 from radixgen.constrained.compile_cache import CompileCache
+from radixgen.kernels.vocab_mask import apply_token_bitmask_
 
 TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
 

@@ -148,15 +148,16 @@ def test_overlap_with_early_stops_equals_plain_decoding(tiny_model_path, referen
 
 def test_integrity_check_mid_run_under_overlap(tiny_model_path):
     """check_integrity() between overlapped steps processes the step in flight first."""
-    from radixgen.runtime.io_struct import TokenizedGenerateReq
-    from radixgen.runtime.sampling_params import SamplingParams
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
     from radixgen.runtime.scheduler import Scheduler
     from radixgen.runtime.server_args import ServerArgs
 
     args = ServerArgs(model_path=tiny_model_path, dtype="float32", enable_overlap_schedule=True)
     scheduler = Scheduler(args)
     params = SamplingParams.from_dict({"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
-    scheduler.add_request(TokenizedGenerateReq("a", list(range(10, 30)), params))
+    scheduler.add_request(
+        GenerateReq(rid="a", input_ids=list(range(10, 30)), sampling_params=params)
+    )
     scheduler.step()  # prefill
     scheduler.step()  # first overlapped decode: launched, not processed
     assert scheduler.inflight is not None

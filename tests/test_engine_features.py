@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+import radixgen.runtime.scheduler as scheduler_module
 from radixgen.runtime.engine import Engine
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
@@ -194,7 +195,12 @@ def test_streaming_and_abort_free_the_kv(engine):
     "params, error, match",
     [
         ({"temprature": 0.5}, TypeError, "temprature"),
-        ({"top_p": 0.0}, ValueError, "top_p"),
+        ({"top_p": 0.0}, ValueError, r"top_p must be > 0 \(use temperature=0 for greedy\)"),
+        ({"seed": 2**63}, ValueError, "seed must be in"),
+        ({"seed": 2**63 - 2, "n": 4}, ValueError, r"seed \+ n - 1 must be < 2\*\*63"),
+        ({"temperature": float("inf")}, ValueError, "temperature must be a finite number"),
+        ({"n": 10**7}, ValueError, r"n must be in \[1, 128\]"),
+        ({"stop": ["x"] * 65}, ValueError, "stop holds at most 64"),
         ({"top_k": -5}, ValueError, "top_k"),
         ({"max_new_tokens": -1}, ValueError, "max_new_tokens"),
         ({"min_new_tokens": 9, "max_new_tokens": 2}, ValueError, "min_new_tokens"),
@@ -222,6 +228,12 @@ def test_bad_arguments_raise(engine):
         engine.generate("")
     with pytest.raises(ValueError, match="logprob_start_len"):
         engine.generate("hi", return_logprob=True, logprob_start_len=99)
+    with pytest.raises(ValueError, match=r"input_ids must be ints in \[0, 32000\)"):
+        engine.generate(input_ids=[[False]])  # a bool is not token 0
+    with pytest.raises(TypeError, match="stream must be a bool"):
+        engine.generate("hi", stream="yes")
+    with pytest.raises(ValueError, match=r"top_logprobs_num must be in \[0, 32\]"):
+        engine.generate("hi", return_logprob=True, top_logprobs_num=33)
     with pytest.raises(TypeError, match="unknown server option"):
         Engine(model_path="tiny", not_an_option=1)
     engine.check_integrity()  # nothing was half-admitted
@@ -262,6 +274,15 @@ def test_constrained_outputs_follow_the_constraint(engine):
     with pytest.raises(ValueError, match="invalid constraint"):
         engine.generate("x", {"max_new_tokens": 3, "regex": "("})
     engine.check_integrity()
+
+
+def test_constrained_cache_dir_keeps_compiled_indexes(tiny_model_path, tmp_path):
+    with Engine(
+        model_path=tiny_model_path, dtype="float32", constrained_cache_dir=str(tmp_path)
+    ) as engine:
+        out = engine.generate("Code:", {"max_new_tokens": 6, "temperature": 0, "regex": "[0-9]{3}"})
+    assert len(out["text"]) == 3 and out["text"].isdigit()
+    assert len(list(tmp_path.glob("*.pkl"))) == 1  # reused by the next server start
 
 
 def test_concurrent_callers_batch_together(engine):
@@ -313,3 +334,38 @@ def test_jump_forward_appends_forced_text_when_enabled(tiny_model_path):
         engine.check_integrity()
     finally:
         engine.shutdown()
+
+
+def test_a_failing_step_reaches_every_waiter_instead_of_hanging(tiny_model_path, monkeypatch):
+    # A device fault cannot be produced on demand: inject one into the real loop.
+    engine = Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=512)
+
+    def device_fault():
+        raise RuntimeError("injected device fault")
+
+    monkeypatch.setattr(engine._scheduler, "step", device_fault)
+    with pytest.raises(RuntimeError, match="injected device fault"):
+        engine.generate("hi", {**GREEDY, "max_new_tokens": 4})
+    with pytest.raises(RuntimeError, match="the engine's scheduler failed"):
+        engine.get_stats()
+    with pytest.raises(RuntimeError, match="the engine's scheduler failed"):
+        engine.generate("again", {**GREEDY, "max_new_tokens": 4})
+    engine.shutdown()
+
+
+def test_a_request_the_scheduler_cannot_admit_fails_alone(engine, monkeypatch):
+    # Fault injection: building this request's scheduler state raises (as a bug would).
+    # That request gets an error; the scheduler loop, and the requests beside it, go on.
+    real = scheduler_module.make_stop_checker
+
+    def failing_for_boom(req, tokenizer):
+        if "BOOM" in (req.sampling_params.stop_strings or []):
+            raise RuntimeError("injected fault")
+        return real(req, tokenizer)
+
+    monkeypatch.setattr(scheduler_module, "make_stop_checker", failing_for_boom)
+    with pytest.raises(ValueError, match="could not admit this request.*injected fault"):
+        engine.generate("def f(", {**GREEDY, "max_new_tokens": 4, "stop": ["BOOM"]})
+    ok = engine.generate("def f(", {**GREEDY, "max_new_tokens": 4, "stop": ["zzz"]})
+    assert ok["meta_info"]["completion_tokens"] == 4
+    engine.check_integrity()

@@ -9,12 +9,11 @@ import pytest
 
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
+from radixgen.runtime.batch_builder import InBatchPrefixIndex
 from radixgen.runtime.engine import Engine
-from radixgen.runtime.in_batch_prefix import InBatchPrefixIndex
-from radixgen.runtime.io_struct import TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import GenerateReq, SamplingParams
 from radixgen.runtime.scheduler import Scheduler
 from radixgen.runtime.server_args import ServerArgs
 
@@ -64,11 +63,11 @@ def test_prompt_is_cached_right_after_its_prefill(tiny_model_path):
     scheduler = Scheduler(args)
     prompt = list(range(40, 90))
     params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
-    scheduler.add_request(TokenizedGenerateReq("first", prompt, params))
+    scheduler.add_request(GenerateReq(rid="first", input_ids=prompt, sampling_params=params))
     scheduler.step()  # the prefill; the request now decodes
     assert scheduler.kv.tree.total_size() == len(prompt)
     # A request arriving now reuses the prompt although the first has not finished.
-    scheduler.add_request(TokenizedGenerateReq("second", prompt + [7], params))
+    scheduler.add_request(GenerateReq(rid="second", input_ids=prompt + [7], sampling_params=params))
     outputs = []
     while scheduler.has_work():
         outputs += scheduler.step()

@@ -7,10 +7,15 @@ import torch
 
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
-from radixgen.runtime.io_struct import TokenizedGenerateReq
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.req import Req
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.req import Req, ReqStatus
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    ModelLimits,
+    RequestFieldError,
+    SamplingParams,
+    validate_request,
+)
 from radixgen.runtime.schedule_policy import SchedulePolicy
 from radixgen.runtime.scheduler import Scheduler
 from radixgen.runtime.server_args import ServerArgs
@@ -91,7 +96,7 @@ def greedy(max_new_tokens: int = 4) -> SamplingParams:
 
 
 def test_outputs_stream_every_step_and_finish_once(scheduler):
-    scheduler.add_request(TokenizedGenerateReq("s1", [5, 6, 7], greedy(4)))
+    scheduler.add_request(GenerateReq(rid="s1", input_ids=[5, 6, 7], sampling_params=greedy(4)))
     outputs = drain(scheduler)
     assert [len(o.new_token_ids) for o in outputs] == [1, 1, 1, 1]
     assert [o.finished for o in outputs] == [False, False, False, True]
@@ -99,23 +104,33 @@ def test_outputs_stream_every_step_and_finish_once(scheduler):
     scheduler.check_integrity()
 
 
-def test_bad_requests_get_error_outputs_not_exceptions(scheduler):
-    scheduler.add_request(TokenizedGenerateReq("bad1", [], greedy()))
-    scheduler.add_request(TokenizedGenerateReq("bad2", [1], greedy(10**5)))
-    scheduler.add_request(TokenizedGenerateReq("bad3", [1], SamplingParams(top_p=7.0)))
-    outputs = {o.rid: o for o in drain(scheduler)}
-    assert "input_ids" in outputs["bad1"].error
-    assert "max_new_tokens" in outputs["bad2"].error
-    assert "top_p" in outputs["bad3"].error
-    assert all(o.finished and o.finish_reason["type"] == "abort" for o in outputs.values())
+def test_bad_requests_are_refused_at_the_boundary_naming_the_field(scheduler):
+    # The scheduler trusts the type: front ends validate with the model's limits first.
+    limits = ModelLimits(
+        vocab_size=scheduler.vocab_size,
+        context_length=scheduler.context_length,
+        kv_capacity=scheduler.kv.capacity,
+    )
+    bad = {
+        "input_ids": GenerateReq(rid="bad1", input_ids=[], sampling_params=greedy()),
+        "max_new_tokens": GenerateReq(rid="bad2", input_ids=[1], sampling_params=greedy(10**5)),
+        "top_p": GenerateReq(rid="bad3", input_ids=[1], sampling_params=SamplingParams(top_p=7.0)),
+    }
+    for field_name, request in bad.items():
+        with pytest.raises(RequestFieldError, match=field_name) as caught:
+            validate_request(request, limits)
+        assert caught.value.field == field_name
+    assert not scheduler.has_work()
 
 
 def test_queue_limit_and_duplicate_ids(scheduler):
     for i in range(3):
-        scheduler.add_request(TokenizedGenerateReq(f"q{i}", [3, 4, 5], greedy(2)))
-    scheduler.add_request(TokenizedGenerateReq("q0", [3], greedy(2)))
-    scheduler.add_request(TokenizedGenerateReq("q3", [3, 4], greedy(2)))
-    scheduler.add_request(TokenizedGenerateReq("q-over", [3], greedy(2)))
+        scheduler.add_request(
+            GenerateReq(rid=f"q{i}", input_ids=[3, 4, 5], sampling_params=greedy(2))
+        )
+    scheduler.add_request(GenerateReq(rid="q0", input_ids=[3], sampling_params=greedy(2)))
+    scheduler.add_request(GenerateReq(rid="q3", input_ids=[3, 4], sampling_params=greedy(2)))
+    scheduler.add_request(GenerateReq(rid="q-over", input_ids=[3], sampling_params=greedy(2)))
     outputs = drain(scheduler)
     errors = {o.rid: o.error for o in outputs if o.error}
     assert "queue is full" in errors["q-over"]
@@ -125,11 +140,13 @@ def test_queue_limit_and_duplicate_ids(scheduler):
 
 
 def test_abort_waiting_and_running_requests_frees_kv(scheduler):
-    scheduler.add_request(TokenizedGenerateReq("run", list(range(10, 40)), greedy(50)))
+    scheduler.add_request(
+        GenerateReq(rid="run", input_ids=list(range(10, 40)), sampling_params=greedy(50))
+    )
     scheduler.step()  # prefill: now running
     scheduler.step()
-    scheduler.add_request(TokenizedGenerateReq("wait", [1, 2, 3], greedy(5)))
-    assert not scheduler.flush_cache()  # refused while busy
+    scheduler.add_request(GenerateReq(rid="wait", input_ids=[1, 2, 3], sampling_params=greedy(5)))
+    assert not scheduler.flush_cache().success  # refused while busy
     scheduler.abort_request("run")
     scheduler.abort_request("wait")
     outputs = drain(scheduler)
@@ -142,7 +159,7 @@ def test_abort_waiting_and_running_requests_frees_kv(scheduler):
     stats = scheduler.get_stats()
     assert stats.num_running_reqs == stats.num_queued_reqs == 0
     assert stats.kv_free_slots + stats.kv_cached_slots == stats.kv_total_slots
-    assert scheduler.flush_cache()
+    assert scheduler.flush_cache().success
     assert scheduler.get_stats().kv_free_slots == stats.kv_total_slots
 
 
@@ -153,3 +170,23 @@ def test_integrity_check_detects_a_leak(scheduler):
     scheduler.kv.slot_allocator.free(slots)
     scheduler.check_integrity()
     assert isinstance(slots, torch.Tensor)
+
+
+def test_request_status_follows_its_life_and_refuses_illegal_moves(scheduler):
+    scheduler.add_request(GenerateReq(rid="life", input_ids=[7, 8, 9], sampling_params=greedy(3)))
+    scheduler.add_request(GenerateReq(rid="gone", input_ids=[7, 8], sampling_params=greedy(50)))
+    life, gone = scheduler.reqs_by_rid["life"][0], scheduler.reqs_by_rid["gone"][0]
+    assert life.status is gone.status is ReqStatus.WAITING
+    scheduler.step()  # one extend batch: both prefill and sample their first token
+    assert life.status is gone.status is ReqStatus.DECODING
+    scheduler.abort_request("gone")
+    assert gone.status is ReqStatus.ABORTED
+    drain(scheduler)
+    assert life.status is ReqStatus.FINISHED and life.finish_reason["type"] == "length"
+    assert "life" not in scheduler.reqs_by_rid and "gone" not in scheduler.reqs_by_rid
+    with pytest.raises(AssertionError, match="finished -> decoding"):
+        life.set_status(ReqStatus.DECODING)
+    waiting = make_req("w", [1])
+    with pytest.raises(AssertionError, match="waiting -> jumped"):
+        waiting.set_status(ReqStatus.JUMPED)
+    scheduler.check_integrity()

@@ -21,7 +21,7 @@ from radixgen.runtime.bench.model_configs import PRESETS
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.simple_generate import generate
+from radixgen.runtime.tiny_model import resolve_model_path
 
 pytestmark = [
     pytest.mark.gpu,
@@ -94,7 +94,7 @@ def _hf_logits(model, token_ids: list[int]) -> torch.Tensor:  # [len, vocab] flo
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_bf16_greedy_matches_transformers(hf_checkpoint, backend):
+def test_bf16_greedy_matches_transformers(hf_checkpoint, backend, greedy_output_ids):
     """radixgen's free-running greedy tokens are transformers' greedy choices.
 
     bf16 logits carry ~1% noise (transformers' own bf16 logits differ from its fp32 ones by
@@ -106,18 +106,22 @@ def test_bf16_greedy_matches_transformers(hf_checkpoint, backend):
     """
     near_tie, min_exact = 0.1, 0.9
     hf_model, folder = hf_checkpoint
-    runner = ModelRunner(
-        ServerArgs(
-            model_path=str(folder),
-            dtype="bfloat16",
-            attention_backend=backend,
-            max_total_tokens=8192,
-        )
+    server_args = dict(
+        model_path=str(folder),
+        dtype="bfloat16",
+        attention_backend=backend,
+        max_total_tokens=8192,
     )
+    runner = ModelRunner(ServerArgs(**server_args))
     assert runner.device.type == "cuda" and runner.attn_backend_name == backend
+    del runner
+    _release_gpu_memory()
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 2048, (n,), generator=generator).tolist() for n in (7, 33, 120)]
-    ours = generate(runner, prompts, max_new_tokens=GREEDY_STEPS, stop_token_ids=[])
+    # Through the Engine (scheduler, CUDA graphs, overlap); the folder has no tokenizer.
+    ours = greedy_output_ids(
+        prompts, GREEDY_STEPS, tokenizer_path=resolve_model_path("tiny"), **server_args
+    )
     exact = 0
     for prompt, tokens in zip(prompts, ours, strict=True):
         assert len(tokens) == GREEDY_STEPS
@@ -189,11 +193,12 @@ def test_dummy_llama_31_8b_loads_and_runs(tmp_path):
     torch.cuda.empty_cache()
 
 
-def test_tiny_runs_with_default_args():
+def test_tiny_runs_with_default_args(greedy_output_ids):
     _release_gpu_memory()
     runner = ModelRunner(ServerArgs())
     assert runner.device.type == "cuda" and runner.dtype == torch.bfloat16
-    outputs = generate(runner, [[1, 2, 3], [4, 5, 6, 7, 8]], max_new_tokens=16, stop_token_ids=[])
-    assert [len(o) for o in outputs] == [16, 16]
     del runner
+    _release_gpu_memory()
+    outputs = greedy_output_ids([[1, 2, 3], [4, 5, 6, 7, 8]], 16)  # the Engine, default args
+    assert [len(o) for o in outputs] == [16, 16]
     torch.cuda.empty_cache()

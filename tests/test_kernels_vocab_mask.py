@@ -1,4 +1,6 @@
-"""apply_token_bitmask_ (Triton) against apply_token_bitmask_ref_, on the interpreter and CUDA."""
+"""apply_token_bitmask_ (Triton) against apply_token_bitmask_ref_, on the interpreter and CUDA.
+
+`use_triton=True` forces the kernel on CPU (the dispatcher picks torch there)."""
 
 
 # TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
@@ -26,7 +28,7 @@ def test_apply_token_bitmask_matches_reference(vocab_size, num_words, dtype, row
     rows_tensor = None if rows is None else torch.tensor(rows, dtype=torch.int64)
     expected = logits.clone()
     apply_token_bitmask_ref_(expected, bitmask, rows_tensor)
-    apply_token_bitmask_(logits, bitmask, rows_tensor)
+    apply_token_bitmask_(logits, bitmask, rows_tensor, use_triton=True)
     assert torch.equal(logits, expected)
 
 
@@ -37,15 +39,26 @@ def test_apply_token_bitmask_bit_order():
     bitmask[1, 0] = 1 << 5
     bitmask[1, 1] = -(2**31)  # bit 31 of word 1: token 63
     bitmask[1, 2] = 1 << 3  # token 67
-    apply_token_bitmask_(logits, bitmask, torch.tensor([1], dtype=torch.int32))
+    apply_token_bitmask_(logits, bitmask, torch.tensor([1], dtype=torch.int32), use_triton=True)
     assert torch.equal(logits[0], torch.zeros(70))
     assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [5, 63, 67]
 
 
 def test_apply_token_bitmask_short_mask_disallows_uncovered_tokens():
     logits = torch.zeros(1, 40)
-    apply_token_bitmask_(logits, torch.full((1, 1), -1, dtype=torch.int32))
+    apply_token_bitmask_(logits, torch.full((1, 1), -1, dtype=torch.int32), use_triton=True)
     assert torch.isfinite(logits[0, :32]).all() and torch.isinf(logits[0, 32:]).all()
+
+
+def test_dispatcher_runs_torch_off_cuda_with_the_same_result():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 100, generator=gen)
+    bitmask = random_bitmask(3, 4, gen)
+    rows = torch.tensor([0, 2])
+    by_kernel, by_dispatch = logits.clone(), logits.clone()
+    apply_token_bitmask_(by_kernel, bitmask, rows, use_triton=True)
+    apply_token_bitmask_(by_dispatch, bitmask, rows)
+    assert torch.equal(by_kernel, by_dispatch)
 
 
 def test_apply_token_bitmask_rejects_bad_inputs():
@@ -67,5 +80,5 @@ def test_apply_token_bitmask_cuda_bf16():
     rows = torch.arange(0, 64, 3, device="cuda")
     expected = logits.clone()
     apply_token_bitmask_ref_(expected, bitmask, rows)
-    apply_token_bitmask_(logits, bitmask, rows)
+    apply_token_bitmask_(logits, bitmask, rows)  # on CUDA the dispatcher runs the kernel
     assert torch.equal(logits, expected)

@@ -13,11 +13,12 @@ import pydantic
 import pytest
 
 import radixgen as rg
+from radixgen.backends.generate_payload import request_options
 from radixgen.chat_template import derive_chat_template, jinja_renderer
 from radixgen.context import BackendContext
-from radixgen.gen_params import GenParams
 from radixgen.ir import Gen, RoleBegin, RoleEnd, Select, Text, flatten
 from radixgen.prefix_trace import common_prefix, trace_prefix
+from radixgen.runtime.request_schema import build_request
 from radixgen.runtime.tiny_model import CHAT_TEMPLATE
 from radixgen.text_stream import TextStream
 from radixgen.transcript import Transcript
@@ -50,7 +51,7 @@ def test_expressions_concatenate_and_flatten_in_order():
     steps = flatten(expr)
     assert [type(step) for step in steps] == [Text, Gen, Text, RoleBegin, Text, Select, RoleEnd]
     assert steps[0] == Text("Q: ") and steps[4] == Text("hi ")
-    assert steps[1].params.max_new_tokens == 3
+    assert steps[1].options == {"max_new_tokens": 3}
 
 
 def test_expression_used_as_a_value_is_a_clear_error():
@@ -84,11 +85,13 @@ def test_gen_arguments_are_checked_by_name():
 
 
 def test_json_schema_accepts_pydantic_dict_and_string():
-    from_model = json.loads(rg.gen("x", json_schema=Answer).params.json_schema)
+    from_model = json.loads(rg.gen("x", json_schema=Answer).options["json_schema"])
     assert from_model["properties"]["age"]["type"] == "integer"
     as_dict = {"type": "object", "properties": {"a": {"type": "string"}}}
-    assert json.loads(rg.gen("x", json_schema=as_dict).params.json_schema) == as_dict
-    assert json.loads(rg.gen("x", json_schema=json.dumps(as_dict)).params.json_schema) == as_dict
+    assert json.loads(rg.gen("x", json_schema=as_dict).options["json_schema"]) == as_dict
+    assert (
+        json.loads(rg.gen("x", json_schema=json.dumps(as_dict)).options["json_schema"]) == as_dict
+    )
 
 
 def test_select_rejects_empty_and_bad_choices():
@@ -103,11 +106,23 @@ def test_select_rejects_empty_and_bad_choices():
     )
 
 
-def test_gen_params_merge_and_sampling_dict():
-    own = GenParams.build(max_new_tokens=5, stop="\n")
-    merged = own.merged_over(GenParams.build(max_new_tokens=50, temperature=0.0))
-    assert merged.max_new_tokens == 5 and merged.temperature == 0.0
-    assert merged.sampling_dict() == {"max_new_tokens": 5, "temperature": 0.0, "stop": ["\n"]}
+def test_gen_options_merge_over_run_defaults_into_one_request():
+    own = rg.gen("x", max_tokens=5, stop="\n").options
+    run_defaults = {"max_new_tokens": 50, "temperature": 0.0}
+    request = build_request({**run_defaults, **own}, text="Q: ")
+    params = request.sampling_params
+    assert params.max_new_tokens == 5 and params.temperature == 0.0 and params.stop == ["\n"]
+    assert request_options(request) == {
+        "sampling_params": {"max_new_tokens": 5, "temperature": 0.0, "stop": ["\n"]}
+    }
+
+
+def test_top_p_zero_is_refused_by_the_dsl_as_by_the_runtime():
+    # One rule everywhere (SGLang's and vLLM's): greedy is temperature=0, not top_p=0.
+    with pytest.raises(ValueError, match=r"top_p must be > 0 \(use temperature=0 for greedy\)"):
+        rg.gen("x", top_p=0.0)
+    with pytest.raises(ValueError, match=r"top_p must be > 0 \(use temperature=0 for greedy\)"):
+        build_request({"top_p": 0.0}, text="hi")
 
 
 # ---- chat templates ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from radixgen.runtime.loader import random_checkpoint_tensors, weight_files
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.simple_generate import generate
+from radixgen.runtime.tiny_model import resolve_model_path
 
 SMALL_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -44,8 +44,18 @@ def _runner(path, **kwargs) -> ModelRunner:
     )
 
 
-def _greedy(runner: ModelRunner) -> list[int]:
-    return generate(runner, [[5, 6, 7, 8]], max_new_tokens=6, stop_token_ids=[])[0]
+def _greedy(greedy_output_ids, path, **kwargs) -> list[int]:
+    """Six greedy tokens through the Engine; the tiny tokenizer serves every test model."""
+    tokenizer_path = resolve_model_path("tiny")
+    return greedy_output_ids(
+        [[5, 6, 7, 8]],
+        6,
+        model_path=str(path),
+        device="cpu",
+        max_total_tokens=256,
+        tokenizer_path=tokenizer_path,
+        **kwargs,
+    )[0]
 
 
 @pytest.fixture()
@@ -69,12 +79,14 @@ def sharded_tiny(tmp_path, tiny_model_path) -> Path:
     return folder
 
 
-def test_sharded_checkpoint_loads_like_the_single_file(sharded_tiny, tiny_model_path):
+def test_sharded_checkpoint_loads_like_the_single_file(
+    sharded_tiny, tiny_model_path, greedy_output_ids
+):
     assert [p.name for p in weight_files(sharded_tiny)] == [
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
     ]
-    assert _greedy(_runner(sharded_tiny)) == _greedy(_runner(tiny_model_path))
+    assert _greedy(greedy_output_ids, sharded_tiny) == _greedy(greedy_output_ids, tiny_model_path)
 
 
 def test_missing_shard_is_named(sharded_tiny):
@@ -84,27 +96,27 @@ def test_missing_shard_is_named(sharded_tiny):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_dtype_is_honoured(tiny_model_path, dtype):
+def test_dtype_is_honoured(tiny_model_path, dtype, greedy_output_ids):
     runner = _runner(tiny_model_path, dtype=dtype)
     expected = getattr(torch, dtype)
     assert runner.dtype == expected
     assert {p.dtype for p in runner.model.parameters()} == {expected}
     assert runner.token_to_kv_pool.k_buffers[0].dtype == expected
-    assert len(_greedy(runner)) == 6
+    assert len(_greedy(greedy_output_ids, tiny_model_path, dtype=dtype)) == 6
 
 
 def test_auto_dtype_on_cpu_is_float32(tiny_model_path):
     assert _runner(tiny_model_path).dtype == torch.float32
 
 
-def test_dummy_format_needs_only_config(tmp_path):
+def test_dummy_format_needs_only_config(tmp_path, greedy_output_ids):
     folder = _config_only_folder(tmp_path, SMALL_LLAMA)
     runner = _runner(folder, load_format="dummy")
     params = dict(runner.model.named_parameters())
     assert params["model.layers.0.self_attn.qkv_proj.weight"].shape == (64 + 2 * 32, 64)
     assert torch.all(params["model.norm.weight"] == 1)
-    first = _greedy(runner)
-    assert first == _greedy(_runner(folder, load_format="dummy"))  # seeded
+    first = _greedy(greedy_output_ids, folder, load_format="dummy")
+    assert first == _greedy(greedy_output_ids, folder, load_format="dummy")  # seeded
     other_seed = _runner(folder, load_format="dummy", seed=1)
     assert not torch.equal(
         other_seed.model.model.embed_tokens.weight, runner.model.model.embed_tokens.weight
@@ -134,11 +146,11 @@ def _small_llama_tensors() -> dict:
     return dict(random_checkpoint_tensors(config, seed=0, dtype=torch.float32, device=cpu))
 
 
-def test_missing_unexpected_and_misshapen_tensors(tmp_path):
+def test_missing_unexpected_and_misshapen_tensors(tmp_path, greedy_output_ids):
     folder = _config_only_folder(tmp_path, SMALL_LLAMA)
     tensors = _small_llama_tensors()
     _write_weights(folder, tensors)
-    assert len(_greedy(_runner(folder))) == 6
+    assert len(_greedy(greedy_output_ids, folder)) == 6
 
     missing = dict(tensors)
     del missing["model.layers.1.self_attn.k_proj.weight"]

@@ -1,4 +1,4 @@
-"""ModelRunner set-up, the ForwardBatch builder, and the minimal generation loop."""
+"""ModelRunner set-up, the ForwardBatch builder, and generation through the Engine on it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from radixgen.runtime.attention.torch_backend import TorchAttentionBackend
+from radixgen.runtime.engine import Engine
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner, resolve_device, resolve_dtype
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.simple_generate import generate
 
 
 @pytest.fixture(scope="module")
@@ -117,28 +117,37 @@ def test_builder_rejects_bad_batches(runner):
         runner.build_forward_batch(mode="extend", input_ids=[[1, 2]], **common)
 
 
-def test_batched_generation_equals_one_by_one(runner):
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    with Engine(model_path=tiny_model_path, device="cpu", max_total_tokens=600) as engine:
+        yield engine
+
+
+def _output_ids(engine: Engine, prompts: list[list[int]], **params) -> list[list[int]]:
+    params = {"temperature": 0, "ignore_eos": True, **params}
+    return [out["output_ids"] for out in engine.generate(input_ids=prompts, sampling_params=params)]
+
+
+def test_batched_generation_equals_one_by_one(engine):
     prompts = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33]]
-    together = generate(runner, prompts, max_new_tokens=6, stop_token_ids=[])
-    alone = [generate(runner, [p], max_new_tokens=6, stop_token_ids=[])[0] for p in prompts]
+    together = _output_ids(engine, prompts, max_new_tokens=6)
+    alone = [_output_ids(engine, [p], max_new_tokens=6)[0] for p in prompts]
     assert together == alone
-    # Everything given back: slots and rows.
-    assert runner.slot_allocator.available_size() == runner.max_total_num_tokens
-    assert runner.req_to_token_pool.available_size() == runner.max_running_requests
+    engine.check_integrity()  # everything given back: slots and rows
 
 
-def test_stop_tokens_and_sampling(runner):
+def test_stop_tokens_and_sampling(engine):
     prompt = [[40, 41, 42]]
-    greedy = generate(runner, prompt, max_new_tokens=5, stop_token_ids=[])[0]
-    stopped = generate(runner, prompt, max_new_tokens=5, stop_token_ids=[greedy[1]])[0]
+    greedy = _output_ids(engine, prompt, max_new_tokens=5)[0]
+    stopped = _output_ids(engine, prompt, max_new_tokens=5, stop_token_ids=[greedy[1]])[0]
     assert stopped == greedy[: greedy.index(greedy[1]) + 1]
-    sampled = generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=3)
-    assert sampled == generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=3)
-    assert sampled != generate(runner, prompt, max_new_tokens=12, temperature=1.0, seed=4)
+    sampled = _output_ids(engine, prompt, max_new_tokens=12, temperature=1.0, seed=3)
+    assert sampled == _output_ids(engine, prompt, max_new_tokens=12, temperature=1.0, seed=3)
+    assert sampled != _output_ids(engine, prompt, max_new_tokens=12, temperature=1.0, seed=4)
     with pytest.raises(ValueError, match="temperature"):
-        generate(runner, prompt, temperature=-1.0)
-    with pytest.raises(ValueError, match="KV slots"):
-        generate(runner, prompt, max_new_tokens=1000)
+        _output_ids(engine, prompt, temperature=-1.0)
+    with pytest.raises(ValueError, match="KV cache capacity"):
+        _output_ids(engine, prompt, max_new_tokens=1000)
     with pytest.raises(ValueError, match="context length"):
-        generate(runner, prompt, max_new_tokens=5000)
-    assert runner.req_to_token_pool.available_size() == runner.max_running_requests
+        _output_ids(engine, prompt, max_new_tokens=5000)
+    engine.check_integrity()

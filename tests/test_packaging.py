@@ -75,14 +75,43 @@ def test_layers_only_import_downwards():
             relative = path.relative_to(REPO).as_posix()
             for module in _radixgen_imports(path):
                 layer = _layer_of(module)
-                # The DSL reaches the runtime only through its backends (and the lazy
-                # `rg.Engine` export in lang/__init__.py).
+                # The DSL reaches the runtime only through its backends, the lazy `rg.Engine`
+                # export in lang/__init__.py, and the torch-free request schema.
                 lang_outside_backends = (
                     folder == "lang"
                     and layer == "runtime"
+                    and module != "radixgen.runtime.request_schema"
                     and not relative.startswith("lang/backends/")
                     and relative != "lang/__init__.py"
                 )
                 if layer not in allowed or lang_outside_backends:
                     violations.append(f"{relative} imports {module}")
     assert not violations, violations
+
+
+def _modules_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules starting with `prefixes` that a fresh interpreter loads for `statement`."""
+    code = f"import sys; {statement}; print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return ast.literal_eval(result.stdout.strip())
+
+
+def test_importing_a_layer_does_not_load_the_dsl():
+    loaded = _modules_after("import radixgen.radix_cache", ("radixgen",))
+    assert [m for m in loaded if "radix_cache" not in m] == ["radixgen"]
+    # The DSL's one runtime module is torch-free.
+    assert _modules_after("import radixgen.runtime.request_schema", ("torch", "radixgen")) == [
+        "radixgen",
+        "radixgen.runtime",
+        "radixgen.runtime.request_fields",
+        "radixgen.runtime.request_schema",
+    ]
+    assert _modules_after("import radixgen", ("radixgen",)) == ["radixgen"]
+
+
+def test_top_level_exports_are_listed_and_load_on_use():
+    import radixgen
+
+    assert {"Engine", "OpenAI", "RuntimeEndpoint", "gen", "function"} <= set(dir(radixgen))
+    assert radixgen.greedy_token_selection is radixgen.ChoicesMethod.GREEDY_TOKEN_SELECTION

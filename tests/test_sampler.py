@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from radixgen.runtime.req import Req
+from radixgen.runtime.request_schema import SamplingParams
 from radixgen.runtime.sampler import (
     Sampler,
     apply_penalties,
@@ -14,7 +15,6 @@ from radixgen.runtime.sampler import (
     sample_inverse_cdf,
 )
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
-from radixgen.runtime.sampling_params import SamplingParams
 
 VOCAB = 8
 DEVICE = torch.device("cpu")

@@ -330,6 +330,21 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
             {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": -1},
         ),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}),
+        # Bounds of the one validation function (runtime/request_schema.py).
+        ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 2, "seed": 2**63}}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": 2**70}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "n": 10**7}),
+        ("/generate", {"input_ids": [[False]]}),
+        ("/generate", {"text": "hi", "stream": "yes"}),
+        ("/v1/completions", {"prompt": "hi", "stream": "yes"}),
+        ("/generate", '{"text": "hi", "sampling_params": {"temperature": Infinity}}'),
+        ("/v1/completions", '{"prompt": "hi", "temperature": 1e309}'),
+        ("/generate", {"text": "hi", "sampling_params": {"top_p": 0}}),
+        ("/generate", {"text": "hi", "sampling_params": {"stop": ["x"] * 65}}),
+        ("/generate", {"text": ["hi"] * 1025}),
+        ("/v1/completions", {"prompt": "hi", "best_of": 10**6}),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": {str(i): 1 for i in range(301)}}),
+        ("/generate", {"text": "hi", "return_logprob": True, "top_logprobs_num": 33}),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}},
@@ -345,6 +360,7 @@ def test_bad_input_is_a_400_in_openai_error_format(http, path, body):
     error = response.json()["error"]
     assert error["code"] == 400 and error["type"] == "invalid_request_error"
     assert error["message"]
+    assert http.get("/health").status_code == 200
 
 
 def test_unsupported_schema_keyword_is_a_400_naming_keyword_and_path(http):
@@ -359,6 +375,36 @@ def test_unsupported_schema_keyword_is_a_400_naming_keyword_and_path(http):
         assert response.status_code == 400, response.text
         message = response.json()["error"]["message"]
         assert "'if'" in message and "#/properties/x" in message, message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "message"),
+    [
+        (
+            "/generate",
+            {"text": "hi", "sampling_params": {"seed": 2**63}},
+            "seed",
+            "seed must be in [0, 9223372036854775807]",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "n": 10**7},
+            "n",
+            "n must be in [1, 128], got 10000000",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "top_p": 0},
+            "top_p",
+            "top_p must be > 0 (use temperature=0 for greedy)",
+        ),
+    ],
+)
+def test_bound_errors_name_the_field_and_the_accepted_range(http, path, body, param, message):
+    response = http.post(path, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and message in error["message"], error
 
 
 def test_bad_stream_request_fails_before_streaming(http):

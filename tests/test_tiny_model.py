@@ -10,7 +10,6 @@ import pytest
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.simple_generate import generate
 from radixgen.runtime.tiny_model import ensure_tiny_model, resolve_model_path
 from radixgen.runtime.tokenizer import load_tokenizer
 
@@ -91,17 +90,16 @@ def test_tokenizer_and_chat_template(tiny_model_path):
     assert set(config.eos_token_ids) == {special[2], special[0]}
 
 
-def test_tiny_loads_through_the_runner_and_generates(tiny_model_path):
+def test_tiny_loads_through_the_runner_and_generates(tiny_model_path, greedy_output_ids):
     runner = ModelRunner(ServerArgs(model_path="tiny", device="cpu", max_total_tokens=512))
     assert runner.model_path == tiny_model_path
     tokenizer = load_tokenizer("tiny")
     prompt = tokenizer("import os\nprint(", add_special_tokens=False)["input_ids"]
-    first = generate(runner, [prompt], max_new_tokens=8, stop_token_ids=[])
-    second = generate(runner, [prompt], max_new_tokens=8, stop_token_ids=[])
-    assert first == second and len(first[0]) == 8
-    assert all(0 <= token < 32000 for token in first[0])
+    engine_args = dict(model_path="tiny", device="cpu", max_total_tokens=512)
+    first, second, other = greedy_output_ids([prompt, prompt, prompt[:-1]], 8, **engine_args)
+    assert first == second and len(first) == 8
+    assert all(0 <= token < 32000 for token in first)
     # Random weights, but not a constant map: different prompts get different continuations.
-    other = generate(runner, [prompt[:-1]], max_new_tokens=8, stop_token_ids=[])
     assert other != first
 
 

@@ -10,7 +10,6 @@ The HTTP backends import httpx / openai only when constructed.
 from radixgen.backends.base import (
     Backend,
     GenerateOutput,
-    GenerateRequest,
     Prompt,
     SelectOutcome,
     StreamDelta,
@@ -21,7 +20,6 @@ __all__ = [
     "Backend",
     "EngineBackend",
     "GenerateOutput",
-    "GenerateRequest",
     "OpenAI",
     "Prompt",
     "RuntimeEndpoint",

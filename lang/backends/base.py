@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixgen.chat_template import ChatTemplate
-from radixgen.gen_params import GenParams
 from radixgen.ir import ChoicesMethod
+from radixgen.runtime.request_schema import GenerateReq
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,6 @@ class Prompt:
     text: str
     messages: list[dict[str, str]] = field(default_factory=list)
     open_role: str | None = None
-
-
-@dataclass(frozen=True)
-class GenerateRequest:
-    """One generation at the end of `prompt`, sampled with `params`."""
-
-    prompt: Prompt
-    params: GenParams
 
 
 @dataclass(frozen=True)
@@ -72,11 +64,12 @@ class Backend(ABC):
         """How roles are rendered into text (cached by the backend)."""
 
     @abstractmethod
-    def generate(self, request: GenerateRequest) -> GenerateOutput:
-        """Generates a completion of `request.prompt`."""
+    def generate(self, prompt: Prompt, request: GenerateReq) -> GenerateOutput:
+        """Generates a completion of `prompt` (`request.text` is its text) as `request`
+        (a validated request of radixgen.runtime.request_schema) says."""
 
     @abstractmethod
-    def generate_stream(self, request: GenerateRequest) -> Iterator[StreamDelta]:
+    def generate_stream(self, prompt: Prompt, request: GenerateReq) -> Iterator[StreamDelta]:
         """Generates a completion, yielding text deltas as they arrive."""
 
     @abstractmethod

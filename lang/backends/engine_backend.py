@@ -18,7 +18,6 @@ from typing import Any
 from radixgen.backends.base import (
     Backend,
     GenerateOutput,
-    GenerateRequest,
     Prompt,
     SelectOutcome,
     StreamDelta,
@@ -28,6 +27,7 @@ from radixgen.backends.generate_payload import request_options, text_delta
 from radixgen.chat_template import ChatTemplate, chatml_template, derive_chat_template
 from radixgen.errors import BackendError
 from radixgen.ir import ChoicesMethod
+from radixgen.runtime.request_schema import GenerateReq
 
 
 class EngineBackend(Backend):
@@ -44,14 +44,12 @@ class EngineBackend(Backend):
                 self._chat_template = _template_of(getattr(self.engine, "tokenizer", None))
             return self._chat_template
 
-    def generate(self, request: GenerateRequest) -> GenerateOutput:
-        result = self._call(prompt=request.prompt.text, **request_options(request.params))
+    def generate(self, prompt: Prompt, request: GenerateReq) -> GenerateOutput:
+        result = self._call(prompt=request.text, **request_options(request))
         return GenerateOutput(text=result["text"], meta_info=dict(result["meta_info"]))
 
-    def generate_stream(self, request: GenerateRequest) -> Iterator[StreamDelta]:
-        chunks = self._call(
-            prompt=request.prompt.text, stream=True, **request_options(request.params)
-        )
+    def generate_stream(self, prompt: Prompt, request: GenerateReq) -> Iterator[StreamDelta]:
+        chunks = self._call(prompt=request.text, stream=True, **request_options(request))
         previous_text = ""
         try:
             for chunk in chunks:

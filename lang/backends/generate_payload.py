@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from radixgen.errors import BackendError
-from radixgen.gen_params import GenParams
+from radixgen.runtime.request_schema import GenerateReq
 
 
-def request_options(params: GenParams) -> dict[str, Any]:
-    """`sampling_params` plus the logprob request options of one generation."""
-    options: dict[str, Any] = {"sampling_params": params.sampling_dict()}
-    if params.return_logprob:
+def request_options(request: GenerateReq) -> dict[str, Any]:
+    """`sampling_params` (the fields that differ from the defaults) plus the logprob request
+    options of one generation: the keyword arguments of `Engine.generate`, and the body of
+    `POST /generate` besides the prompt."""
+    options: dict[str, Any] = {"sampling_params": request.sampling_params.non_default_fields()}
+    if request.return_logprob:
         options["return_logprob"] = True
-        options["top_logprobs_num"] = params.top_logprobs_num or 0
+        options["top_logprobs_num"] = request.top_logprobs_num
     return options
 
 

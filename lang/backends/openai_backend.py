@@ -16,17 +16,16 @@ from typing import Any
 from radixgen.backends.base import (
     Backend,
     GenerateOutput,
-    GenerateRequest,
     Prompt,
     SelectOutcome,
     StreamDelta,
 )
 from radixgen.chat_template import ChatTemplate, chatml_template
 from radixgen.errors import BackendError, BackendUnreachableError, UnsupportedFeatureError
-from radixgen.gen_params import GenParams
 from radixgen.ir import ChoicesMethod
+from radixgen.runtime.request_schema import GenerateReq, build_request
 
-# GenParams fields outside OpenAI's API, by the extra-body name a radixgen server reads.
+# SamplingParams fields outside OpenAI's API, by the extra-body name a radixgen server reads.
 _EXTRA_BODY_FIELDS = {
     "top_k": "top_k",
     "min_p": "min_p",
@@ -79,16 +78,16 @@ class OpenAI(Backend):
         # renders s.text() for reading.
         return chatml_template()
 
-    def generate(self, request: GenerateRequest) -> GenerateOutput:
+    def generate(self, prompt: Prompt, request: GenerateReq) -> GenerateOutput:
         pieces: list[str] = []
         meta_info: dict[str, Any] = {}
-        for delta in self._generate(request, stream=False):
+        for delta in self._generate(prompt, request, stream=False):
             pieces.append(delta.text)
             meta_info = delta.meta_info or meta_info
         return GenerateOutput("".join(pieces), meta_info)
 
-    def generate_stream(self, request: GenerateRequest) -> Iterator[StreamDelta]:
-        return self._generate(request, stream=True)
+    def generate_stream(self, prompt: Prompt, request: GenerateReq) -> Iterator[StreamDelta]:
+        return self._generate(prompt, request, stream=True)
 
     def prefill(self, text: str) -> dict[str, Any]:
         return {}  # OpenAI's API has no prefill-only call; servers cache prefixes themselves
@@ -103,10 +102,12 @@ class OpenAI(Backend):
                 "rg.RuntimeEndpoint or rg.Engine"
             )
         longest = max(len(choice) for choice in choices)
-        params = GenParams.build(
-            choices=choices, temperature=0.0, max_new_tokens=longest + _CHOICE_TOKEN_SLACK
-        )
-        output = self.generate(GenerateRequest(prompt, params))
+        options = {
+            "choices": choices,
+            "temperature": 0.0,
+            "max_new_tokens": longest + _CHOICE_TOKEN_SLACK,
+        }
+        output = self.generate(prompt, build_request(options, text=prompt.text))
         if output.text not in choices:
             raise BackendError(f"the server answered {output.text!r}, not one of {choices}")
         index = choices.index(output.text)
@@ -121,10 +122,11 @@ class OpenAI(Backend):
 
     # ---- internals ----
 
-    def _generate(self, request: GenerateRequest, *, stream: bool) -> Iterator[StreamDelta]:
-        prompt = request.prompt
+    def _generate(
+        self, prompt: Prompt, request: GenerateReq, *, stream: bool
+    ) -> Iterator[StreamDelta]:
         uses_chat = bool(prompt.messages) or prompt.open_role is not None
-        arguments = self._arguments(request.params, chat=uses_chat)
+        arguments = self._arguments(request, chat=uses_chat)
         if stream:
             arguments["stream"] = True
             arguments["stream_options"] = {"include_usage": True}
@@ -153,32 +155,36 @@ class OpenAI(Backend):
         except self._openai.APIStatusError as error:
             raise BackendError(f"the OpenAI server refused the request: {error}") from error
 
-    def _arguments(self, params: GenParams, *, chat: bool) -> dict[str, Any]:
+    def _arguments(self, request: GenerateReq, *, chat: bool) -> dict[str, Any]:
+        # Only what differs from the defaults is sent: the server's own defaults apply to
+        # the rest (and a plain OpenAI server never sees radixgen's extra fields unasked).
+        params = request.sampling_params.non_default_fields()
         arguments: dict[str, Any] = {"model": self.model}
-        if params.max_new_tokens is not None:
-            arguments["max_tokens"] = params.max_new_tokens
-        if params.stop is not None:
-            arguments["stop"] = list(params.stop)
+        if "max_new_tokens" in params:
+            arguments["max_tokens"] = params["max_new_tokens"]
+        if "stop" in params:
+            arguments["stop"] = list(params["stop"])
         for name in _OPENAI_FIELDS:
-            if getattr(params, name) is not None:
-                arguments[name] = getattr(params, name)
-        if params.return_logprob:
-            arguments["logprobs"] = True if chat else (params.top_logprobs_num or 0)
-            if chat and params.top_logprobs_num:
-                arguments["top_logprobs"] = params.top_logprobs_num
+            if name in params:
+                arguments[name] = params[name]
+        if request.return_logprob:
+            arguments["logprobs"] = True if chat else request.top_logprobs_num
+            if chat and request.top_logprobs_num:
+                arguments["top_logprobs"] = request.top_logprobs_num
         extra_body = {
-            extra_name: list(value) if isinstance(value, tuple) else value
+            extra_name: params[name]
             for name, extra_name in _EXTRA_BODY_FIELDS.items()
-            if (value := getattr(params, name)) is not None
+            if name in params
         }
-        if params.json_schema is not None:
+        json_schema = params.get("json_schema")
+        if json_schema is not None:
             if chat:
                 arguments["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": "output", "schema": _loads(params.json_schema)},
+                    "json_schema": {"name": "output", "schema": _loads(json_schema)},
                 }
             else:
-                extra_body["json_schema"] = params.json_schema
+                extra_body["json_schema"] = json_schema
         if extra_body:
             if not self.is_radixgen:
                 raise UnsupportedFeatureError(

@@ -15,7 +15,6 @@ from typing import Any
 from radixgen.backends.base import (
     Backend,
     GenerateOutput,
-    GenerateRequest,
     Prompt,
     SelectOutcome,
     StreamDelta,
@@ -25,6 +24,7 @@ from radixgen.backends.generate_payload import request_options, text_delta
 from radixgen.chat_template import ChatTemplate, derive_chat_template, jinja_renderer
 from radixgen.errors import BackendError, BackendUnreachableError, UnsupportedFeatureError
 from radixgen.ir import ChoicesMethod
+from radixgen.runtime.request_schema import GenerateReq
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -68,13 +68,13 @@ class RuntimeEndpoint(Backend):
                 )
             return self._chat_template
 
-    def generate(self, request: GenerateRequest) -> GenerateOutput:
-        body = {"text": request.prompt.text, **request_options(request.params)}
+    def generate(self, prompt: Prompt, request: GenerateReq) -> GenerateOutput:
+        body = {"text": request.text, **request_options(request)}
         result = self._request("POST", "/generate", body)
         return GenerateOutput(text=result["text"], meta_info=result["meta_info"])
 
-    def generate_stream(self, request: GenerateRequest) -> Iterator[StreamDelta]:
-        body = {"text": request.prompt.text, "stream": True, **request_options(request.params)}
+    def generate_stream(self, prompt: Prompt, request: GenerateReq) -> Iterator[StreamDelta]:
+        body = {"text": request.text, "stream": True, **request_options(request)}
         previous_text = ""
         for event in self._stream_events("/generate", body):
             delta, previous_text = text_delta(previous_text, event["text"])

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from radixgen.kernels.rms_norm import rms_norm
+from radixgen.kernels.rotary import rotary_embedding
 from radixgen.runtime.model_config import RopeConfig
 
 
@@ -20,8 +22,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., hidden_size]
         if x.is_cuda:  # one Triton kernel instead of eight launches, same rounding
-            from radixgen.kernels.rms_norm import rms_norm
-
             return rms_norm(x, self.weight, self.eps)
         input_dtype = x.dtype
         x = x.float()
@@ -74,8 +74,6 @@ class RotaryEmbedding(nn.Module):
         k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if q.is_cuda:  # one Triton kernel for q and k instead of ~14 launches, same rounding
-            from radixgen.kernels.rotary import rotary_embedding
-
             return rotary_embedding(positions, q, k, self.cos_cache, self.sin_cache)
         cos = self.cos_cache[positions].unsqueeze(1).to(q.dtype)  # [num_tokens, 1, head_dim]
         sin = self.sin_cache[positions].unsqueeze(1).to(q.dtype)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixgen.kernels.activation import silu_and_mul
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
@@ -84,8 +85,6 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [num_tokens, hidden_size]
         if x.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
-            from radixgen.kernels.activation import silu_and_mul
-
             return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)

@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from radixgen.runtime.request_schema import MAX_JSON_DEPTH, json_depth
 from radixgen.runtime.server.openai_protocol import ErrorDetail, ErrorResponse
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -31,24 +32,38 @@ _ERROR_TYPES = {
 class RequestError(Exception):
     """A request the server refuses, with the HTTP status and the argument at fault."""
 
-    def __init__(self, message: str, *, status_code: int = 400, param: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.status_code = status_code
         self.param = param
+        self.code = code  # OpenAI's string code (e.g. "model_not_found"); None: the status
 
 
-def error_body(message: str, status_code: int, param: str | None = None) -> dict:
+def error_body(
+    message: str, status_code: int, param: str | None = None, code: str | None = None
+) -> dict:
     """The JSON body of an error (also sent as the last event of a failing stream)."""
     error_type = _ERROR_TYPES.get(status_code)
     if error_type is None:
         error_type = "server_error" if status_code >= 500 else HTTPStatus(status_code).phrase
-    detail = ErrorDetail(message=message, type=error_type, param=param, code=status_code)
+    detail = ErrorDetail(
+        message=message, type=error_type, param=param, code=code if code else status_code
+    )
     return ErrorResponse(error=detail).model_dump()
 
 
-def error_response(message: str, status_code: int, param: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, status_code, param), status_code=status_code)
+def error_response(
+    message: str, status_code: int, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(message, status_code, param, code), status_code=status_code)
 
 
 async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
@@ -63,6 +78,14 @@ async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
         data = json.loads(raw)
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
         raise RequestError(f"the request body is not valid JSON: {error}") from None
+    except RecursionError:  # nested beyond the parser's own stack
+        data, too_deep = None, True
+    else:
+        too_deep = json_depth(data) > MAX_JSON_DEPTH
+    if too_deep:
+        raise RequestError(
+            f"the request body nests deeper than {MAX_JSON_DEPTH} levels (arrays and objects)"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as error:

@@ -75,7 +75,7 @@ def create_app(manager: TokenizerManager, *, api_key: str | None, process_ids: d
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, error: RequestError):
-        return error_response(error.message, error.status_code, error.param)
+        return error_response(error.message, error.status_code, error.param, error.code)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, error: RequestValidationError):

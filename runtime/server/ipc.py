@@ -1,6 +1,6 @@
 """ZeroMQ plumbing between the server's three processes.
 
-    tokenizer manager --(TokenizedGenerateReq, AbortReq, FlushCacheReq, GetStatsReq)--> scheduler
+    tokenizer manager --(GenerateReq, AbortReq, FlushCacheReq, GetStatsReq)--> scheduler
     scheduler --(BatchTokenOutput, AbortReq)--> detokenizer
     detokenizer --(BatchStrOutput)--> tokenizer manager
     scheduler --(SchedulerStats, FlushCacheOutput)--> tokenizer manager   (control replies)

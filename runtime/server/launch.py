@@ -2,7 +2,10 @@
 
 Lifetime rules:
 - `/health` answers only once both children reported ready (the model is loaded).
-- SIGINT / SIGTERM: uvicorn drains, then every child is terminated; exit code 0.
+- SIGINT / SIGTERM: graceful drain. New requests get 503 at once; requests in flight get up
+  to `--shutdown-timeout` seconds to finish, then the rest are aborted (503, or a final SSE
+  error event in a started stream); then uvicorn stops, every child is terminated, exit 0.
+  A second signal skips the wait.
 - A child that dies (at start-up or later) is logged with its exit code; the server fails
   the requests in flight with 503, stops, and exits with code 1. It never hangs.
 - Children exit on their own if this process is killed (they watch their parent's pid).
@@ -16,9 +19,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+
+import uvicorn
 
 from radixgen.runtime.server.child_process import configure_logging
 from radixgen.runtime.server.detokenizer_process import run_detokenizer_process
@@ -36,8 +42,11 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 WATCHDOG_INTERVAL_S = 0.5
 # Seconds a child gets to exit after SIGTERM before it is killed.
 CHILD_STOP_TIMEOUT_S = 5.0
-# Seconds uvicorn waits for open connections (streams) at shutdown.
-GRACEFUL_SHUTDOWN_S = 3
+# Seconds uvicorn waits for open connections once the drain has ended every request (their
+# final bytes, idle keep-alive sockets).
+CONNECTION_CLOSE_S = 3
+# How often the drain checks whether requests are still in flight.
+DRAIN_POLL_S = 0.05
 
 
 class ShutdownRequested(Exception):
@@ -180,8 +189,7 @@ def _serve_http(
     tokenizer,
     children: list[ChildProcess],
 ) -> None:
-    import uvicorn
-
+    from radixgen.runtime.server.http_guards import BodyLimitMiddleware, header_timeout_protocol
     from radixgen.runtime.server.http_server import create_app
     from radixgen.runtime.server.metrics import ServerMetrics
     from radixgen.runtime.server.tokenizer_manager import TokenizerManager
@@ -189,17 +197,61 @@ def _serve_http(
     manager = TokenizerManager(server_args, model_info, ipc_paths, tokenizer, ServerMetrics())
     process_ids = {"server": os.getpid(), **{c.name: c.process.pid for c in children}}
     app = create_app(manager, api_key=server_args.api_key, process_ids=process_ids)
+    app = BodyLimitMiddleware(app, server_args.max_request_bytes)
     config = uvicorn.Config(
         app,
         host=server_args.host,
         port=server_args.port,
         log_level=server_args.log_level.lower(),
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        http=header_timeout_protocol(server_args.header_read_timeout),
+        timeout_graceful_shutdown=CONNECTION_CLOSE_S,
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, manager, server_args.shutdown_timeout)
     crash = asyncio.run(_serve_with_watchdog(server, manager, children))
     if crash is not None:
         raise ServerFailure(crash)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server whose first SIGTERM/SIGINT drains requests before shutting down."""
+
+    def __init__(self, config: uvicorn.Config, manager, shutdown_timeout_s: float):
+        super().__init__(config)
+        self.manager = manager
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.drain_task: asyncio.Task | None = None
+
+    def handle_exit(self, sig: int, frame) -> None:
+        # A signal handler: it runs on the main thread, which also runs the event loop.
+        if self.drain_task is not None or self.should_exit:
+            super().handle_exit(sig, frame)  # a second signal: stop without waiting
+            self.force_exit = True
+            return
+        self._captured_signals.append(sig)  # re-raised after serve(): the launcher returns 0
+        self.manager.start_draining()
+        self.drain_task = asyncio.get_event_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        logger.info(
+            "draining %d request(s) in flight (up to %.1f s; new requests get 503)",
+            self.manager.num_requests_in_flight,
+            self.shutdown_timeout_s,
+        )
+        deadline = time.monotonic() + self.shutdown_timeout_s
+        while self.manager.num_requests_in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+        if self.manager.num_requests_in_flight:
+            logger.warning(
+                "aborting %d request(s) still in flight after %.1f s",
+                self.manager.num_requests_in_flight,
+                self.shutdown_timeout_s,
+            )
+            self.manager.abort_all("the server is shutting down", status_code=503)
+            # Let the handlers send their 503s and final stream events.
+            end = time.monotonic() + CONNECTION_CLOSE_S
+            while self.manager.num_requests_in_flight and time.monotonic() < end:
+                await asyncio.sleep(DRAIN_POLL_S)
+        self.should_exit = True
 
 
 async def _serve_with_watchdog(server, manager, children: list[ChildProcess]) -> str | None:

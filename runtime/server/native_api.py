@@ -9,9 +9,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    RequestFieldError,
+    SamplingParams,
+    check_num_prompts,
+    validate_request,
+)
 from radixgen.runtime.server.errors import RequestError, parse_json_body
 from radixgen.runtime.server.streaming import (
     SampleResult,
@@ -22,53 +28,67 @@ from radixgen.runtime.server.streaming import (
     run_while_connected,
     sse_response,
 )
-from radixgen.runtime.server.tokenizer_manager import GenerateInput, TokenizerManager
+from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
 router = APIRouter()
 
 
-class GenerateRequest(BaseModel):
-    """Body of `POST /generate`. Unknown fields are refused, so a typo is a 400."""
+class GenerateBody(BaseModel):
+    """Body of `POST /generate`. Unknown fields are refused, so a typo is a 400.
+
+    Strict ints and bools: JSON `false` is not token 0 and `"yes"` is not `true`. The
+    fields' values are checked by `validate_request` (request_schema.py), not here.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
+    input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
     sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
-    stream: bool = False
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
+    stream: StrictBool = False
+    return_logprob: StrictBool = False
+    logprob_start_len: StrictInt | None = None
+    top_logprobs_num: StrictInt = 0
     rid: str | list[str] | None = None
     # Prefix cache namespace: one for all prompts, or a list, one per prompt.
     cache_salt: str | list[str | None] | None = None
 
 
-def build_sampling_params(params: dict[str, Any] | None, vocab_size: int) -> SamplingParams:
-    """SamplingParams from a request dict; bad values become a 400 naming the field."""
+def build_request(**fields: Any) -> GenerateReq:
+    """A validated `GenerateReq` from a handler's fields (`sampling_params` a dict); a bad
+    field becomes a 400 naming it. Runs before anything is allocated per sample."""
     try:
-        sampling_params = SamplingParams.from_dict(dict(params or {}))
-        sampling_params.validate(vocab_size)
-    except (TypeError, ValueError) as error:
-        raise RequestError(str(error), param="sampling_params") from None
-    return sampling_params
+        fields["sampling_params"] = SamplingParams.from_dict(fields.get("sampling_params"))
+        request = GenerateReq(**fields)
+        validate_request(request)
+    except RequestFieldError as error:
+        raise RequestError(str(error), param=error.field) from None
+    return request
 
 
-def _to_inputs(
-    manager: TokenizerManager, body: GenerateRequest
-) -> tuple[list[GenerateInput], bool]:
+def count_prompts(num_prompts: int) -> None:
+    """400 unless a batch holds an accepted number of prompts (before tokenizing them)."""
+    try:
+        check_num_prompts(num_prompts)
+    except RequestFieldError as error:
+        raise RequestError(str(error), param=error.field) from None
+
+
+async def _to_requests(
+    manager: TokenizerManager, body: GenerateBody
+) -> tuple[list[GenerateReq], bool]:
     """Returns the prompts of the request and whether it was a batch (a list)."""
     if (body.text is None) == (body.input_ids is None):
         raise RequestError("give exactly one of 'text' and 'input_ids'", param="text")
     if body.text is not None:
         is_batch = isinstance(body.text, list)
         texts = body.text if is_batch else [body.text]
-        prompts = [manager.encode(text) for text in texts]
+        count_prompts(len(texts))
+        prompts = [await manager.encode_async(text, param="text") for text in texts]
     else:
         is_batch = bool(body.input_ids) and isinstance(body.input_ids[0], list)
         prompts = body.input_ids if is_batch else [body.input_ids]
-    if not prompts:
-        raise RequestError("the batch is empty", param="text")
+        count_prompts(len(prompts))
     params = body.sampling_params
     if isinstance(params, list):
         if len(params) != len(prompts):
@@ -88,11 +108,10 @@ def _to_inputs(
         raise RequestError(
             f"cache_salt has {len(salts)} entries for {len(prompts)} prompts", param="cache_salt"
         )
-    vocab_size = manager.model_info.vocab_size
-    inputs = [
-        GenerateInput(
+    requests = [
+        build_request(
             input_ids=list(prompt),
-            sampling_params=build_sampling_params(prompt_params, vocab_size),
+            sampling_params=prompt_params,
             rid=rid,
             return_logprob=body.return_logprob,
             logprob_start_len=body.logprob_start_len,
@@ -102,7 +121,7 @@ def _to_inputs(
         )
         for prompt, prompt_params, rid, salt in zip(prompts, params, rids, salts, strict=True)
     ]
-    return inputs, is_batch
+    return requests, is_batch
 
 
 def _sample_json(sample: SampleResult, return_logprob: bool) -> dict:
@@ -124,8 +143,8 @@ def _sample_json(sample: SampleResult, return_logprob: bool) -> dict:
 @router.post("/generate")
 async def generate(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    body = await parse_json_body(request, GenerateRequest)
-    inputs, is_batch = _to_inputs(manager, body)
+    body = await parse_json_body(request, GenerateBody)
+    inputs, is_batch = await _to_requests(manager, body)
     num_samples = [item.sampling_params.n for item in inputs]
     if body.stream:
         # Cumulative text per sample, as SGLang streams it: the last chunk is the answer.
@@ -152,8 +171,9 @@ async def generate(request: Request):
 @router.get("/health")
 async def health(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    if manager.failure is not None:
-        raise RequestError(manager.failure, status_code=503)
+    refusal = manager.refusal()
+    if refusal is not None:
+        raise RequestError(refusal, status_code=503)
     return {"status": "ok"}
 
 
@@ -161,7 +181,7 @@ async def health(request: Request):
 async def health_generate(request: Request):
     """Healthy only if the model produces a token now."""
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    probe = GenerateInput(
+    probe = GenerateReq(
         input_ids=manager.encode("ping")[-1:] or [0],
         sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0),
     )

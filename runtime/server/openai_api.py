@@ -1,6 +1,6 @@
 """The OpenAI-compatible API: `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
 
-Requests become `GenerateInput`s (OpenAI names mapped to SamplingParams, `response_format`
+Requests become `GenerateReq`s (OpenAI names mapped to SamplingParams, `response_format`
 mapped to a JSON-schema constraint); outputs are rendered by `openai_render`.
 """
 
@@ -11,8 +11,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from radixgen.runtime.request_schema import (
+    FIELD_BOUNDS,
+    MAX_LOGIT_BIAS_ENTRIES,
+    GenerateReq,
+    RequestFieldError,
+)
 from radixgen.runtime.server.errors import RequestError, parse_json_body
-from radixgen.runtime.server.native_api import build_sampling_params
+from radixgen.runtime.server.native_api import build_request, count_prompts
 from radixgen.runtime.server.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -28,7 +34,7 @@ from radixgen.runtime.server.streaming import (
     run_while_connected,
     sse_response,
 )
-from radixgen.runtime.server.tokenizer_manager import GenerateInput, TokenizerManager
+from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
 router = APIRouter(prefix="/v1")
 
@@ -37,6 +43,17 @@ JSON_OBJECT_SCHEMA = {"type": "object"}
 
 
 def _reject_unsupported(body: SamplingExtras) -> None:
+    if body.logit_bias is not None and len(body.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise RequestError(
+            f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got "
+            f"{len(body.logit_bias)}",
+            param="logit_bias",
+        )
+    if body.best_of is not None:
+        try:
+            FIELD_BOUNDS["best_of"].check("best_of", body.best_of)
+        except RequestFieldError as error:
+            raise RequestError(str(error), param="best_of") from None
     if body.tools:
         raise RequestError("tools are not supported", param="tools")
     if body.logit_bias:
@@ -71,7 +88,7 @@ def _to_input(
     *,
     max_tokens: int | None,
     top_logprobs_num: int | None,
-) -> GenerateInput:
+) -> GenerateReq:
     if max_tokens is None:
         # No limit given: whatever room the context leaves (at least 1, so a too-long
         # prompt still reaches the length check and gets its own message).
@@ -98,9 +115,9 @@ def _to_input(
         params["temperature"] = body.temperature
     if body.top_p is not None:
         params["top_p"] = body.top_p
-    return GenerateInput(
+    return build_request(
         input_ids=input_ids,
-        sampling_params=build_sampling_params(params, manager.model_info.vocab_size),
+        sampling_params=params,
         return_logprob=top_logprobs_num is not None,
         top_logprobs_num=top_logprobs_num or 0,
         stream=body.stream,
@@ -110,6 +127,17 @@ def _to_input(
 
 def _served_name(manager: TokenizerManager) -> str:
     return manager.model_info.served_model_name
+
+
+def _check_model(manager: TokenizerManager, model: str | None) -> None:
+    """An omitted model means the served one; any other name is a 404, as OpenAI answers."""
+    if model is not None and model != _served_name(manager):
+        raise RequestError(
+            f"the model {model!r} does not exist; this server serves {_served_name(manager)!r}",
+            status_code=404,
+            param="model",
+            code="model_not_found",
+        )
 
 
 @router.get("/models")
@@ -123,13 +151,15 @@ async def list_models(request: Request):
     return ModelList(data=[card]).model_dump()
 
 
-def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
+async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
     if isinstance(prompt, str):
-        return [manager.encode(prompt)]
+        return [await manager.encode_async(prompt)]
     if not prompt:
         raise RequestError("the prompt is empty", param="prompt")
+    if not isinstance(prompt[0], int):
+        count_prompts(len(prompt))
     if isinstance(prompt[0], str):
-        return [manager.encode(text) for text in prompt]
+        return [await manager.encode_async(text) for text in prompt]
     if isinstance(prompt[0], int):
         return [list(prompt)]
     return [list(ids) for ids in prompt]
@@ -139,6 +169,7 @@ def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int
 async def completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, CompletionRequest)
+    _check_model(manager, body.model)
     _reject_unsupported(body)
     if body.echo:
         raise RequestError("echo is not supported", param="echo")
@@ -146,7 +177,7 @@ async def completions(request: Request):
         raise RequestError("suffix is not supported", param="suffix")
     inputs = [
         _to_input(manager, body, ids, max_tokens=body.max_tokens, top_logprobs_num=body.logprobs)
-        for ids in _completion_prompts(manager, body.prompt)
+        for ids in await _completion_prompts(manager, body.prompt)
     ]
     renderer = CompletionRenderer(
         response_id=f"cmpl-{uuid.uuid4().hex}",
@@ -185,10 +216,11 @@ def _chat_messages(body: ChatCompletionRequest) -> list[dict]:
 async def chat_completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, ChatCompletionRequest)
+    _check_model(manager, body.model)
     _reject_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
-    input_ids = manager.apply_chat_template(_chat_messages(body))
+    input_ids = await manager.apply_chat_template_async(_chat_messages(body))
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )

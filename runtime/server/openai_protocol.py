@@ -1,7 +1,8 @@
 """Pydantic models of the OpenAI-compatible API (requests, responses and stream chunks).
 
-Only the fields radixgen honours are declared; unknown fields sent by clients are ignored,
-except features we cannot serve (tools, logit_bias, echo...), which the handlers reject with
+Only the fields radixgen honours are declared, with strict ints and bools (JSON `true` is not
+1, `"yes"` is not `true`); their values are checked by `validate_request`. Unknown fields sent
+by clients are ignored, except features we cannot serve (tools, logit_bias, echo...), which the handlers reject with
 a 400 naming the field. Beyond OpenAI's fields, requests accept SGLang's extras
 (`top_k`, `min_p`, `repetition_penalty`, `regex`, `json_schema`, `choices`...), which the
 official client sends through `extra_body`.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 
 def _now_s() -> int:
@@ -31,7 +32,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: int | None = None
+    code: int | str | None = None  # the HTTP status, or OpenAI's string code where it has one
 
 
 class ErrorResponse(BaseModel):
@@ -39,7 +40,7 @@ class ErrorResponse(BaseModel):
 
 
 class StreamOptions(_Request):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class PromptTokensDetails(BaseModel):
@@ -84,28 +85,28 @@ class SamplingExtras(_Request):
     """Sampling fields shared by both endpoints: OpenAI's plus SGLang's extras."""
 
     model: str | None = None
-    n: int = 1
-    temperature: float | None = None
-    top_p: float | None = None
+    n: StrictInt = 1
+    temperature: StrictFloat | None = None
+    top_p: StrictFloat | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    stream: bool = False
+    seed: StrictInt | None = None
+    presence_penalty: StrictFloat = 0.0
+    frequency_penalty: StrictFloat = 0.0
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     # Unsupported OpenAI features, declared so the handlers can reject them by name.
     logit_bias: dict[str, float] | None = None
-    best_of: int | None = None
+    best_of: StrictInt | None = None
     tools: list[Any] | None = None
     # SGLang extras (extra_body).
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    stop_token_ids: list[int] | None = None
+    top_k: StrictInt = -1
+    min_p: StrictFloat = 0.0
+    repetition_penalty: StrictFloat = 1.0
+    min_tokens: StrictInt = 0
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    stop_token_ids: list[StrictInt] | None = None
     regex: str | None = None
     json_schema: str | dict[str, Any] | None = None
     choices: list[str] | None = None
@@ -118,11 +119,11 @@ class SamplingExtras(_Request):
 
 
 class CompletionRequest(SamplingExtras):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: StrictInt | None = 16
     # Top alternatives per token (OpenAI allows 0..5 here; 20 as for chat); None: no logprobs.
-    logprobs: int | None = Field(default=None, ge=0, le=20)
-    echo: bool = False
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    echo: StrictBool = False
     suffix: str | None = None
 
 
@@ -170,10 +171,10 @@ class ChatMessage(_Request):
 
 class ChatCompletionRequest(SamplingExtras):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_tokens: StrictInt | None = None
+    max_completion_tokens: StrictInt | None = None
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
 
 
 class TopLogprob(BaseModel):

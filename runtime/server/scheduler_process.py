@@ -1,9 +1,11 @@
-"""Process 2: owns the model and the scheduler; steps the batch while there is work.
+"""Process 2: owns the model and the scheduler, and runs the `SchedulerLoop` over ZeroMQ.
 
-The loop reads every waiting message, then runs one scheduler step. It blocks in `poll()` only
-when idle, so a busy scheduler never waits on the network, and an idle one costs no CPU.
-An exception in `step()` is a bug or a device fault: the process logs it and exits non-zero,
-and the launcher turns that into a clean, non-zero exit of the whole server.
+The loop is the Engine's (`runtime/scheduler_loop.py`); only the transport differs: requests
+and control messages arrive on a PULL socket, outputs go to the detokenizer, control replies
+to the tokenizer manager. It blocks in `poll()` only when idle, so a busy scheduler never
+waits on the network, and an idle one costs no CPU. An exception in a step is a bug or a
+device fault: the process logs it and exits non-zero, and the launcher turns that into a
+clean, non-zero exit of the whole server.
 """
 
 from __future__ import annotations
@@ -15,15 +17,9 @@ from multiprocessing.connection import Connection
 
 import zmq
 
-from radixgen.runtime.io_struct import (
-    AbortReq,
-    BatchTokenOutput,
-    FlushCacheOutput,
-    FlushCacheReq,
-    GetStatsReq,
-    ReqOutput,
-    TokenizedGenerateReq,
-)
+from radixgen.runtime.io_struct import AbortReq, BatchTokenOutput, ReqOutput
+from radixgen.runtime.request_schema import GenerateReq
+from radixgen.runtime.scheduler_loop import SchedulerLoop, SchedulerTransport
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain
 from radixgen.runtime.server.messages import (
@@ -44,55 +40,35 @@ IDLE_STEP_WAIT_MS = 1
 DETOKENIZE_CONTEXT_TOKENS = 8
 
 
-class SchedulerLoop:
-    """Feeds the scheduler from the request socket and ships its outputs downstream."""
+class ZmqTransport(SchedulerTransport):
+    """Requests from the tokenizer manager; outputs (and aborts, and each request's
+    `DetokenizeSpec` ahead of its outputs) to the detokenizer; control replies back."""
 
     def __init__(
         self,
-        scheduler,
         *,
         requests: zmq.Socket,
         to_detokenizer: zmq.Socket,
         to_tokenizer: zmq.Socket,
         parent_pid: int,
     ):
-        self.scheduler = scheduler
         self.requests = requests
         self.to_detokenizer = to_detokenizer
         self.to_tokenizer = to_tokenizer
         self.parent_pid = parent_pid
 
-    def run(self) -> None:
-        while parent_is_alive(self.parent_pid):
-            if not self.scheduler.has_work():
-                self.requests.poll(POLL_INTERVAL_MS)
-            for message in drain(self.requests):
-                self._handle(message)
-            if self.scheduler.has_work():
-                outputs = self.scheduler.step()
-                if outputs:
-                    self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=outputs))
-                else:
-                    # Nothing to run yet (e.g. a grammar still compiling on another thread):
-                    # yield the CPU for a moment instead of spinning on has_work().
-                    self.requests.poll(IDLE_STEP_WAIT_MS)
+    def is_open(self) -> bool:
+        if parent_is_alive(self.parent_pid):
+            return True
         logger.info("parent process is gone; scheduler exits")
+        return False
 
-    def _handle(self, message: object) -> None:
-        if isinstance(message, TokenizedGenerateReq):
-            self._add_request(message)
-        elif isinstance(message, AbortReq):
-            self.scheduler.abort_request(message.rid)
-            # The detokenizer drops the request's decoding state too.
-            self.to_detokenizer.send_pyobj(message)
-        elif isinstance(message, FlushCacheReq):
-            self.to_tokenizer.send_pyobj(_as_flush_output(self.scheduler.flush_cache()))
-        elif isinstance(message, GetStatsReq):
-            self.to_tokenizer.send_pyobj(self.scheduler.get_stats())
-        else:
-            logger.error("scheduler: unexpected message %r", type(message).__name__)
+    def receive(self, *, block: bool) -> list[object]:
+        if block:
+            self.requests.poll(POLL_INTERVAL_MS)
+        return drain(self.requests)
 
-    def _add_request(self, request: TokenizedGenerateReq) -> None:
+    def on_request(self, request: GenerateReq) -> None:
         params = request.sampling_params
         self.to_detokenizer.send_pyobj(
             DetokenizeSpec(
@@ -103,26 +79,24 @@ class SchedulerLoop:
                 stop_strings=params.stop_strings,
             )
         )
-        try:
-            self.scheduler.add_request(request)
-        except (ValueError, TypeError) as error:
-            # Rejected (e.g. an invalid constraint): tell the client; the scheduler is intact.
-            rejection = ReqOutput(
-                rid=request.rid,
-                index=0,
-                new_token_ids=[],
-                finished=True,
-                finish_reason={"type": "abort", "message": str(error)},
-                prompt_tokens=len(request.input_ids),
-                error=str(error),
-            )
-            self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=[rejection]))
 
+    def on_abort(self, message: AbortReq) -> None:
+        self.to_detokenizer.send_pyobj(message)  # the detokenizer drops the request's state
 
-def _as_flush_output(result: object) -> FlushCacheOutput:
-    if isinstance(result, FlushCacheOutput):
-        return result
-    return FlushCacheOutput(success=bool(result))
+    def deliver(self, outputs: list[ReqOutput]) -> list[str]:
+        self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=outputs))
+        return []  # the tokenizer manager sends an AbortReq for a vanished client
+
+    def reply(self, message: object, value: object) -> None:
+        self.to_tokenizer.send_pyobj(value)  # replies come back in request order
+
+    def after_empty_step(self) -> None:
+        # Nothing to run yet (e.g. a grammar still compiling on another thread): yield the
+        # CPU for a moment instead of spinning on has_work().
+        self.requests.poll(IDLE_STEP_WAIT_MS)
+
+    def fail(self, error: BaseException) -> None:
+        pass  # the process exits non-zero; the launcher fails every waiting client (503)
 
 
 def describe_model(server_args: ServerArgs, scheduler) -> ServedModelInfo:
@@ -150,12 +124,11 @@ def run_scheduler_process(
         ready_writer.send(ProcessFailed("scheduler", traceback.format_exc()))
         raise SystemExit(1) from None
     context = zmq.Context()
-    loop = SchedulerLoop(
-        scheduler,
+    transport = ZmqTransport(
         requests=bind_pull(context, ipc_paths.scheduler_input),
         to_detokenizer=connect_push(context, ipc_paths.detokenizer_input),
         to_tokenizer=connect_push(context, ipc_paths.tokenizer_input),
         parent_pid=parent_pid,
     )
     ready_writer.send(ProcessReady("scheduler", info=dataclasses.asdict(model_info)))
-    loop.run()
+    SchedulerLoop(scheduler, transport).run()

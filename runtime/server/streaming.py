@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.server.errors import RequestError, error_body
-from radixgen.runtime.server.tokenizer_manager import GenerateInput, StreamEvent, TokenizerManager
+from radixgen.runtime.server.tokenizer_manager import StreamEvent, TokenizerManager
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -67,17 +68,20 @@ class SampleResult:
             self.input_top_logprobs = list(output.input_top_logprobs)
 
 
-async def collect(manager: TokenizerManager, request: GenerateInput) -> list[SampleResult]:
+async def collect(manager: TokenizerManager, request: GenerateReq) -> list[SampleResult]:
     """Runs one prompt to completion; returns its `n` samples in index order."""
-    samples = [SampleResult(index=i) for i in range(request.sampling_params.n)]
+    # Filled as outputs arrive: nothing is allocated per sample before the manager admitted
+    # the request (and checked `n` against its cap).
+    samples: dict[int, SampleResult] = {}
     async with aclosing(manager.generate(request)) as events:
         async for event in events:
-            samples[event.output.index].add(event)
-    return samples
+            index = event.output.index
+            samples.setdefault(index, SampleResult(index=index)).add(event)
+    return [samples[index] for index in sorted(samples)]
 
 
 async def collect_all(
-    manager: TokenizerManager, requests: list[GenerateInput]
+    manager: TokenizerManager, requests: list[GenerateReq]
 ) -> list[list[SampleResult]]:
     """Runs the prompts of a batch concurrently; the first failure aborts the others."""
     tasks = [asyncio.ensure_future(collect(manager, request)) for request in requests]
@@ -88,7 +92,7 @@ async def collect_all(
 
 
 async def merge_streams(
-    manager: TokenizerManager, requests: list[GenerateInput]
+    manager: TokenizerManager, requests: list[GenerateReq]
 ) -> AsyncIterator[tuple[int, StreamEvent]]:
     """Yields (prompt index, event) from every prompt of a batch as the events arrive."""
     if len(requests) == 1:
@@ -99,7 +103,7 @@ async def merge_streams(
     queue: asyncio.Queue = asyncio.Queue()
     stream_done = object()
 
-    async def pump(prompt_index: int, request: GenerateInput) -> None:
+    async def pump(prompt_index: int, request: GenerateReq) -> None:
         try:
             async with aclosing(manager.generate(request)) as events:
                 async for event in events:
@@ -181,7 +185,7 @@ async def sse_response(
             for payload in final_payloads():
                 yield sse_event(payload)
         except RequestError as error:
-            yield sse_event(error_body(error.message, error.status_code, error.param))
+            yield sse_event(error_body(error.message, error.status_code, error.param, error.code))
         except Exception as error:  # a bug: still end the stream properly, and log it
             logger.exception("stream failed")
             yield sse_event(error_body(f"internal error: {error!r}", 500))

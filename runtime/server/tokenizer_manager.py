@@ -10,6 +10,7 @@ frees its KV in the scheduler.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -29,10 +30,13 @@ from radixgen.runtime.io_struct import (
     GetStatsReq,
     ReqOutput,
     SchedulerStats,
-    TokenizedGenerateReq,
 )
-from radixgen.runtime.request_validation import cache_salt_error
-from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    ModelLimits,
+    RequestFieldError,
+    validate_request,
+)
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
 from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo
@@ -43,24 +47,8 @@ logger = logging.getLogger(__name__)
 
 # A stats or flush reply slower than this means the scheduler is wedged: answer 503.
 CONTROL_REPLY_TIMEOUT_S = 30.0
-# How the scheduler's rejection for a full queue begins (runtime/request_validation.py).
+# How the scheduler's rejection for a full queue begins (`Scheduler.add_request`).
 SCHEDULER_QUEUE_FULL_PREFIX = "the queue is full"
-# Upper bound of top_logprobs_num, as OpenAI's (20) with some headroom.
-MAX_TOP_LOGPROBS = 32
-
-
-@dataclass
-class GenerateInput:
-    """One prompt of a generation request, tokenized, with validated sampling parameters."""
-
-    input_ids: list[int]
-    sampling_params: SamplingParams
-    rid: str | None = None  # None: the manager picks a unique one
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
-    stream: bool = False
-    cache_salt: str | None = None  # the prefix cache namespace (None: shared)
 
 
 @dataclass
@@ -114,12 +102,19 @@ class TokenizerManager:
         self._rid_counter = itertools.count()
         self._receive_task: asyncio.Task | None = None
         self.failure: str | None = None  # set once a child process died: refuse new work
+        self.draining = False  # set on SIGTERM: refuse new work, let running requests finish
         # Sequences (requests times their `n`) running or waiting, beyond which new requests
         # get 503: a full batch plus the queue limit.
         self.max_samples_in_flight = (
             model_info.max_running_requests + server_args.max_queued_requests
         )
         self.num_samples_in_flight = 0
+        self.max_token_bytes = max_token_bytes(tokenizer)
+        self.limits = ModelLimits(
+            vocab_size=model_info.vocab_size,
+            context_length=model_info.context_length,
+            kv_capacity=model_info.max_total_tokens,
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -136,11 +131,30 @@ class TokenizerManager:
     def fail_all(self, message: str) -> None:
         """A child died: every waiting handler gets a 503 and new requests are refused."""
         self.failure = message
-        for state in self._states.values():
-            state.events.put_nowait(RequestError(message, status_code=503))
+        self.abort_all(message, status_code=503)
         for waiter in (*self._stats_waiters, *self._flush_waiters):
             if not waiter.done():
                 waiter.set_exception(RequestError(message, status_code=503))
+
+    def start_draining(self) -> None:
+        """Shutdown began: new requests get 503; those in flight run on."""
+        self.draining = True
+
+    def abort_all(self, message: str, *, status_code: int) -> None:
+        """Ends every request in flight with `RequestError(message, status_code)`.
+
+        Each handler's generator then aborts its request in the scheduler (freeing its KV).
+        """
+        for state in self._states.values():
+            state.events.put_nowait(RequestError(message, status_code=status_code))
+
+    def refusal(self) -> str | None:
+        """Why new requests are refused now (503), or None."""
+        if self.failure is not None:
+            return self.failure
+        if self.draining:
+            return "the server is shutting down"
+        return None
 
     @property
     def num_requests_in_flight(self) -> int:
@@ -148,10 +162,37 @@ class TokenizerManager:
 
     # ---- tokenization ----------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, param: str = "prompt") -> list[int]:
+        """Token ids of `text`; blocking (a long text takes a while): see `encode_async`.
+
+        Raises:
+            RequestError(400): the text is not encodable (a lone UTF-16 surrogate), or so long
+                that it cannot fit the context whatever its tokens.
+        """
+        _check_encodable(text, param)
+        # Every token covers at most `max_token_bytes` bytes, so a text of more bytes than
+        # that many tokens' worth is over-long without tokenizing it.
+        num_bytes = len(text.encode("utf-8", "surrogatepass"))
+        min_tokens = -(-num_bytes // self.max_token_bytes)
+        if min_tokens >= self.model_info.context_length:
+            raise RequestError(
+                f"{param} has {num_bytes} bytes, at least {min_tokens} tokens; the model's "
+                f"context length is {self.model_info.context_length}",
+                param=param,
+            )
         return list(self.tokenizer.encode(text))
 
+    async def encode_async(self, text: str, *, param: str = "prompt") -> list[int]:
+        """`encode` on a worker thread, so a long prompt never stalls the event loop."""
+        return await asyncio.to_thread(self.encode, text, param=param)
+
+    async def apply_chat_template_async(self, messages: list[dict]) -> list[int]:
+        """`apply_chat_template` on a worker thread (templating and tokenizing are blocking)."""
+        return await asyncio.to_thread(self.apply_chat_template, messages)
+
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        for position, message in enumerate(messages):
+            _check_encodable(message["content"], f"messages[{position}].content")
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise RequestError("this model's tokenizer has no chat template", param="messages")
         try:
@@ -168,27 +209,16 @@ class TokenizerManager:
 
     # ---- generation ------------------------------------------------------------------------
 
-    def check_lengths(self, input_ids: list[int], max_new_tokens: int) -> None:
-        """Raises RequestError (400) if the prompt or its output cannot fit the context."""
-        context_length = self.model_info.context_length
-        if not input_ids:
-            raise RequestError("the prompt is empty", param="prompt")
-        if len(input_ids) >= context_length:
-            raise RequestError(
-                f"the prompt has {len(input_ids)} tokens; the model's context length is "
-                f"{context_length}",
-                param="prompt",
-            )
-        if len(input_ids) + max_new_tokens > context_length:
-            raise RequestError(
-                f"the prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) "
-                f"exceeds the model's context length ({context_length})",
-                param="max_tokens",
-            )
-
-    def _admit(self, request: GenerateInput) -> str:
-        if self.failure is not None:
-            raise RequestError(self.failure, status_code=503)
+    def _admit(self, request: GenerateReq) -> str:
+        """Validates a tokenized request against the model (400 naming the field) and
+        admits it under the in-flight limit (503); returns its rid."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise RequestError(refusal, status_code=503)
+        try:
+            validate_request(request, self.limits)
+        except RequestFieldError as error:
+            raise RequestError(str(error), param=error.field) from None
         num_samples = request.sampling_params.n
         if num_samples > self.max_samples_in_flight:
             raise RequestError(
@@ -203,30 +233,13 @@ class TokenizerManager:
                 f"flight, limit {self.max_samples_in_flight}); retry later",
                 status_code=503,
             )
-        vocab_size = self.model_info.vocab_size
-        if any(not 0 <= token < vocab_size for token in request.input_ids):
-            raise RequestError(f"input_ids must be in [0, {vocab_size})", param="input_ids")
-        self.check_lengths(request.input_ids, request.sampling_params.max_new_tokens)
-        if not 0 <= request.top_logprobs_num <= MAX_TOP_LOGPROBS:
-            raise RequestError(
-                f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num"
-            )
-        start = request.logprob_start_len
-        if start is not None and not 0 <= start < len(request.input_ids):
-            raise RequestError(
-                f"logprob_start_len must be in [0, {len(request.input_ids)})",
-                param="logprob_start_len",
-            )
-        salt_error = cache_salt_error(request.cache_salt)
-        if salt_error is not None:
-            raise RequestError(salt_error, param="cache_salt")
         rid = request.rid or f"{self._rid_prefix}-{next(self._rid_counter)}"
         if rid in self._states:
             raise RequestError(f"request id {rid!r} is already in use", param="rid")
         return rid
 
-    async def generate(self, request: GenerateInput) -> AsyncIterator[StreamEvent]:
-        """Submits one prompt and yields its outputs until all `n` samples finish.
+    async def generate(self, request: GenerateReq) -> AsyncIterator[StreamEvent]:
+        """Submits one tokenized prompt and yields its outputs until all `n` samples finish.
 
         Raises:
             RequestError: 400 for bad input (also a constraint the scheduler rejected),
@@ -237,18 +250,8 @@ class TokenizerManager:
         self._states[rid] = state
         unfinished_samples = request.sampling_params.n
         self.num_samples_in_flight += unfinished_samples
-        self._to_scheduler.send_pyobj(
-            TokenizedGenerateReq(
-                rid=rid,
-                input_ids=request.input_ids,
-                sampling_params=request.sampling_params,
-                return_logprob=request.return_logprob,
-                logprob_start_len=request.logprob_start_len,
-                top_logprobs_num=request.top_logprobs_num,
-                stream=request.stream,
-                cache_salt=request.cache_salt,
-            )
-        )
+        # The scheduler gets the request without its text (it needs only the ids).
+        self._to_scheduler.send_pyobj(dataclasses.replace(request, rid=rid, text=None))
         try:
             while unfinished_samples > 0:
                 item = await state.events.get()
@@ -299,7 +302,7 @@ class TokenizerManager:
         return await self._control(FlushCacheReq(), self._flush_waiters)
 
     async def _control(self, message: object, waiters: deque[asyncio.Future]):
-        if self.failure is not None:
+        if self.failure is not None:  # (a drain still answers stats: leak checks need them)
             raise RequestError(self.failure, status_code=503)
         future = asyncio.get_running_loop().create_future()
         waiters.append(future)
@@ -332,6 +335,27 @@ class TokenizerManager:
             _resolve_oldest(self._flush_waiters, message)
         else:
             logger.error("unexpected message %r", type(message).__name__)
+
+
+def _check_encodable(text: str, param: str) -> None:
+    """Raises RequestError(400) if `text` holds a lone UTF-16 surrogate (not valid UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(
+            f"{param} is not valid Unicode: a lone surrogate {text[error.start]!r} at "
+            f"character {error.start}",
+            param=param.split(".")[0].split("[")[0],
+        ) from None
+
+
+def max_token_bytes(tokenizer) -> int:
+    """The most UTF-8 bytes any one token decodes to (at least 1)."""
+    vocab = tokenizer.get_vocab()
+    longest = max((len(token) for token in vocab), default=1)
+    # Byte-level BPE vocab strings use one character per byte; other tokenizers' pieces are
+    # at most 4 UTF-8 bytes a character.
+    return max(1, 4 * longest)
 
 
 def _rejection_error(message: str) -> RequestError:

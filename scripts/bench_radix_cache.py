@@ -6,7 +6,7 @@ request does what the scheduler does: match_prefix, allocate slots for the unmat
 insert, free the duplicates. Then 100 evictions of `suffix_len` tokens (one request's room),
 and one eviction of `evict_tokens` tokens.
 
-Run: OMP_NUM_THREADS=1 python -m radixgen.radix_cache.benchmark
+Run: OMP_NUM_THREADS=1 python scripts/bench_radix_cache.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: constraint compile time and per-token mask time for 32k and 128k vocabularies.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m radixgen.constrained.benchmark [--sizes 32000 128000]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_constrained.py [--sizes 32000 128000]
 
 The vocabularies are synthetic byte-level ones built locally: the 256 single bytes plus the most
 frequent words, word prefixes, number and punctuation runs (with and without a leading space) of
@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from radixgen.constrained.backend import GrammarBackend
-from radixgen.constrained.bitmask import allocate_token_bitmask, apply_token_bitmask_
+from radixgen.constrained.bitmask import allocate_token_bitmask
 from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.vocabulary import TokenVocabulary
+from radixgen.kernels.vocab_mask import apply_token_bitmask_
 
 PERSON_SCHEMA = {
     "type": "object",

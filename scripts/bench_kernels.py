@@ -1,6 +1,6 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
-    python -m radixgen.kernels.benchmark [--quick] [--sweep]
+    python scripts/bench_kernels.py [--quick] [--sweep]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
