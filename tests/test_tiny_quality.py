@@ -1,5 +1,6 @@
 """The trained `tiny` model's quality: held-out perplexity (radixgen against transformers on
-the same checkpoint) and `select` between code continuations on clear cases.
+the same checkpoint), `select` between code continuations on clear cases, and the code
+examples of docs/model.md and the README that show it.
 
 The CI slice is 4 windows of 1024 tokens from held-out stdlib files that training never saw
 (runtime/tiny_assets/corpus.py); docs/model.md gives the figure over the whole held-out split.
@@ -7,7 +8,11 @@ The CI slice is 4 windows of 1024 tokens from held-out stdlib files that trainin
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +20,8 @@ import torch
 
 import radixgen as rg
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_WINDOWS, EVAL_WINDOW, load_ci_slice
+
+REPO = Path(__file__).resolve().parent.parent
 
 # The trained checkpoint scores 13.24 on the CI slice in float32 (its 4 windows are harder
 # than the held-out split's average, 7.31); a model that lost what it learned (a wrong weight,
@@ -35,17 +42,18 @@ def ci_windows() -> list[list[int]]:
     return windows.astype(np.int64).tolist()
 
 
-def radixgen_perplexity(engine, windows: list[list[int]]) -> float:
-    """exp(mean NLL) of positions 1.. of each window, from the engine's prompt logprobs."""
-    results = engine.generate(
-        input_ids=windows,
-        sampling_params={"max_new_tokens": 0},
-        return_logprob=True,
-        logprob_start_len=0,
-    )
-    logprobs = [lp for r in results for lp, _ in r["meta_info"]["input_token_logprobs"][1:]]
-    assert len(logprobs) == sum(len(w) - 1 for w in windows)
-    return math.exp(-sum(logprobs) / len(logprobs))
+def python_blocks(markdown: Path) -> list[str]:
+    """The ```python code blocks of a markdown file, in order."""
+    return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
+
+
+def run_block(code: str) -> tuple[dict, str]:
+    """Runs a documentation code block as written; returns its globals and what it printed."""
+    namespace: dict = {"__name__": "doc_example"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "doc_example", "exec"), namespace)
+    return namespace, printed.getvalue()
 
 
 def transformers_perplexity(model_path: str, windows: list[list[int]]) -> float:
@@ -64,8 +72,13 @@ def transformers_perplexity(model_path: str, windows: list[list[int]]) -> float:
     return math.exp(total / (ids.shape[0] * (ids.shape[1] - 1)))
 
 
-def test_heldout_perplexity_matches_transformers_and_stays_low(engine, ci_windows, tiny_model_path):
-    ours = radixgen_perplexity(engine, ci_windows)
+def test_heldout_perplexity_matches_transformers_and_stays_low(ci_windows, tiny_model_path):
+    # docs/model.md's example measures it with the Engine's prompt logprobs.
+    (block,) = [b for b in python_blocks(REPO / "docs" / "model.md") if "load_ci_slice" in b]
+    namespace, printed = run_block(block)
+    ours = namespace["perplexity"]
+    assert printed == f"perplexity {ours:.2f}\n"
+    assert len(namespace["logprobs"]) == CI_SLICE_WINDOWS * (EVAL_WINDOW - 1)
     reference = transformers_perplexity(tiny_model_path, ci_windows)
     assert abs(ours - reference) / reference < 1e-3, (ours, reference)
     assert ours < CI_SLICE_PERPLEXITY_MAX, ours
@@ -91,3 +104,16 @@ SELECT_CASES = [
 def test_select_picks_the_plausible_continuation(engine, code, options, expected):
     state = pick_continuation.run(code=code, options=options, backend=engine)
     assert state["next"] == expected, state.get_meta_info("next")["scores"]
+
+
+def test_readme_lead_example():
+    namespace, printed = run_block(python_blocks(REPO / "README.md")[0])
+    try:
+        assert namespace["state"].text().startswith("def read_lines(path):")
+        assert len(namespace["state"]["body"]) > 0
+        assert printed.splitlines()[-1] == "print(i)"
+        pairs = zip(namespace["states"], namespace["stubs"], strict=True)
+        assert all(state.text().startswith(stub) for state, stub in pairs)
+        assert all(s["body"] for s in namespace["states"])
+    finally:
+        namespace["engine"].shutdown()

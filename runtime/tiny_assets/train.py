@@ -173,7 +173,7 @@ def train_one(args: argparse.Namespace) -> dict:
     model.eval()
     torch.backends.cuda.matmul.allow_tf32 = False
     test_nll = mean_nll(model, test, args.eval_batch, exact=True)
-    stride = len(test) // CI_SLICE_WINDOWS
+    stride = max(1, len(test) // CI_SLICE_WINDOWS)
     ci_nll = mean_nll(model, test[::stride][:CI_SLICE_WINDOWS], args.eval_batch, exact=True)
     metrics = {
         "shape": args.shapes[0],
