@@ -3,7 +3,8 @@
     python examples/batch_run.py [--model-path DIR | --url URL] [--max-new-tokens N]
 
 run_batch first finds the text every program starts with (the few-shot header below),
-prefills it once, and then every program reads it from the radix cache.
+prefills it once, and then every program reads it from the radix cache. The embedded
+`tiny` code model labels reviews no better than chance; use --model-path with a larger model.
 """
 
 from __future__ import annotations

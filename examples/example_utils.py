@@ -1,6 +1,6 @@
 """Shared command line for the examples: pick the model (or a running server) and open it.
 
-python examples/<name>.py                       # the embedded random `tiny` model
+python examples/<name>.py                       # the embedded `tiny` code model
 python examples/<name>.py --model-path DIR      # a local HF checkpoint folder
 python examples/<name>.py --url http://127.0.0.1:30000   # a running `radixgen serve`
 """

@@ -2,6 +2,9 @@
 holds every earlier turn and only the new message is prefilled.
 
     python examples/multi_turn_chat.py [--model-path DIR | --url URL] [--max-new-tokens N]
+
+The embedded `tiny` model is a code model, not a chat model: its replies are not meaningful
+(the caching is); use --model-path with a chat model.
 """
 
 from __future__ import annotations

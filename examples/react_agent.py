@@ -3,8 +3,9 @@ its input (regex-constrained), Python runs the tool, and the observation is appe
 
     python examples/react_agent.py [--model-path DIR | --url URL] [--max-new-tokens N]
 
-With the random `tiny` model the actions are arbitrary but always valid, and the loop
-ends after `max_steps` if the model never picks "finish".
+The embedded `tiny` model is a code model, not a chat model: its actions are arbitrary but
+always valid, and the loop ends after `max_steps` if it never picks "finish". Use
+--model-path with a chat model for a meaningful agent.
 """
 
 from __future__ import annotations

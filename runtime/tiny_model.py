@@ -1,10 +1,15 @@
-"""The embedded default model, `tiny`: a small random Llama built on first use.
+"""The embedded default model, `tiny`: a small Llama trained on Python's standard library.
 
 `resolve_model_path("tiny")` builds, once, a real HF checkpoint folder under
 `$RADIXGEN_CACHE/tiny` (default `~/.cache/radixgen/tiny`), which then loads through the same
-code path as any downloaded checkpoint. The build is deterministic (seeded NumPy weights, the
-committed tokenizer) and takes about a second. Concurrent first uses are safe: each builds in
-its own temporary folder and renames it into place; the loser of the race keeps the winner's.
+code path as any downloaded checkpoint. The build copies the committed trained weights and
+tokenizer from `tiny_assets/` (trained by `python -m radixgen.runtime.tiny_assets.train`) and
+writes the configs; it is deterministic and takes well under a second. Concurrent first uses
+are safe: each builds in its own temporary folder and renames it into place; the loser of the
+race keeps the winner's.
+
+`write_random_model` builds a checkpoint of any shape with seeded random weights and the same
+tokenizer, for tests that need a model other than the trained one.
 """
 
 from __future__ import annotations
@@ -17,17 +22,19 @@ from pathlib import Path
 
 TINY_MODEL_NAME = "tiny"
 # Bump when the recipe changes: a cached build with another version is rebuilt.
-TINY_MODEL_VERSION = "1"
+TINY_MODEL_VERSION = "2"
 _VERSION_FILE = "radixgen_tiny_version"
-TINY_SEED = 0
-TINY_WEIGHT_STD = 0.02
+TINY_ASSETS_DIR = Path(__file__).parent / "tiny_assets"
+RANDOM_WEIGHT_STD = 0.02
 
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
+    # The shape chosen by measurement (docs/model.md): the tied 32000 x 256 embedding is 8.2M
+    # of 12.9M parameters; intermediate_size is a multiple of 128 and the head counts of 4.
     "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
+    "intermediate_size": 512,
+    "num_hidden_layers": 8,
     "num_attention_heads": 8,
     "num_key_value_heads": 4,
     "head_dim": 32,
@@ -38,8 +45,8 @@ TINY_CONFIG = {
     "hidden_act": "silu",
     "attention_bias": False,
     "mlp_bias": False,
-    "tie_word_embeddings": False,
-    "initializer_range": TINY_WEIGHT_STD,
+    "tie_word_embeddings": True,
+    "initializer_range": RANDOM_WEIGHT_STD,
     "bos_token_id": 0,
     "eos_token_id": 2,
     "pad_token_id": 0,
@@ -109,19 +116,40 @@ def ensure_tiny_model(root: Path) -> Path:
 
 
 def write_tiny_model(folder: Path) -> None:
-    """Writes the complete tiny checkpoint (weights, config, tokenizer) into `folder`."""
+    """Writes the complete trained tiny checkpoint (weights, configs, tokenizer) into `folder`."""
+    _write_checkpoint(folder, TINY_CONFIG, weights_file=TINY_ASSETS_DIR / "model.safetensors")
+
+
+def write_random_model(folder: Path, config: dict, seed: int = 0) -> None:
+    """Writes a checkpoint of `config`'s shape with seeded random weights and tiny's tokenizer.
+
+    Args:
+        folder: an existing folder to write into.
+        config: a Llama config.json dict; its vocab_size must be tiny's (32000).
+        seed: NumPy's PCG64 seed (the same bits on any machine and torch build).
+    """
+    if config.get("vocab_size") != TINY_CONFIG["vocab_size"]:
+        raise ValueError(f"config: vocab_size must be {TINY_CONFIG['vocab_size']} (the tokenizer)")
+    _write_checkpoint(folder, config, weights=random_weights(config, seed))
+
+
+def _write_checkpoint(
+    folder: Path, config: dict, *, weights_file: Path | None = None, weights: dict | None = None
+) -> None:
     from safetensors.torch import save_file
 
-    (folder / "config.json").write_text(json.dumps(TINY_CONFIG, indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / "generation_config.json").write_text(
         json.dumps(TINY_GENERATION_CONFIG, indent=2) + "\n"
     )
     (folder / "tokenizer_config.json").write_text(
         json.dumps(TINY_TOKENIZER_CONFIG, indent=2) + "\n"
     )
-    assets = Path(__file__).parent / "tiny_assets"
-    shutil.copyfile(assets / "tokenizer.json", folder / "tokenizer.json")
-    save_file(tiny_weights(), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(TINY_ASSETS_DIR / "tokenizer.json", folder / "tokenizer.json")
+    if weights_file is not None:
+        shutil.copyfile(weights_file, folder / "model.safetensors")
+    else:
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     # mkdtemp and safetensors create owner-only modes; the cache may be shared between users.
     folder.chmod(0o755)
     for path in folder.iterdir():
@@ -130,8 +158,8 @@ def write_tiny_model(folder: Path) -> None:
     (folder / _VERSION_FILE).write_text(TINY_MODEL_VERSION + "\n")
 
 
-def tiny_weights() -> dict:
-    """The tiny model's bf16 tensors, drawn from NumPy's seeded PCG64 generator.
+def random_weights(config: dict, seed: int) -> dict:
+    """bf16 tensors for `config`, N(0, 0.02) from NumPy's seeded PCG64, norms at 1.
 
     NumPy rather than torch: its bit stream does not depend on the torch build, so the CPU
     and GPU machines build the same weights.
@@ -142,14 +170,14 @@ def tiny_weights() -> dict:
     from radixgen.runtime.model_config import ModelConfig
     from radixgen.runtime.models.llama import checkpoint_weight_shapes
 
-    config = ModelConfig.from_dict(TINY_CONFIG, TINY_GENERATION_CONFIG)
-    rng = np.random.default_rng(TINY_SEED)
+    model_config = ModelConfig.from_dict(config, TINY_GENERATION_CONFIG)
+    rng = np.random.default_rng(seed)
     weights = {}
-    for name, shape in checkpoint_weight_shapes(config).items():
+    for name, shape in checkpoint_weight_shapes(model_config).items():
         if name.endswith("norm.weight"):
             values = np.ones(shape, dtype=np.float32)
         else:
-            values = rng.standard_normal(shape, dtype=np.float32) * np.float32(TINY_WEIGHT_STD)
+            values = rng.standard_normal(shape, dtype=np.float32) * np.float32(RANDOM_WEIGHT_STD)
         weights[name] = torch.from_numpy(values).to(torch.bfloat16)
     return weights
 

@@ -282,9 +282,9 @@ def load_example(name: str):
     [
         ("quickstart", 4),
         ("multi_turn_chat", 4),
-        ("json_extraction", 128),  # a complete JSON object needs room
+        ("json_extraction", 64),  # a complete JSON object needs room
         ("select_choices", 0),
-        ("tree_of_thought", 4),
+        ("best_of_drafts", 4),
         ("react_agent", 4),
         ("batch_run", 4),
     ],
@@ -293,6 +293,17 @@ def test_example_runs(engine, name, max_new_tokens, capsys):
     result = load_example(name).run_example(engine, max_new_tokens)
     assert result is not None
     assert capsys.readouterr().out.strip()
+
+
+def test_code_examples_make_sense_on_the_trained_model(engine, capsys):
+    facts = load_example("json_extraction").run_example(engine, 64)
+    assert [f["function"] for f in facts] == ["read_config", "send_email"]
+    selections = load_example("select_choices").run_example(engine, 0)
+    for states in selections.values():  # every scoring method picks the idiomatic choice
+        assert [s["by_score"] for s in states] == ["print(i)", "ValueError:", '"__main__":']
+    drafts = load_example("best_of_drafts").run_example(engine, 16)
+    assert drafts["mean_logprobs"][drafts["best"]] == max(drafts["mean_logprobs"])
+    assert min(drafts["cached_tokens"]) > 0  # the stub was prefilled once, then shared
 
 
 def test_json_extraction_with_too_few_tokens_says_so(engine):

@@ -6,11 +6,19 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.tiny_model import ensure_tiny_model, resolve_model_path
+from radixgen.runtime.tiny_model import (
+    TINY_ASSETS_DIR,
+    TINY_CONFIG,
+    ensure_tiny_model,
+    resolve_model_path,
+    write_random_model,
+)
 from radixgen.runtime.tokenizer import load_tokenizer
 
 CHECKPOINT_FILES = {
@@ -56,15 +64,37 @@ def test_resolve_model_path_uses_radixgen_cache(tmp_path, monkeypatch):
 def test_config_matches_the_spec(tiny_model_path):
     config = ModelConfig.from_folder(tiny_model_path)
     assert config.architecture == "LlamaForCausalLM"
-    assert (config.hidden_size, config.num_layers, config.num_heads, config.num_kv_heads) == (
-        256,
-        4,
-        8,
-        4,
-    )
+    shape = (config.hidden_size, config.num_layers, config.num_heads, config.num_kv_heads)
+    assert shape == (256, 8, 8, 4)
     assert config.vocab_size == 32000 and config.context_length == 4096
+    assert config.tie_word_embeddings
+    # [9/14]'s int4 groups of 128 and [13/14]'s tensor parallelism over 4 devices.
+    assert config.intermediate_size % 128 == 0
+    assert config.num_heads % 4 == 0 and config.num_kv_heads % 4 == 0
     raw = json.loads((Path(tiny_model_path) / "config.json").read_text())
     assert raw["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_the_committed_trained_weights_are_what_loads(tiny_model_path):
+    shipped = Path(tiny_model_path) / "model.safetensors"
+    assert shipped.read_bytes() == (TINY_ASSETS_DIR / "model.safetensors").read_bytes()
+    tensors = load_file(shipped)
+    assert "lm_head.weight" not in tensors  # tied to the input embedding
+    assert {t.dtype for t in tensors.values()} == {torch.bfloat16}
+    assert sum(t.numel() for t in tensors.values()) == 12_914_944
+    # What the repository ships for the model stays within its ~30 MB budget.
+    assert shipped.stat().st_size + (TINY_ASSETS_DIR / "tokenizer.json").stat().st_size < 28e6
+
+
+def test_random_model_of_another_shape_loads(tmp_path):
+    config = {**TINY_CONFIG, "num_hidden_layers": 2, "tie_word_embeddings": False}
+    write_random_model(tmp_path, config, seed=1)
+    runner = ModelRunner(ServerArgs(model_path=str(tmp_path), device="cpu", max_total_tokens=64))
+    assert runner.model_config.num_layers == 2
+    tensors = load_file(tmp_path / "model.safetensors")
+    assert "lm_head.weight" in tensors
+    with pytest.raises(ValueError, match="vocab_size"):
+        write_random_model(tmp_path, {**config, "vocab_size": 100})
 
 
 def test_tokenizer_and_chat_template(tiny_model_path):
@@ -96,11 +126,11 @@ def test_tiny_loads_through_the_runner_and_generates(tiny_model_path, greedy_out
     tokenizer = load_tokenizer("tiny")
     prompt = tokenizer("import os\nprint(", add_special_tokens=False)["input_ids"]
     engine_args = dict(model_path="tiny", device="cpu", max_total_tokens=512)
-    first, second, other = greedy_output_ids([prompt, prompt, prompt[:-1]], 8, **engine_args)
+    first, second = greedy_output_ids([prompt, prompt], 8, **engine_args)
     assert first == second and len(first) == 8
     assert all(0 <= token < 32000 for token in first)
-    # Random weights, but not a constant map: different prompts get different continuations.
-    assert other != first
+    # Trained on the stdlib: after `import os`, `print(` gets an os call.
+    assert tokenizer.decode(first).startswith("os."), tokenizer.decode(first)
 
 
 def test_tokenizer_errors(tmp_path):
