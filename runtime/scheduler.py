@@ -74,7 +74,7 @@ class Scheduler:
         self.policy = SchedulePolicy(
             server_args.schedule_policy, server_args.schedule_max_wait_s, self.kv
         )
-        self.sampler = Sampler()
+        self.sampler = Sampler(server_args.sampling_backend, self.device)
         self.grammar = GrammarHook(
             tokenizer,
             vocab_size=self.vocab_size,
