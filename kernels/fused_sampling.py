@@ -353,8 +353,9 @@ def fused_sample(
     on_gpu = device.type == "cuda"
     # The interpreter runs a block as one numpy op: big blocks are faster there. On the GPU a
     # [256, 32] histogram tile fits 8 warps' registers (ptxas: no spills at sm_90).
-    block_size = block_size or (1024 if on_gpu else 4096)
-    search_block_size = search_block_size or (min(256, block_size) if on_gpu else 1024)
+    whole_vocab = triton.next_power_of_2(vocab_size)
+    block_size = min(block_size or (1024 if on_gpu else 16384), whole_vocab)
+    search_block_size = min(search_block_size or (256 if on_gpu else 8192), whole_vocab)
     unused = temperatures  # any tensor: a pointer argument that a compiled-out branch never reads
     _fused_sample_kernel[(batch,)](
         logits,

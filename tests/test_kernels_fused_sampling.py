@@ -73,7 +73,7 @@ def random_bitmask(batch, vocab, gen):
         (16, 3001, "min_p", False),
         (24, 2048, "top_k_top_p", False),
         (24, 5000, "top_k_top_p", True),
-        (40, 4999, "all", False),
+        (24, 4999, "all", False),
     ],
 )
 def test_fused_sample_matches_reference(batch, vocab, filters, mask):
@@ -131,7 +131,7 @@ def test_draw_is_counter_uniform_bit_for_bit():
 def test_ties_at_the_cut_keep_every_tied_token():
     """Four equal maxima and top_k=2: torch's sort keeps two of them arbitrarily; the kernel
     keeps all four (documented), so every draw is one of them and more than two occur."""
-    batch = 24
+    batch = 10
     logits = torch.zeros(batch, 64)
     logits[:, :4] = 5.0
     tokens = fused_sample(
