@@ -108,6 +108,9 @@ def test_one_allowed_token_is_always_picked():
     for row, token in enumerate(only.tolist()):
         bitmask[row, token // 32] = (1 << (token % 32)) - (2**32 if token % 32 == 31 else 0)
     assert fused_sample(logits, **args, bitmask=bitmask).tolist() == only.tolist()
+    # No allowed token at all (a grammar always allows one): token 0, as torch's argmax.
+    bitmask[:2] = 0
+    assert fused_sample(logits, **args, bitmask=bitmask)[:2].tolist() == [0, 0]
 
 
 def test_draw_is_counter_uniform_bit_for_bit():
