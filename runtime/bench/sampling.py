@@ -12,7 +12,7 @@ and five batch kinds, prints the median time of one sampling step:
 - `kernel`: `fused_sample` alone.
 Batch kinds: greedy; sampled (temperature 0.7); constrained (sampled, every row masked to ~1% of
 the vocabulary, as a JSON grammar allows); top-k 50 + top-p 0.9; min-p 0.05.
-`--sweep` times block size, warps and radix bits at batch 64 x 128,256.
+`--sweep` times block size, warps, histogram block and radix bits at batch 64 x 128,256.
 Times are medians of triton.testing.do_bench (milliseconds in, microseconds out). It lives in
 runtime/ (not beside kernels/benchmark.py) because it times the runtime's `Sampler`.
 """
@@ -20,6 +20,7 @@ runtime/ (not beside kernels/benchmark.py) because it times the runtime's `Sampl
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 
 import torch
@@ -90,18 +91,29 @@ def kernel_arguments(info: SamplingBatchInfo, steps: torch.Tensor) -> dict:
 
 
 def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> None:
+    """Prints `kind | block | warps | search block | radix bits | us` per tuning."""
     logits = torch.randn(batch, vocab, device="cuda") * 3
     steps = torch.zeros(batch, dtype=torch.int64, device="cuda")
     args = kernel_arguments(batch_info(kind, batch, vocab), steps)
-    for block_size in (512, 1024, 2048, 4096):
-        for num_warps in (4, 8, 16):
-            for radix_bits in (3, 5, 6) if kind == "top_k_top_p" else (5,):
-                tuning = dict(block_size=block_size, num_warps=num_warps, radix_bits=radix_bits)
-                try:
-                    us = median_ms(lambda: fused_sample(logits, **args, **tuning)) * 1e3  # noqa: B023
-                    print(f"{kind} | {block_size} | {num_warps} | {radix_bits} | {us:.1f}")
-                except Exception as error:  # a config out of registers: report, go on
-                    print(f"{kind} | {block_size} | {num_warps} | {radix_bits} | {error!r:.60}")
+    searching = kind == "top_k_top_p"
+    for block_size, num_warps, search_block_size, radix_bits in itertools.product(
+        (512, 1024, 2048, 4096),
+        (4, 8, 16),
+        (128, 256, 512) if searching else (256,),
+        (3, 5, 6) if searching else (5,),
+    ):
+        tuning = dict(
+            block_size=block_size,
+            num_warps=num_warps,
+            search_block_size=search_block_size,
+            radix_bits=radix_bits,
+        )
+        label = f"{kind} | {block_size} | {num_warps} | {search_block_size} | {radix_bits}"
+        try:
+            us = median_ms(lambda: fused_sample(logits, **args, **tuning)) * 1e3  # noqa: B023
+            print(f"{label} | {us:.1f}")
+        except Exception as error:  # a config out of registers or shared memory: go on
+            print(f"{label} | {error!r:.60}")
 
 
 def main() -> None:
@@ -125,7 +137,8 @@ def main() -> None:
                     f"{kernel_us:.1f} | {torch_us / fused_us:.2f}x"
                 )
     if args.sweep:
-        print("\n## tuning sweep, batch 64 x 128256: kind | block | warps | radix bits | us")
+        print("\n## tuning sweep, batch 64 x 128256")
+        print("kind | block | warps | search block | radix bits | us")
         for kind in ("sampled", "top_k_top_p"):
             sweep(kind)
 
