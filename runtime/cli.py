@@ -49,6 +49,7 @@ _FLAG_HELP = {
     "max_queued_requests": "requests waiting beyond this get HTTP 503",
     "disable_radix_cache": "turn the prefix cache off",
     "attention_backend": "attention implementation (default: triton on CUDA, torch on CPU)",
+    "sampling_backend": "sampler: the fused Triton kernel or torch (auto: triton on CUDA)",
     "host": "address to bind (127.0.0.1 keeps the server local)",
     "port": "TCP port of the HTTP server",
     "api_key": "require 'Authorization: Bearer KEY' on every endpoint except /health",

@@ -12,46 +12,21 @@ penalties, masks and temperature), as SGLang reports them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.sampling_torch import counter_uniform, sample_inverse_cdf, top_k_top_p
 from radixgen.kernels.vocab_mask import apply_token_bitmask_
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
-
-_MASK32 = 0xFFFFFFFF
+from radixgen.runtime.server_args import SamplingBackendName
 
 
 @dataclass
 class SampleOutput:
     next_token_ids: torch.Tensor  # [batch] int64
     logprobs: torch.Tensor | None = None  # [batch, vocab] float32 raw log-probabilities
-
-
-def hash32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer mixer ("lowbias32") on int64 tensors holding values in [0, 2**32).
-
-    int64 products may wrap; masking to the low 32 bits afterwards keeps the result exact,
-    because wrapping arithmetic preserves the low bits.
-    """
-    x = x & _MASK32
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & _MASK32
-    return x ^ (x >> 16)
-
-
-def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """One uniform number in [0, 1) per row that depends only on (seed, step).
-
-    seeds, steps: [batch] int64. Returns [batch] float64.
-    """
-    mixed = hash32(hash32(seeds) ^ hash32(steps * 0x9E3779B1 + (seeds >> 32)))
-    low = hash32(mixed ^ 0x5BD1E995)
-    # 53 random bits (32 + 21) -> a float64 uniform in [0, 1).
-    bits = (mixed << 21) | (low >> 11)
-    return bits.to(torch.float64) * (1.0 / (1 << 53))
 
 
 def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
@@ -80,41 +55,33 @@ def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
     return probs
 
 
-def top_k_top_p(
-    probs: torch.Tensor,  # [rows, vocab]
-    top_ks: torch.Tensor,  # [rows] int64
-    top_ps: torch.Tensor,  # [rows] float32
-) -> torch.Tensor:
-    """Keeps each row's top-k tokens, then the smallest prefix whose mass reaches top-p."""
-    sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
-    ranks = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
-    drop = ranks >= top_ks.unsqueeze(1)
-    # Drop a token when the mass before it already reaches top_p (the first is always kept).
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    drop |= mass_before >= top_ps.unsqueeze(1) * sorted_probs.sum(-1, keepdim=True)
-    drop[:, 0] = False
-    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-    return torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs)
-
-
-def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Draws one token per row: the first whose cumulative mass exceeds u * total mass.
-
-    probs: [batch, vocab], unnormalised, zeros for excluded tokens; uniform: [batch] in
-    [0, 1). One random number per row (not per token), so a draw is cheap and reproducible.
-    """
-    cdf = probs.cumsum(dim=-1)  # [batch, vocab]
-    target = (uniform.to(cdf.dtype) * cdf[:, -1]).unsqueeze(1)  # [batch, 1]
-    ids = torch.searchsorted(cdf, target, right=True).squeeze(1)
-    ids = ids.clamp_max(probs.shape[1] - 1)
-    # Rounding at the very top of the cdf could land on an excluded token: take the most
-    # likely one instead (probability ~1e-7).
-    chosen = probs.gather(1, ids.unsqueeze(1)).squeeze(1)
-    return torch.where(chosen > 0, ids, probs.argmax(dim=-1))
-
-
 class Sampler:
-    """Samples one token per row from `[batch, vocab]` logits."""
+    """Samples one token per row from `[batch, vocab]` logits.
+
+    Args:
+        backend: "torch", "triton" (the fused kernel, `radixgen.kernels.fused_sampling`) or
+            "auto" (triton on CUDA, torch elsewhere). Both pick the same tokens except at
+            floating-point ties; torch is the reference.
+        device: where the logits will be.
+
+    Raises:
+        ValueError: backend "triton" off CUDA without the Triton interpreter.
+    """
+
+    def __init__(self, backend: SamplingBackendName = "auto", device: torch.device | str = "cpu"):
+        device_type = torch.device(device).type
+        interpreted = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
+        if backend == "triton" and device_type != "cuda" and not interpreted:
+            raise ValueError(
+                f"sampling_backend='triton' needs a CUDA device (got {device_type!r}) or the "
+                "Triton interpreter (TRITON_INTERPRET=1): use sampling_backend='torch'"
+            )
+        self.fused_sample = None
+        if backend == "triton" or (backend == "auto" and device_type == "cuda"):
+            # Imported only here: Triton is a Linux-only dependency.
+            from radixgen.kernels.fused_sampling import fused_sample
+
+            self.fused_sample = fused_sample
 
     def __call__(
         self,
@@ -126,25 +93,47 @@ class Sampler:
     ) -> SampleOutput:
         logits = logits.float()
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
-        modifies = (
-            info.vocab_bitmask is not None or info.banned_rows is not None or info.has_penalties
-        )
+        if not info.all_greedy and steps is None:
+            raise ValueError("steps is required when some row samples (not greedy)")
+        mask_here = info.vocab_bitmask is not None and self.fused_sample is None
+        modifies = mask_here or info.banned_rows is not None or info.has_penalties
         # The model's logits are not ours to change in place: copy only when we must.
         processed = logits.clone() if modifies else logits
-        if info.vocab_bitmask is not None:
+        if mask_here:
             # The one mask function: a Triton kernel on CUDA, torch elsewhere.
             apply_token_bitmask_(processed, info.vocab_bitmask, info.vocab_bitmask_rows)
         if info.banned_rows is not None:
             processed[info.banned_rows, info.banned_token_ids] = float("-inf")
         if info.has_penalties:
             apply_penalties(processed, info)
+        if self.fused_sample is not None:
+            next_ids = self._sample_fused(processed, info, steps)
+            return SampleOutput(next_token_ids=next_ids, logprobs=logprobs)
         greedy_ids = processed.argmax(dim=-1)
         if info.all_greedy:
             return SampleOutput(next_token_ids=greedy_ids, logprobs=logprobs)
-        if steps is None:
-            raise ValueError("steps is required when some row samples (not greedy)")
         probs = torch.softmax(processed / info.temperatures, dim=-1)
         probs = filter_probs(probs, info)
         sampled_ids = sample_inverse_cdf(probs, counter_uniform(info.seeds, steps))
         next_ids = torch.where(info.greedy, greedy_ids, sampled_ids)
         return SampleOutput(next_token_ids=next_ids, logprobs=logprobs)
+
+    def _sample_fused(
+        self, logits: torch.Tensor, info: SamplingBatchInfo, steps: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Mask, temperature, filters and draw in one kernel launch, without a host sync.
+        The bitmask is applied to every row: its unconstrained rows are all ones."""
+        temperatures = info.temperatures.reshape(-1)  # [batch]
+        if not info.all_greedy:
+            temperatures = temperatures.masked_fill(info.greedy, 0.0)  # the kernel's greedy
+        top_k_or_p = info.need_top_k_or_p
+        return self.fused_sample(
+            logits,
+            temperatures=temperatures,
+            seeds=None if info.all_greedy else info.seeds,
+            steps=None if info.all_greedy else steps,
+            top_ks=info.top_ks if top_k_or_p else None,
+            top_ps=info.top_ps if top_k_or_p else None,
+            min_ps=info.min_ps if info.need_min_p else None,
+            bitmask=info.vocab_bitmask,
+        )

@@ -68,7 +68,7 @@ class Scheduler:
         self.eos_token_ids = frozenset(model_runner.model_config.eos_token_ids)
         tree = RadixCache(model_runner.slot_allocator, disabled=server_args.disable_radix_cache)
         self.kv = KVCacheManager(model_runner.req_to_token_pool, model_runner.slot_allocator, tree)
-        self.sampler = Sampler()
+        self.sampler = Sampler(server_args.sampling_backend, self.device)
         self.grammar = GrammarHook(
             tokenizer,
             vocab_size=self.vocab_size,

@@ -15,6 +15,7 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
 AttentionBackendName = Literal["torch", "triton"]
+SamplingBackendName = Literal["auto", "torch", "triton"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class ServerArgs:
     # Decode batches up to this size replay CUDA graphs (capped by max_running_requests).
     # Above 256 an eager decode step costs ~17 ms more (measured, H200, 8B at batch 1000).
     cuda_graph_max_bs: int = 1024
+    # "auto": the fused Triton sampling kernel on CUDA (kernels/fused_sampling.py), torch on CPU.
+    sampling_backend: SamplingBackendName = "auto"
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
@@ -104,6 +107,7 @@ class ServerArgs:
             "dtype": DType,
             "load_format": LoadFormat,
             "schedule_policy": SchedulePolicy,
+            "sampling_backend": SamplingBackendName,
         }
         for name, literal in choices.items():
             allowed = literal.__args__

@@ -96,6 +96,8 @@ def test_one_by_one_equals_batched(reference):
         {"enable_mixed_chunk": True, "chunked_prefill_size": 8, "max_prefill_tokens": 8},
         {"enable_overlap_schedule": True},
         {"enable_overlap_schedule": True, "max_total_tokens": 96, "max_prefill_tokens": 64},
+        # The fused Triton sampling kernel (interpreted on CPU) draws what torch draws.
+        {"sampling_backend": "triton", "enable_overlap_schedule": True},
     ],
     ids=[
         "no_radix_cache",
@@ -105,6 +107,7 @@ def test_one_by_one_equals_batched(reference):
         "mixed",
         "overlap",
         "overlap_preemption",
+        "triton_sampler_overlap",
     ],
 )
 def test_scheduling_does_not_change_outputs(tiny_model_path, reference, options):

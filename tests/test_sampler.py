@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radixgen.kernels.sampling_torch import counter_uniform
 from radixgen.runtime.req import Req
 from radixgen.runtime.request_schema import SamplingParams
 from radixgen.runtime.sampler import (
@@ -176,3 +177,14 @@ def test_bans_and_logprobs():
     # Logprobs are of the raw distribution (before bans).
     assert out.logprobs[0].exp().sum().item() == pytest.approx(1.0)
     assert out.logprobs[0, 0].item() == pytest.approx(torch.log_softmax(logits[0], 0)[0].item())
+
+
+def test_counter_uniform_is_not_degenerate_at_seed_zero():
+    # hash32(0) == 0: without the seed salt, seed 0 at step 0 drew ~0.0 (the first token).
+    seeds = torch.zeros(4, dtype=torch.int64)
+    draws = counter_uniform(seeds, torch.arange(4, dtype=torch.int64))
+    assert draws[0] > 1e-3 and len(set(draws.tolist())) == 4
+    many = counter_uniform(
+        torch.arange(4096, dtype=torch.int64), torch.zeros(4096, dtype=torch.int64)
+    )
+    assert abs(many.mean().item() - 0.5) < 0.02
