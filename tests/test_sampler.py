@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixgen.kernels.sampling_torch import counter_uniform
 from radixgen.runtime.req import Req
 from radixgen.runtime.request_schema import SamplingParams
 from radixgen.runtime.sampler import (
