@@ -14,9 +14,9 @@ import torch
 from radixgen.kernels.fused_sampling import fused_sample, fused_sample_ref, sampling_probs_ref
 from radixgen.kernels.sampling_torch import counter_uniform
 from radixgen.runtime.req import Req
+from radixgen.runtime.request_schema import SamplingParams
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
-from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.server_args import ServerArgs
 
 
