@@ -18,6 +18,9 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site
+# The serving benchmark's client always runs this tree's code (its datasets), whichever tree
+# serves: a plain (non-editable) install of it, put first on the client's path.
+python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/client . >/dev/null 2>&1
 
 use_tree() {  # $1: folder to install editable
   (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1) \
@@ -59,9 +62,9 @@ for _ in range(600):
     except Exception: pass
     time.sleep(0.5)
 "
-  for dataset in random-ids json random-ids json; do
-    bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
-      --max-concurrency 64 --random-input-len 64 --random-output-len 48 \
+  for dataset in random-ids json-array random-ids json-array; do
+    PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
+      --max-concurrency 64 --random-input-len 64 --random-output-len 48 --json-array-items 24 \
       --output-json "$OUT/$1_serving_$dataset.json" \
       | grep -E "TPOT|duration" | tail -3
   done

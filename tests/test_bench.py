@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset
@@ -135,3 +136,13 @@ def test_bench_serving_json_workload(server, tmp_path):
     ) == 0  # fmt: skip
     summary = json.loads(out.read_text())
     assert summary["successful_requests"] == 2, summary.get("first_error")
+
+
+def test_json_array_dataset_has_fixed_length_outputs():
+    requests = build_dataset(DatasetArgs(dataset="json-array", num_prompts=3, json_array_items=5))
+    schema = requests[0].json_schema
+    jsonschema.validate([1, 2, 3, 4, 5], schema)
+    for wrong in ([1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 10]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, schema)
+    assert all(request.output_len >= len("[1,2,3,4,5]") for request in requests)

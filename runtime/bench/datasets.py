@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-DatasetName = Literal["random-ids", "generated-shared-prefix", "multi-turn", "json"]
+DatasetName = Literal["random-ids", "generated-shared-prefix", "multi-turn", "json", "json-array"]
 
 # Token ids below this are left out of random prompts: they are often special or control
 # tokens in real vocabularies (and byte tokens in byte-level BPE).
@@ -60,6 +60,9 @@ class DatasetArgs:
     turn_output_len: int = 64
     # json
     json_output_len: int = 128
+    # json-array: an array of exactly this many one-digit integers, so every constrained
+    # output has (nearly) the same length, for TPOT against unconstrained runs of that length
+    json_array_items: int = 24
 
     def __post_init__(self):
         if not 0.0 < self.random_range_ratio <= 1.0:
@@ -155,12 +158,32 @@ def json_workload(args: DatasetArgs) -> list[BenchRequest]:
     ]
 
 
+def json_array_schema(num_items: int) -> dict:
+    digit = {"type": "integer", "minimum": 0, "maximum": 9}
+    return {"type": "array", "items": digit, "minItems": num_items, "maxItems": num_items}
+
+
+def json_array_workload(args: DatasetArgs) -> list[BenchRequest]:
+    """Constrained outputs of fixed length: `[d,d,...,d]` with `json_array_items` digits."""
+    schema = json_array_schema(args.json_array_items)
+    return [
+        BenchRequest(
+            input_ids=None,
+            text=f"List {args.json_array_items} digits of sample {i} as a JSON array: ",
+            output_len=4 * args.json_array_items + 8,  # room; the schema ends it earlier
+            json_schema=schema,
+        )
+        for i in range(args.num_prompts)
+    ]
+
+
 def build_dataset(args: DatasetArgs) -> list[BenchRequest]:
     builders = {
         "random-ids": random_ids,
         "generated-shared-prefix": generated_shared_prefix,
         "multi-turn": multi_turn,
         "json": json_workload,
+        "json-array": json_array_workload,
     }
     if args.dataset not in builders:
         raise ValueError(f"dataset must be one of {sorted(builders)}, got {args.dataset!r}")
