@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from radixgen.runtime.request_schema import SamplingParams
+from radixgen.runtime.request_schema import SAMPLING_FIELD_NAMES
 from radixgen.runtime.server.native_api import GenerateBody
 from radixgen.runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
@@ -94,7 +94,7 @@ def body_strategy() -> st.SearchStrategy[tuple[str, dict]]:
         strategies.append(st.tuples(st.just(path), from_schema(schema)))
         names = sorted(schema["properties"])
         if path == "/generate":
-            names += [f"sampling_params.{name}" for name in sorted(SamplingParams.field_names())]
+            names += [f"sampling_params.{name}" for name in sorted(SAMPLING_FIELD_NAMES)]
         overrides = st.dictionaries(
             st.sampled_from(names),
             st.one_of(EXTREME_VALUES, from_schema({})),
