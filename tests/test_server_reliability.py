@@ -64,6 +64,8 @@ def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
+NOT_300 = '{"not": ' * 300 + "{}" + "}" * 300  # a schema string nested 300 levels
+NOT_120 = '{"not": ' * 120 + "{}" + "}" * 120  # under the limit: compiled or refused, never a 5xx
 SURROGATE = '"\\ud800abc"'  # a JSON escape of a lone UTF-16 surrogate
 BAD_INPUTS = [
     # (path, raw JSON body, status, param or None)
@@ -89,6 +91,47 @@ BAD_INPUTS = [
     ("/v1/completions", '{"prompt": [false], "max_tokens": 2}', 400, "prompt"),
     ("/generate", '{"text": "hi", "stream": "yes"}', 400, "stream"),
     ("/v1/completions", '{"prompt": "hi", "stream": "yes", "max_tokens": 2}', 400, "stream"),
+    # Seeds past int64 (counting sample i's seed + i) killed the scheduler.
+    (
+        "/generate",
+        '{"text": "hi", "sampling_params": {"max_new_tokens": 2, "seed": 9223372036854775808}}',
+        400,
+        "seed",
+    ),
+    (
+        "/generate",
+        '{"text": "hi", "sampling_params": {"seed": 9223372036854775807, "n": 2}}',
+        400,
+        "seed",
+    ),
+    ("/v1/completions", f'{{"prompt": "hi", "max_tokens": 2, "seed": {2**70}}}', 400, "seed"),
+    # A huge n blocked the event loop building n results.
+    (
+        "/v1/completions",
+        '{"model": "tiny", "prompt": "hi", "max_tokens": 2, "n": 10000000}',
+        400,
+        "n",
+    ),
+    (
+        "/v1/chat/completions",
+        '{"messages": [{"role": "user", "content": "x"}], "temperature": 1e309}',
+        400,
+        "temperature",
+    ),
+    (
+        "/generate",
+        '{"text": "hi", "sampling_params": {"temperature": Infinity}}',
+        400,
+        "temperature",
+    ),
+    ("/generate", '{"text": "hi", "sampling_params": {"top_p": 0}}', 400, "top_p"),
+    # A schema nested past the limit, given as a string (the body itself is shallow).
+    (
+        "/generate",
+        json.dumps({"text": "hi", "sampling_params": {"json_schema": NOT_300}}),
+        400,
+        "json_schema",
+    ),
     # Megabytes of text whose byte length alone proves it cannot fit the context.
     ("/generate", json.dumps({"text": "x" * 900_000}), 400, "text"),
 ]
@@ -100,10 +143,17 @@ def test_bad_input_is_a_4xx_in_openai_shape(http, path, body, status, param):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    assert error["param"] == param
+    assert error["param"] == param, error
     assert "Traceback" not in error["message"] and "object at 0x" not in error["message"]
     if status == 404:
         assert error["code"] == "model_not_found"
+    assert_healthy_and_whole(http)
+
+
+def test_a_deep_schema_under_the_limit_is_compiled_or_refused_never_a_5xx(http):
+    body = {"text": "hi", "sampling_params": {"json_schema": NOT_120, "max_new_tokens": 4}}
+    response = http.post("/generate", json=body)
+    assert response.status_code in (200, 400), response.text
     assert_healthy_and_whole(http)
 
 
