@@ -30,12 +30,14 @@ class GrammarHook:
         eos_token_ids: list[int],
         compile_timeout_s: float,
         jump_forward: bool,
+        grammar_backend: str = "llguidance",
     ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = list(eos_token_ids)
         self.compile_timeout_s = compile_timeout_s
         self.jump_forward = jump_forward
+        self.grammar_backend = grammar_backend  # "llguidance" or "outlines"
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
         self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
@@ -49,6 +51,7 @@ class GrammarHook:
                 vocab_size=self.vocab_size,
                 eos_token_ids=self.eos_token_ids,
                 jump_forward=self.jump_forward,
+                grammar_backend=self.grammar_backend,
             )
         return self._backend
 

@@ -81,6 +81,7 @@ class Scheduler:
             eos_token_ids=sorted(self.eos_token_ids),
             compile_timeout_s=server_args.constrained_compile_timeout_s,
             jump_forward=server_args.enable_jump_forward,
+            grammar_backend=server_args.grammar_backend,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.new_token_ratio = server_args.new_token_ratio

@@ -15,6 +15,8 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
 AttentionBackendName = Literal["torch", "triton"]
+# Mirrors radixgen.constrained.grammar_interface.GrammarBackendName (kept import-free here).
+GrammarBackendName = Literal["llguidance", "outlines"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class ServerArgs:
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
+    # llguidance: masks computed lazily from a token trie, ~1 ms compiles and EBNF/Lark
+    # grammars; outlines: outlines-core automata built per constraint (docs/constrained.md).
+    grammar_backend: GrammarBackendName = "llguidance"
     # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
     # are not merged into decode steps) and it starts only once a background automaton is built.
     enable_jump_forward: bool = False
@@ -90,6 +95,7 @@ class ServerArgs:
             "dtype": DType,
             "load_format": LoadFormat,
             "schedule_policy": SchedulePolicy,
+            "grammar_backend": GrammarBackendName,
         }
         for name, literal in choices.items():
             allowed = literal.__args__
