@@ -46,7 +46,10 @@ class ConstraintChecker:
     def __init__(self, grammar: ConstraintGrammar, backend_name: str) -> None:
         self.grammar = grammar
         self.backend_name = backend_name
-        self._encode = GreedyEncoder(grammar.vocab)
+
+    @functools.cached_property
+    def _encode(self) -> GreedyEncoder:
+        return GreedyEncoder(self.grammar.vocab)  # a dict over the vocabulary: built on first use
 
     def fullmatch(self, text: str) -> bool:
         """Whether the engine's matcher accepts exactly `text` and then allows EOS.

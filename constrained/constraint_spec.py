@@ -21,7 +21,7 @@ class ConstraintSpec:
 
     Attributes:
         kind: "regex", "json_schema", "json_object", "choices", "ebnf" or "lark".
-        spec: the regex; the schema as canonical JSON text (sorted keys, compact); the
+        spec: the regex; the schema as compact JSON text (in its key order); the
             choices as a tuple of strings; the grammar text (ebnf, lark); for json_object,
             `JSON_OBJECT_SCHEMA`.
     """
@@ -80,7 +80,8 @@ class ConstraintSpec:
                 "json_schema must be a dict, a JSON string or a pydantic model class, "
                 f"got {type(schema).__name__}"
             )
-        return cls("json_schema", json.dumps(schema, sort_keys=True, separators=(",", ":")))
+        # Key order is kept: declared `properties` order is the order of the output's keys.
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")))
 
     @classmethod
     def from_sampling_params(
