@@ -28,11 +28,13 @@ def lark_terminal(regex: str) -> str:
 
 
 def any_value_rules(prefix: str = "json") -> list[str]:
-    """Lark rules `{prefix}_value` (any JSON value, any depth) and `{prefix}_object`."""
+    """Lark rules `{prefix}_value` (any JSON value, any depth), `{prefix}_object`,
+    `{prefix}_array`, `{prefix}_string` and `{prefix}_scalar` (null, booleans, numbers)."""
     scalars = " | ".join(lark_terminal(regex) for regex in SCALAR_REGEXES.values())
     string = lark_terminal(string_regex())
     return [
-        f"{prefix}_value: {prefix}_object | {prefix}_array | {prefix}_string | {scalars}",
+        f"{prefix}_value: {prefix}_object | {prefix}_array | {prefix}_string | {prefix}_scalar",
+        f"{prefix}_scalar: {scalars}",
         f'{prefix}_object: "{{" ({prefix}_member ("," {prefix}_member)*)? "}}"',
         f'{prefix}_member: {prefix}_string ":" {prefix}_value',
         f'{prefix}_array: "[" ({prefix}_value ("," {prefix}_value)*)? "]"',
@@ -168,6 +170,9 @@ class _LarkWriter:
 
     def _structural(self, node: dict, path: str) -> str:
         keys = _constraining_keys(node, is_root=node is self.root)
+        if not keys:  # annotations only
+            self._uses_any_value = True
+            return "json_value"
         if keys == {"$ref"}:
             return self._reference(node["$ref"], path)
         if keys == {"anyOf"} and isinstance(node["anyOf"], list) and node["anyOf"]:
@@ -175,12 +180,21 @@ class _LarkWriter:
                         for i, sub in enumerate(node["anyOf"])]  # fmt: skip
             self._check_lexemes_apart(branches, path)
             return "(" + " | ".join(branches) + ")"
-        if node.get("type") == "object" and keys <= {"type", "properties", "required",
-                                                     "additionalProperties"}:  # fmt: skip
-            return self._object(node, path)
-        if node.get("type") == "array" and keys <= {"type", "items", "minItems", "maxItems"}:
-            return self._array(node, path)
+        if node.get("type", "object") == "object" and keys <= {"type", "properties", "required",
+                                                               "additionalProperties"}:  # fmt: skip
+            return self._or_other_types(self._object(node, path), node, "object")
+        if node.get("type", "array") == "array" and keys <= {"type", "items", "minItems",
+                                                             "maxItems"}:  # fmt: skip
+            return self._or_other_types(self._array(node, path), node, "array")
         raise _NotStructural(path)
+
+    def _or_other_types(self, structure: str, node: dict, json_type: str) -> str:
+        """Without `type`, object (array) keywords leave every other JSON type allowed."""
+        if "type" in node:
+            return structure
+        self._uses_any_value = True
+        other = "json_array" if json_type == "object" else "json_object"
+        return f"({structure} | {other} | json_string | json_scalar)"
 
     def _check_lexemes_apart(self, branches: list[str], path: str) -> None:
         """llguidance lexes greedily: a terminal that may begin with `{` or `[` would swallow

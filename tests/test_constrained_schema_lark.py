@@ -4,6 +4,7 @@ regex up to its depth, random walks validate, and a fallback to the flat regex o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -135,3 +136,23 @@ def test_grammar_rejects_invalid_instances():
             jsonschema.validate(instance, FILTER)
         assert not checker.fullmatch(compact(instance))
     assert not compile_constraint(json_schema=LINKED_LIST).fullmatch('{"v":1,"next":{"v":10}}')
+
+
+def test_suite_recursive_schemas_accept_no_invalid_instance():
+    """The JSON-Schema-Test-Suite's schemas that become Lark grammars, through llguidance."""
+    from radixgen.constrained.backend_suite_report import run_backend_suite
+    from radixgen.constrained.schema_suite_report import find_suite_dir
+
+    suite_dir = find_suite_dir(Path(__file__).resolve().parents[1])
+    if suite_dir is None:
+        pytest.skip("JSON-Schema-Test-Suite not found beside the checkout")
+
+    def becomes_grammar(schema: object) -> bool:
+        try:
+            return json_schema_lark(schema) is not None
+        except ValueError:
+            return False
+
+    report = run_backend_suite(suite_dir, "llguidance", select=becomes_grammar)
+    assert report.schemas_accepted >= 1 and report.invalid_total >= 1
+    assert report.violations == []
