@@ -21,6 +21,7 @@ from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar_interface import (
     DEFAULT_GRAMMAR_BACKEND,
     ConstraintGrammar,
+    ConstraintMatcher,
     GrammarBackendName,
     check_grammar_backend_name,
 )
@@ -107,6 +108,22 @@ class GrammarBackend:
     def compile(self, spec: ConstraintSpec, *, timeout_s: float | None = None) -> ConstraintGrammar:
         """Blocking `compile_async(spec).result()`."""
         return self.compile_async(spec, timeout_s=timeout_s).result()
+
+    def fill_bitmasks(self, matchers: list[tuple[ConstraintMatcher, int]], bitmask) -> None:
+        """Writes each matcher's next-step allowed-token bits into its row of `bitmask`.
+
+        With llguidance the rows are filled in parallel (Rust threads, GIL released); with
+        outlines one after another (each row is a cached per-state copy).
+
+        Args:
+            matchers: (matcher from this backend's grammars, row) pairs, rows distinct.
+            bitmask: int32 CPU tensor [batch, ceil(vocab_size / 32)].
+        """
+        if self.grammar_backend == "llguidance":
+            self._compiler.fill_bitmasks(matchers, bitmask)
+            return
+        for matcher, row in matchers:
+            matcher.fill_bitmask(bitmask, row)
 
     def shutdown(self) -> None:
         self._cache.shutdown()

@@ -50,9 +50,13 @@ class LLGuidanceCompiler:
             tokenizer's own tokens. None: a greedy longest-match encoder over `vocab`.
     """
 
-    def __init__(self, vocab: TokenVocabulary, tokenizer: Any = None) -> None:
+    def __init__(
+        self, vocab: TokenVocabulary, tokenizer: Any = None, *, mask_threads: int | None = None
+    ) -> None:
         self.vocab = vocab
         self._limits = llguidance.LLParserLimits(**_PARSER_LIMITS)
+        # Fills a batch's masks in parallel Rust threads with the GIL released.
+        self._executor = llguidance.LLExecutor(num_threads=mask_threads)
         wrapper = llguidance.TokenizerWrapper(_TokenizerAdapter(vocab, _encoder(vocab, tokenizer)))
         self.lltokenizer = llguidance.LLTokenizer(
             wrapper, n_vocab=vocab.vocab_size, eos_token=list(vocab.eos_token_ids)
@@ -70,6 +74,23 @@ class LLGuidanceCompiler:
         if not compiled.can_start():
             raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
         return compiled
+
+    def fill_bitmasks(self, matchers: list[tuple[LLGuidanceMatcher, int]], bitmask) -> None:
+        """Writes each matcher's next-step mask into its row of `bitmask`, in parallel.
+
+        Args:
+            matchers: (matcher, row) pairs, rows distinct.
+            bitmask: int32 contiguous CPU tensor [batch, ceil(vocab_size / 32)].
+        """
+        num_words = (self.vocab.vocab_size + 31) // 32
+        for _, row in matchers:
+            check_bitmask_row(bitmask, row, num_words)
+        if bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+            raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
+        pairs = [(matcher._matcher, row) for matcher, row in matchers]
+        self._executor.unsafe_compute_mask_ptr(
+            pairs, bitmask.data_ptr(), num_words * 4, bitmask.shape[0]
+        )
 
 
 def llguidance_grammar(spec: ConstraintSpec) -> str:

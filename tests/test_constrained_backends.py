@@ -12,6 +12,7 @@ import typing
 import jsonschema
 import numpy as np
 import pytest
+import torch
 
 from radixgen.constrained import (
     ConstraintSpec,
@@ -201,3 +202,24 @@ def test_server_args_grammar_backend_option():
     assert server_args.ServerArgs(grammar_backend="outlines").grammar_backend == "outlines"
     with pytest.raises(ValueError, match="grammar_backend must be one of"):
         server_args.ServerArgs(grammar_backend="xgrammar")
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_batched_fill_equals_one_row_at_a_time(backend_name):
+    backend = GrammarBackend(tiny_tokenizer_path(), grammar_backend=backend_name)
+    try:
+        specs = [ConstraintSpec.json_schema(SCHEMAS[0]), ConstraintSpec.regex(REGEXES[0])]
+        matchers = [backend.compile(spec).new_matcher() for spec in specs * 2]
+        scratch = allocate_token_bitmask(2, backend.vocab.vocab_size)
+        assert matchers[2].accept_token(int(allowed_ids(matchers[2], scratch)[0]))  # rows differ
+        batched = allocate_token_bitmask(5, backend.vocab.vocab_size)
+        backend.fill_bitmasks([(matcher, row + 1) for row, matcher in enumerate(matchers)], batched)
+        for row, matcher in enumerate(matchers):
+            single = allocate_token_bitmask(1, backend.vocab.vocab_size)
+            matcher.fill_bitmask(single, 0)
+            assert torch.equal(batched[row + 1], single[0])
+        assert torch.all(batched[0] == -1)  # rows without a matcher are untouched
+        with pytest.raises(ValueError, match="row 9"):
+            backend.fill_bitmasks([(matchers[0], 9)], batched)
+    finally:
+        backend.shutdown()
