@@ -20,18 +20,18 @@ counts as the deadline (percentiles over such censored values are lower bounds, 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import platform
 import random
-import resource
+import statistics
 import time
 from datetime import datetime, timezone
 
 import numpy as np
 
 from radixgen.constrained.benchmark_schemas import realistic_schemas
-
-MEMORY_LIMIT_BYTES = 8 * 1024**3
+from radixgen.constrained.deadline_worker import DeadlineWorker
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -72,64 +72,27 @@ def measure_schema(backend, schema: dict, *, steps: int, seed: int) -> dict:
     return {"compile_s": compile_s, "fill_s": fill_s, "accept_s": accept_s}
 
 
-def _worker_main(connection, backend_name: str) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+def benchmark_backend(backend_name: str):
+    """The worker's state: a backend for the 128k benchmark tokenizer."""
     from radixgen.constrained import GrammarBackend
     from radixgen.constrained.build_benchmark_tokenizer import load_benchmark_tokenizer
 
-    start = time.perf_counter()
-    backend = GrammarBackend(
-        load_benchmark_tokenizer(), grammar_backend=backend_name, jump_forward=False
-    )
-    connection.send(time.perf_counter() - start)
-    while (job := connection.recv()) is not None:
-        schema, steps, seed = job
-        connection.send(measure_schema(backend, schema, steps=steps, seed=seed))
+    tokenizer = load_benchmark_tokenizer()
+    return GrammarBackend(tokenizer, grammar_backend=backend_name, jump_forward=False)
 
 
-class BackendWorker:
-    """A process holding one backend; restarted after a compile misses its deadline."""
-
-    def __init__(self, backend_name: str) -> None:
-        self.backend_name = backend_name
-        self.setup_s: float | None = None
-        self._process = None
-
-    def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._connection, child = context.Pipe()
-        self._process = context.Process(target=_worker_main, args=(child, self.backend_name))
-        self._process.start()
-        setup_s = self._connection.recv()
-        self.setup_s = setup_s if self.setup_s is None else self.setup_s
-
-    def run(self, schema: dict, *, steps: int, seed: int, deadline_s: float) -> dict:
-        if self._process is None:
-            self._start()
-        self._connection.send((schema, steps, seed))
-        if self._connection.poll(deadline_s):
-            try:
-                return self._connection.recv()
-            except EOFError:
-                pass  # the worker died (e.g. its memory limit)
-        self.stop()
-        return {"timeout_s": deadline_s}
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join()
-            self._process = None
+def measure_job(backend, job: tuple[dict, int, int]) -> dict:
+    schema, steps, seed = job
+    return measure_schema(backend, schema, steps=steps, seed=seed)
 
 
 def bench_backend(name: str, corpus, *, steps: int, deadline_s: float) -> dict:
-    worker = BackendWorker(name)
+    worker = DeadlineWorker(functools.partial(benchmark_backend, name), measure_job)
     results = {}
     try:
         for index, (schema_name, schema) in enumerate(corpus):
-            results[schema_name] = worker.run(
-                schema, steps=steps, seed=index, deadline_s=deadline_s
-            )
+            finished, result = worker.run((schema, steps, index), deadline_s=deadline_s)
+            results[schema_name] = result if finished else {"timeout_s": deadline_s}
     finally:
         worker.stop()
     return {"setup_s": worker.setup_s, "results": results}
@@ -184,6 +147,51 @@ def bench_compile_constraint_tiny(corpus) -> str:
     )
 
 
+def bench_batched_fill(corpus, *, batch: int = 32, steps: int = 16) -> str:
+    """llguidance: one step's masks for `batch` requests (different schemas, each a few tokens
+    into its output), row by row versus `GrammarBackend.fill_bitmasks` (parallel threads)."""
+    from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_bitmask
+    from radixgen.constrained.build_benchmark_tokenizer import load_benchmark_tokenizer
+
+    backend = GrammarBackend(load_benchmark_tokenizer(), grammar_backend="llguidance")
+    bitmask = allocate_token_bitmask(batch, backend.vocab.vocab_size)  # [batch, 4000] int32
+    matchers = []
+    for index, (_, schema) in enumerate(corpus):
+        try:
+            matcher = backend.compile(ConstraintSpec.json_schema(schema)).new_matcher()
+        except ValueError:
+            continue
+        matchers.append((matcher, random.Random(index)))
+        if len(matchers) == batch:
+            break
+    row_by_row, batched = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        for row, (matcher, _) in enumerate(matchers):
+            matcher.fill_bitmask(bitmask, row)
+        row_by_row.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        backend.fill_bitmasks(
+            [(matcher, row) for row, (matcher, _) in enumerate(matchers)], bitmask
+        )
+        batched.append(time.perf_counter() - start)
+        for row, (matcher, generator) in enumerate(matchers):  # advance every request one token
+            if matcher.is_terminated():
+                continue
+            allowed = np.flatnonzero(
+                np.unpackbits(bitmask[row].numpy().view(np.uint8), bitorder="little")
+            )
+            regular = [int(t) for t in allowed if int(t) not in backend.vocab.eos_token_ids]
+            if regular:
+                matcher.accept_token(generator.choice(regular))
+    backend.shutdown()
+    return (
+        f"llguidance, {len(matchers)} requests, one step's masks at 128k (median of {steps} steps): "
+        f"row by row {statistics.median(row_by_row) * 1e3:.2f} ms, `fill_bitmasks` "
+        f"{statistics.median(batched) * 1e3:.2f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=48, help="mask steps per schema")
@@ -208,6 +216,16 @@ def main() -> None:
         outlines = bench_backend("outlines", subset, steps=args.steps, deadline_s=args.deadline_s)
         print(summary_row(f"outlines (every {args.outlines_every}th: {len(subset)})", outlines))
     print("\n" + bench_compile_constraint_tiny(corpus))
+    print(bench_batched_fill(corpus))
+    for label, run in [("llguidance", llguidance)] + (
+        [] if args.skip_outlines else [("outlines", outlines)]
+    ):
+        compiled = sorted(r["compile_s"] for r in run["results"].values() if "compile_s" in r)
+        if compiled:
+            print(
+                f"{label}: compiled schemas only: min {compiled[0] * 1e3:.1f} ms, median "
+                f"{compiled[len(compiled) // 2] * 1e3:.1f} ms, max {compiled[-1] * 1e3:.1f} ms"
+            )
     slowest = sorted(
         ((r.get("compile_s", 0.0), name) for name, r in llguidance["results"].items()), reverse=True
     )[:3]
