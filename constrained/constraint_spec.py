@@ -1,4 +1,5 @@
-"""What a request constrains its output to: a regex, a JSON schema or a list of choices."""
+"""What a request constrains its output to: a regex, a JSON schema, any JSON object, a list of
+choices, or a context-free grammar (GBNF-style EBNF or Lark; llguidance backend only)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-ConstraintKind = Literal["regex", "json_schema", "choices"]
-_KINDS = ("regex", "json_schema", "choices")
+ConstraintKind = Literal["regex", "json_schema", "json_object", "choices", "ebnf", "lark"]
+_KINDS: tuple[str, ...] = ConstraintKind.__args__
+# `json_object` constrains to any JSON object; its spec is this schema, for display and caching.
+JSON_OBJECT_SCHEMA = '{"type":"object"}'
 # Characters with a meaning in Python or Rust regex syntax; both accept them backslash-escaped.
 _REGEX_META_CHARS = frozenset("\\.+*?()|[]{}^$#&-~ ")
 
@@ -17,17 +20,16 @@ class ConstraintSpec:
     """A constraint in canonical form, hashable for the compile cache.
 
     Attributes:
-        kind: "regex", "json_schema" or "choices".
-        spec: the regex; the schema as canonical JSON text (sorted keys, compact); or the
-            choices as a tuple of strings.
+        kind: "regex", "json_schema", "json_object", "choices", "ebnf" or "lark".
+        spec: the regex; the schema as compact JSON text (in its key order); the
+            choices as a tuple of strings; the grammar text (ebnf, lark); for json_object,
+            `JSON_OBJECT_SCHEMA`.
     """
 
     kind: ConstraintKind
     spec: str | tuple[str, ...]
 
     def __post_init__(self) -> None:
-        if self.kind == "ebnf":
-            raise ValueError("kind='ebnf' is not supported: use regex, json_schema or choices")
         if self.kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {self.kind!r}")
         if self.kind == "choices":
@@ -49,6 +51,21 @@ class ConstraintSpec:
         return cls("choices", tuple(options))
 
     @classmethod
+    def ebnf(cls, grammar: str) -> ConstraintSpec:
+        """A GBNF-style grammar (llama.cpp / SGLang syntax, start rule `root`)."""
+        return cls("ebnf", grammar)
+
+    @classmethod
+    def lark(cls, grammar: str) -> ConstraintSpec:
+        """A Lark grammar in llguidance's dialect (start rule `start`)."""
+        return cls("lark", grammar)
+
+    @classmethod
+    def json_object(cls) -> ConstraintSpec:
+        """Any JSON object: OpenAI's `response_format: {"type": "json_object"}`."""
+        return cls("json_object", JSON_OBJECT_SCHEMA)
+
+    @classmethod
     def json_schema(cls, schema: Any) -> ConstraintSpec:
         """From a dict, a JSON string, or a pydantic model class (its `model_json_schema()`)."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
@@ -63,39 +80,54 @@ class ConstraintSpec:
                 "json_schema must be a dict, a JSON string or a pydantic model class, "
                 f"got {type(schema).__name__}"
             )
-        return cls("json_schema", json.dumps(schema, sort_keys=True, separators=(",", ":")))
+        # Key order is kept: declared `properties` order is the order of the output's keys.
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")))
 
     @classmethod
     def from_sampling_params(
-        cls, *, regex=None, json_schema=None, choices=None, ebnf=None
+        cls, *, regex=None, json_schema=None, choices=None, ebnf=None, lark=None, json_object=False
     ) -> ConstraintSpec | None:
         """The request's constraint from sampling parameters; None if it has none.
 
+        Args:
+            json_object: True for any JSON object (`response_format` json_object).
+
         Raises:
-            ValueError: more than one constraint is given, or `ebnf` is given.
+            ValueError: more than one constraint is given, or one is malformed.
         """
-        if ebnf is not None:
-            raise ValueError(
-                "ebnf constraints are not supported: use regex, json_schema or choices"
-            )
-        given = [name for name, value in [("regex", regex), ("json_schema", json_schema),
-                                          ("choices", choices)] if value is not None]  # fmt: skip
+        if json_object not in (True, False):
+            raise TypeError(f"json_object must be a bool, got {json_object!r}")
+        builders = [
+            ("regex", regex, cls.regex),
+            ("json_schema", json_schema, cls.json_schema),
+            ("json_object", json_object or None, lambda _: cls.json_object()),
+            ("choices", choices, cls.choices),
+            ("ebnf", ebnf, cls.ebnf),
+            ("lark", lark, cls.lark),
+        ]
+        given = [(name, value, build) for name, value, build in builders if value is not None]
         if len(given) > 1:
-            raise ValueError(f"give at most one of regex, json_schema, choices; got {given}")
-        if regex is not None:
-            return cls.regex(regex)
-        if json_schema is not None:
-            return cls.json_schema(json_schema)
-        if choices is not None:
-            return cls.choices(choices)
-        return None
+            raise ValueError(
+                "give at most one of regex, json_schema, json_object, choices, ebnf, lark; "
+                f"got {[name for name, _, _ in given]}"
+            )
+        if not given:
+            return None
+        _, value, build = given[0]
+        return build(value)
 
     def to_regex(self) -> str:
-        """The regex this constraint compiles to."""
+        """The regex this constraint compiles to.
+
+        Raises:
+            ValueError: an ebnf or lark grammar, which no regex expresses.
+        """
         if self.kind == "regex":
             return self.spec
         if self.kind == "choices":
             return "(?:" + "|".join(escape_regex_literal(c) for c in self.spec) + ")"
+        if self.kind in ("ebnf", "lark"):
+            raise ValueError(f"a {self.kind} grammar has no regex form")
         from radixgen.constrained.json_schema import json_schema_to_regex
 
         return json_schema_to_regex(json.loads(self.spec))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from radixgen.constrained.char_automaton import CharAutomaton
+from radixgen.constrained.grammar_interface import ConstraintGrammar
 from radixgen.constrained.regex_index import TokenAutomaton
 from radixgen.constrained.retokenize import BoundaryTokenizer
 from radixgen.constrained.vocabulary import TokenVocabulary
@@ -30,8 +31,8 @@ def pack_token_bitmask(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
 
 
 @dataclass
-class CompiledGrammar:
-    """A constraint compiled for one vocabulary.
+class CompiledGrammar(ConstraintGrammar):
+    """A constraint compiled for one vocabulary by the outlines backend.
 
     Attributes:
         automaton: the token-level DFA (outlines-core index without its end-of-match defect).

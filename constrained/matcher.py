@@ -6,11 +6,12 @@ import codecs
 
 from radixgen.constrained.char_automaton import CharAutomaton
 from radixgen.constrained.grammar import CompiledGrammar, bitmask_num_words
+from radixgen.constrained.grammar_interface import ConstraintMatcher, check_bitmask_row
 from radixgen.constrained.jump_forward import JumpForward, plan_jump_forward
 
 
-class Matcher:
-    """Follows one request's output through a `CompiledGrammar`.
+class Matcher(ConstraintMatcher):
+    """Follows one request's output through a `CompiledGrammar` (the outlines backend).
 
     The engine calls, each step: `fill_bitmask(bitmask, row)` before sampling, `accept_token(id)`
     after it, and optionally `find_jump_forward()` / `apply_jump_forward(plan)`. EOS ids are
@@ -42,13 +43,7 @@ class Matcher:
             bitmask: int32 tensor [batch, ceil(vocab_size / 32)] (see `allocate_token_bitmask`).
             row: this request's row.
         """
-        num_words = bitmask_num_words(self.grammar.vocab_size)
-        if bitmask.dim() != 2 or bitmask.shape[1] != num_words:
-            raise ValueError(
-                f"bitmask must have shape [batch, {num_words}], got {tuple(bitmask.shape)}"
-            )
-        if not 0 <= row < bitmask.shape[0]:
-            raise ValueError(f"row {row} is outside the bitmask's {bitmask.shape[0]} rows")
+        check_bitmask_row(bitmask, row, bitmask_num_words(self.grammar.vocab_size))
         bitmask[row].copy_(
             self.grammar.token_mask(self._states[-1], self._guide), non_blocking=True
         )

@@ -42,6 +42,8 @@ def gen(
     regex: str | None = None,
     json_schema: Any = None,
     choices: list[str] | None = None,
+    ebnf: str | None = None,
+    lark: str | None = None,
     return_logprob: bool | None = None,
     top_logprobs_num: int | None = None,
 ) -> Gen:
@@ -49,8 +51,10 @@ def gen(
 
     Unset options fall back to the defaults given to `prog.run(...)`, then to the
     backend's. At most one constraint: `regex`, `json_schema` (a dict, a JSON string or a
-    pydantic model class) or `choices` (decoding constrained to one of the strings; for
-    likelihood scoring without sampling use `rg.select`).
+    pydantic model class), `choices` (decoding constrained to one of the strings; for
+    likelihood scoring without sampling use `rg.select`), `ebnf` (a GBNF-style grammar whose
+    start rule is `root`) or `lark` (a Lark grammar whose start rule is `start`); grammars
+    need the llguidance grammar backend (the default).
 
     Raises:
         TypeError / ValueError naming the bad argument.
@@ -74,6 +78,8 @@ def gen(
         regex=regex,
         json_schema=json_schema,
         choices=choices,
+        ebnf=ebnf,
+        lark=lark,
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
     )

@@ -44,6 +44,8 @@ _FLAG_HELP = {
     "cuda_graph_max_bs": "largest decode batch replayed from a CUDA graph",
     "constrained_compile_timeout_s": "a regex/JSON-schema compile slower than this fails its "
     "request alone",
+    "grammar_backend": "who compiles constraints and computes token masks (llguidance also "
+    "takes EBNF/Lark grammars)",
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
     "seed": "seed of the dummy weights and of unseeded sampling",
     "max_queued_requests": "requests waiting beyond this get HTTP 503",

@@ -31,6 +31,7 @@ class GrammarHook:
         compile_timeout_s: float,
         jump_forward: bool,
         cache_dir: str | None = None,
+        grammar_backend: str = "llguidance",
     ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -38,6 +39,7 @@ class GrammarHook:
         self.compile_timeout_s = compile_timeout_s
         self.jump_forward = jump_forward
         self.cache_dir = cache_dir
+        self.grammar_backend = grammar_backend  # "llguidance" or "outlines"
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
         self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
@@ -52,6 +54,7 @@ class GrammarHook:
                 eos_token_ids=self.eos_token_ids,
                 jump_forward=self.jump_forward,
                 cache_dir=self.cache_dir,
+                grammar_backend=self.grammar_backend,
             )
         return self._backend
 
@@ -62,7 +65,12 @@ class GrammarHook:
         params = req.sampling_params
         try:
             spec = ConstraintSpec.from_sampling_params(
-                regex=params.regex, json_schema=params.json_schema, choices=params.choices
+                regex=params.regex,
+                json_schema=params.json_schema,
+                choices=params.choices,
+                ebnf=params.ebnf,
+                lark=params.lark,
+                json_object=params.json_object,
             )
             future = self._get_backend().compile_async(spec, timeout_s=self.compile_timeout_s)
         except (ValueError, TypeError) as error:
@@ -111,8 +119,8 @@ class GrammarHook:
             return
         device = info.top_ps.device
         bitmask = self._host_bitmask(len(reqs))  # all allowed
-        for row in rows:
-            reqs[row].grammar.fill_bitmask(bitmask, row)
+        # One call for the batch: llguidance fills the rows on parallel threads.
+        self._get_backend().fill_bitmasks([(reqs[row].grammar, row) for row in rows], bitmask)
         info.vocab_bitmask = bitmask.to(device, non_blocking=True)
         info.vocab_bitmask_rows = torch.tensor(rows, dtype=torch.int64, device=device)
 

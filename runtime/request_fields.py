@@ -23,7 +23,7 @@ MAX_STOP_TOKEN_IDS = 1024
 MAX_CACHE_SALT_CHARS = 256
 MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
 MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit (the field itself is not supported yet)
-CONSTRAINT_FIELDS = ("regex", "json_schema", "choices")
+CONSTRAINT_FIELDS = ("regex", "json_schema", "choices", "ebnf", "lark", "json_object")
 
 
 class RequestFieldError(ValueError, TypeError):
@@ -85,7 +85,7 @@ FIELD_BOUNDS: dict[str, Bound] = {
     "logprob_start_len": Bound(int, low=-1),
     "best_of": Bound(int, low=1, high=MAX_N),  # OpenAI's field (the handler maps it)
 }
-BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "return_logprob", "stream")
+BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "return_logprob", "stream", "json_object")
 
 
 def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
@@ -210,7 +210,8 @@ def json_schema_string(schema: Any) -> str:
             "json_schema", f"json_schema nests deeper than {MAX_JSON_DEPTH} levels"
         )
     try:
-        return json.dumps(schema, sort_keys=True)
+        # Key order kept: a schema's declared property order is the output's key order.
+        return json.dumps(schema)
     except (TypeError, ValueError) as error:
         raise RequestFieldError("json_schema", f"json_schema is not JSON: {error}") from None
     except RecursionError:
@@ -223,6 +224,8 @@ NORMALISERS = {
     "choices": _choice_list,
     "regex": _string("regex", allow_empty=True),
     "json_schema": json_schema_string,
+    "ebnf": _string("ebnf"),
+    "lark": _string("lark"),
     "cache_salt": _string("cache_salt", max_chars=MAX_CACHE_SALT_CHARS),
     "rid": _string("rid"),
 }

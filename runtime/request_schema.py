@@ -77,8 +77,9 @@ class SamplingParams:
     `temperature=0` means greedy. `top_k=-1` (or 0) disables top-k. `stop` holds strings
     that end generation when they appear in the output text (also across token
     boundaries); the returned text is trimmed before the stop string. `n` parallel samples
-    share the prompt's KV; with a `seed`, sample i uses `seed + i`. `regex`, `json_schema`
-    and `choices` constrain the output (at most one of them).
+    share the prompt's KV; with a `seed`, sample i uses `seed + i`. `regex`, `json_schema`,
+    `choices`, `ebnf` (GBNF-style, as SGLang takes it), `lark` (a Lark grammar) and
+    `json_object` (any JSON object) constrain the output (at most one of them).
     """
 
     max_new_tokens: int = 128
@@ -99,6 +100,9 @@ class SamplingParams:
     regex: str | None = None
     json_schema: str | dict | None = None
     choices: list[str] | None = None
+    ebnf: str | None = None
+    lark: str | None = None
+    json_object: bool = False
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -140,7 +144,9 @@ class SamplingParams:
 
     @property
     def has_constraint(self) -> bool:
-        return self.regex is not None or self.json_schema is not None or self.choices is not None
+        return self.json_object or any(
+            getattr(self, name) is not None for name in CONSTRAINT_FIELDS if name != "json_object"
+        )
 
 
 SAMPLING_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -205,21 +211,16 @@ def validate_fields(
     """
     allowed = SAMPLING_FIELD_NAMES | REQUEST_OPTION_NAMES if allowed is None else allowed
     unknown = set(values) - allowed
-    if "ebnf" in unknown:
-        # SGLang users may expect EBNF grammars; say plainly that they are out of scope.
-        raise RequestFieldError(
-            "ebnf", "ebnf constraints are not supported: use regex, json_schema or choices"
-        )
     if unknown:
         name = sorted(unknown)[0]
         raise RequestFieldError(
             name, f"unknown sampling parameter(s): {sorted(unknown)}; allowed: {sorted(allowed)}"
         )
-    constraints = [name for name in CONSTRAINT_FIELDS if values.get(name) is not None]
+    constraints = [name for name in CONSTRAINT_FIELDS if values.get(name) not in (None, False)]
     if len(constraints) > 1:
         raise RequestFieldError(
             constraints[1],
-            f"at most one of regex, json_schema, choices may be set, got {constraints}",
+            f"at most one of {', '.join(CONSTRAINT_FIELDS)} may be set, got {constraints}",
         )
     normalised = dict(values)
     for name, value in values.items():

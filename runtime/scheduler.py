@@ -76,6 +76,7 @@ class Scheduler:
             compile_timeout_s=server_args.constrained_compile_timeout_s,
             jump_forward=server_args.enable_jump_forward,
             cache_dir=server_args.constrained_cache_dir,
+            grammar_backend=server_args.grammar_backend,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.reqs_by_rid: dict[str, list[Req]] = {}

@@ -16,6 +16,8 @@ LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
 AttentionBackendName = Literal["torch", "triton"]
 SamplingBackendName = Literal["auto", "torch", "triton"]
+# Mirrors radixgen.constrained.grammar_interface.GrammarBackendName (kept import-free here).
+GrammarBackendName = Literal["llguidance", "outlines"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class ServerArgs:
 
     # Constrained decoding
     constrained_compile_timeout_s: float = 30.0
+    # llguidance: masks computed lazily from a token trie, ~1 ms compiles and EBNF/Lark
+    # grammars; outlines: outlines-core automata built per constraint (docs/constrained.md).
+    grammar_backend: GrammarBackendName = "llguidance"
     # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
     # are not merged into decode steps) and it starts only once a background automaton is built.
     enable_jump_forward: bool = False
@@ -108,6 +113,7 @@ class ServerArgs:
             "load_format": LoadFormat,
             "schedule_policy": SchedulePolicy,
             "sampling_backend": SamplingBackendName,
+            "grammar_backend": GrammarBackendName,
         }
         for name, literal in choices.items():
             allowed = literal.__args__

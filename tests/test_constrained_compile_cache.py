@@ -23,9 +23,9 @@ from radixgen.kernels.vocab_mask import apply_token_bitmask_
 TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
 
 
-@pytest.fixture(scope="module")
-def backend():
-    backend = GrammarBackend(str(TOKENIZER_PATH), cache_size=2)
+@pytest.fixture(scope="module", params=["llguidance", "outlines"])
+def backend(request):
+    backend = GrammarBackend(str(TOKENIZER_PATH), cache_size=2, grammar_backend=request.param)
     yield backend
     backend.shutdown()
 
@@ -107,11 +107,12 @@ def test_failures_are_not_cached():
 
 def test_disk_cache_reuses_compiled_index(tmp_path):
     spec = ConstraintSpec.regex(r"\{\"a\": [0-9]+\}")
-    first = GrammarBackend(str(TOKENIZER_PATH), cache_dir=tmp_path, jump_forward=False)
+    options = dict(cache_dir=tmp_path, jump_forward=False, grammar_backend="outlines")
+    first = GrammarBackend(str(TOKENIZER_PATH), **options)
     grammar = first.compile(spec)
     first.shutdown()
     assert len(list(tmp_path.glob("*.pkl"))) == 1
-    second = GrammarBackend(str(TOKENIZER_PATH), cache_dir=tmp_path, jump_forward=False)
+    second = GrammarBackend(str(TOKENIZER_PATH), **options)
     reloaded = second.compile(spec)
     second.shutdown()
     state = reloaded.automaton.initial_state
@@ -133,8 +134,15 @@ def test_constraint_specs_from_sampling_params():
     assert from_model == from_text and from_model.kind == "json_schema"
     assert ConstraintSpec.from_sampling_params() is None
     assert ConstraintSpec.from_sampling_params(choices=["a", "b"]).spec == ("a", "b")
-    with pytest.raises(ValueError, match="ebnf"):
-        ConstraintSpec.from_sampling_params(ebnf="root ::= 'a'")
+    assert ConstraintSpec.from_sampling_params(ebnf="root ::= 'a'").kind == "ebnf"
+    assert ConstraintSpec.from_sampling_params(lark='start: "a"').kind == "lark"
+    assert ConstraintSpec.from_sampling_params(json_object=True) == ConstraintSpec.json_object()
+    with pytest.raises(ValueError, match="at most one"):
+        ConstraintSpec.from_sampling_params(ebnf="root ::= 'a'", json_object=True)
+    with pytest.raises(TypeError, match="json_object must be a bool"):
+        ConstraintSpec.from_sampling_params(json_object="yes")
+    with pytest.raises(ValueError, match="ebnf must be a non-empty str"):
+        ConstraintSpec.ebnf("")
     with pytest.raises(ValueError, match="at most one"):
         ConstraintSpec.from_sampling_params(regex="a", choices=["a"])
     with pytest.raises(ValueError, match="json_schema is not valid JSON"):

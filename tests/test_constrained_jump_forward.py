@@ -14,7 +14,7 @@ from radixgen.constrained import ConstraintSpec, GrammarBackend, allocate_token_
 
 TOKENIZER_PATH = Path(__file__).parent.parent / "runtime" / "tiny_assets" / "tokenizer.json"
 TOKENIZER = Tokenizer.from_file(str(TOKENIZER_PATH))
-BACKEND = GrammarBackend(TOKENIZER)
+BACKEND = GrammarBackend(TOKENIZER, grammar_backend="outlines")  # char-automaton jump-forward
 EOS_ID = BACKEND.vocab.eos_token_ids[0]
 
 PERSON = (
@@ -160,7 +160,7 @@ def test_retracts_a_token_the_tokenizer_would_merge_with_forced_text():
 
 
 def test_no_jump_forward_when_disabled_or_complete():
-    backend = GrammarBackend(TOKENIZER, jump_forward=False)
+    backend = GrammarBackend(TOKENIZER, jump_forward=False, grammar_backend="outlines")
     grammar = backend.compile(ConstraintSpec.choices(["only option"]))
     assert grammar.build_char_automaton() is None
     assert grammar.new_matcher().find_jump_forward() is None
@@ -205,7 +205,9 @@ def build_llama3_style_tokenizer() -> Tokenizer:
 
 def test_scripted_equivalence_with_a_llama3_style_pre_tokenizer():
     tokenizer = build_llama3_style_tokenizer()
-    backend = GrammarBackend(tokenizer, eos_token_ids=[tokenizer.token_to_id("<|eos|>")])
+    backend = GrammarBackend(
+        tokenizer, eos_token_ids=[tokenizer.token_to_id("<|eos|>")], grammar_backend="outlines"
+    )
     try:
         for spec, document in DOCUMENTS:
             grammar = backend.compile(spec)

@@ -4,6 +4,7 @@ conditions, prompt logprobs, streaming and abort, and argument validation."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -209,7 +210,8 @@ def test_streaming_and_abort_free_the_kv(engine):
         ({"regex": "a", "choices": ["a"]}, ValueError, "at most one"),
         ({"json_schema": "{not json"}, ValueError, "json_schema"),
         ({"max_new_tokens": 10**6}, ValueError, "context length"),
-        ({"ebnf": "root ::= 'a'"}, ValueError, "ebnf constraints are not supported"),
+        ({"ebnf": ""}, ValueError, "ebnf"),
+        ({"ebnf": "root ::= 'a'", "regex": "a"}, ValueError, "at most one"),
         ({"stop_token_ids": [-1]}, ValueError, r"stop_token_ids must be >= 0, got \[-1\]"),
         ({"stop_token_ids": [10**9]}, ValueError, r"stop_token_ids must be \[0, 32000\)"),
     ],
@@ -278,7 +280,10 @@ def test_constrained_outputs_follow_the_constraint(engine):
 
 def test_constrained_cache_dir_keeps_compiled_indexes(tiny_model_path, tmp_path):
     with Engine(
-        model_path=tiny_model_path, dtype="float32", constrained_cache_dir=str(tmp_path)
+        model_path=tiny_model_path,
+        dtype="float32",
+        constrained_cache_dir=str(tmp_path),
+        grammar_backend="outlines",  # the disk cache holds outlines' indexes
     ) as engine:
         out = engine.generate("Code:", {"max_new_tokens": 6, "temperature": 0, "regex": "[0-9]{3}"})
     assert len(out["text"]) == 3 and out["text"].isdigit()
@@ -369,3 +374,11 @@ def test_a_request_the_scheduler_cannot_admit_fails_alone(engine, monkeypatch):
     ok = engine.generate("def f(", {**GREEDY, "max_new_tokens": 4, "stop": ["zzz"]})
     assert ok["meta_info"]["completion_tokens"] == 4
     engine.check_integrity()
+
+
+def test_outlines_backend_refuses_grammars_clearly(tiny_model_path):
+    with Engine(model_path=tiny_model_path, dtype="float32", grammar_backend="outlines") as engine:
+        with pytest.raises(ValueError, match="(?i)ebnf.*llguidance|llguidance.*ebnf"):
+            engine.generate("x", {"max_new_tokens": 4, "ebnf": "root ::= 'a'"})
+        out = engine.generate("x", {"max_new_tokens": 4, "temperature": 0, "regex": "[0-9]{2}"})
+        assert re.fullmatch("[0-9]{2}", out["text"])

@@ -319,3 +319,18 @@ def test_react_agent_calls_a_tool_with_a_valid_input(engine, capsys):
     observation = agent.TOOLS[state["action_0"]](state["input_0"])
     assert f"Observation: {observation}\n" in state.text()
     assert agent.calculator("12 * 7") == "84"
+
+
+def test_gen_takes_ebnf_and_lark_grammars(engine):
+    @rg.function
+    def answer(s):
+        s += "Is it sorted? "
+        s += rg.gen("verdict", ebnf='root ::= ("yes" | "no") " because " [a-z]+', max_tokens=12)
+        s += "\nCode: "
+        s += rg.gen("code", lark='start: "x" /[0-9]{3}/', max_tokens=8)
+
+    state = answer.run(backend=engine, temperature=0)
+    assert re.fullmatch("(yes|no) because [a-z]+", state["verdict"]), state["verdict"]
+    assert re.fullmatch("x[0-9]{3}", state["code"])
+    with pytest.raises(ValueError, match="at most one"):
+        rg.gen("both", ebnf="root ::= 'a'", regex="a")

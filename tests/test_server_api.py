@@ -296,6 +296,47 @@ def test_extra_body_regex_and_choices_constrain_the_output(oai):
     assert choice.choices[0].text in ("yes", "no")
 
 
+YES_NO_EBNF = 'root ::= ("yes" | "no") " because " [a-z]+'
+
+
+def test_ebnf_and_lark_through_generate_and_the_openai_extra_body(http, oai):
+    # SGLang's GBNF-style EBNF on /generate; a Lark grammar and EBNF through extra_body.
+    out = generate(
+        http, text="Is it?", sampling_params={**GREEDY, "max_new_tokens": 12, "ebnf": YES_NO_EBNF}
+    )
+    assert re.fullmatch("(yes|no) because [a-z]+", out["text"]), out["text"]
+    lark = oai.completions.create(
+        model="tiny",
+        prompt="Code:",
+        max_tokens=10,
+        extra_body={"lark": 'start: "x" /[0-9]{3}/'},
+    )
+    assert re.fullmatch("x[0-9]{3}", lark.choices[0].text)
+    chat = oai.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "Is it?"}],
+        max_tokens=12,
+        temperature=0,
+        extra_body={"ebnf": YES_NO_EBNF, "ignore_eos": True},
+    )
+    assert re.fullmatch("(yes|no) because [a-z]+", chat.choices[0].message.content)
+
+
+def test_json_object_response_format_is_json(oai):
+    reply = oai.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "JSON please"}],
+        max_tokens=200,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    choice = reply.choices[0]
+    if choice.finish_reason == "stop":  # a complete object (length may cut it)
+        assert isinstance(json.loads(choice.message.content), dict)
+    else:
+        assert choice.message.content.lstrip().startswith("{")
+
+
 # ---- bad input -------------------------------------------------------------------------------
 
 LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
@@ -314,6 +355,9 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
         ("/generate", {"text": "hi", "sampling_params": {"regex": "[a-z"}}),
         ("/generate", {"text": "hi", "sampling_params": {"json_schema": "{not json"}}),
         ("/generate", {"text": "hi", "sampling_params": {"regex": "a", "choices": ["a"]}}),
+        ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= ("}}),
+        ("/generate", {"text": "hi", "sampling_params": {"lark": "start: (\"a\""}}),
+        ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= 'a'", "regex": "a"}}),
         ("/generate", {"text": "hi", "input_ids": [1]}),
         ("/generate", {"input_ids": [10**9]}),
         ("/generate", {"text": "hi", "typo_field": 1}),

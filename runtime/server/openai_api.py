@@ -38,9 +38,6 @@ from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
 router = APIRouter(prefix="/v1")
 
-# JSON mode (`response_format: {"type": "json_object"}`) constrains output to any JSON object.
-JSON_OBJECT_SCHEMA = {"type": "object"}
-
 
 def _reject_unsupported(body: SamplingExtras) -> None:
     if body.logit_bias is not None and len(body.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
@@ -62,17 +59,23 @@ def _reject_unsupported(body: SamplingExtras) -> None:
         raise RequestError("best_of other than n is not supported", param="best_of")
 
 
-def _constraint_schema(body: SamplingExtras) -> str | dict | None:
-    """The JSON schema that `response_format` asks for, or the extra-body one."""
+def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
+    """The constraint fields from `response_format` and the extra body (validated later)."""
+    fields = {"regex": body.regex, "choices": body.choices, "ebnf": body.ebnf, "lark": body.lark}
     response_format = body.response_format
     if response_format is None or response_format.type == "text":
-        return body.json_schema
+        return {**fields, "json_schema": body.json_schema}
     if body.json_schema is not None:
         raise RequestError(
             "give either response_format or json_schema, not both", param="response_format"
         )
     if response_format.type == "json_object":
-        return JSON_OBJECT_SCHEMA
+        # JSON mode: any JSON object (the grammar backend's own JSON grammar).
+        return {**fields, "json_object": True}
+    return {**fields, "json_schema": _response_format_schema(response_format)}
+
+
+def _response_format_schema(response_format) -> str | dict:
     if response_format.json_schema is None or response_format.json_schema.schema_ is None:
         raise RequestError(
             "response_format of type json_schema needs json_schema.schema",
@@ -107,9 +110,7 @@ def _to_input(
         "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens,
         "stop_token_ids": body.stop_token_ids,
-        "regex": body.regex,
-        "json_schema": _constraint_schema(body),
-        "choices": body.choices,
+        **_constraint_fields(body),
     }
     if body.temperature is not None:
         params["temperature"] = body.temperature

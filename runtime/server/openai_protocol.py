@@ -110,6 +110,8 @@ class SamplingExtras(_Request):
     regex: str | None = None
     json_schema: str | dict[str, Any] | None = None
     choices: list[str] | None = None
+    ebnf: str | None = None  # SGLang's GBNF-style grammar (start rule `root`)
+    lark: str | None = None  # a Lark grammar (start rule `start`)
     response_format: ResponseFormat | None = None
     cache_salt: str | None = None  # prefix cache namespace (vLLM's extra)
 

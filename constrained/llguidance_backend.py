@@ -1,0 +1,258 @@
+"""The "llguidance" grammar backend: masks computed lazily from a token trie.
+
+llguidance keeps the vocabulary as a byte trie and, at each step, walks it through the
+grammar's lexer (derivative-based regex DFAs built on demand) and Earley parser, so compiling
+a constraint does no vocabulary-sized work: a realistic JSON schema compiles in about a
+millisecond at a 128k vocabulary (docs/benchmarks.md), where outlines-core takes seconds.
+
+What is compiled (the language is radixgen's own, whichever backend runs it):
+- regex and choices: the same regex the outlines backend indexes;
+- json_schema: `json_schema_to_regex`'s regex, or, for recursive schemas the flat regex can
+  only cut at a depth, a Lark grammar whose terminals are that translator's regexes
+  (`schema_lark`);
+- json_object: a Lark grammar for any JSON object, any depth, with the translator's terminals;
+- ebnf (GBNF, as SGLang takes it) and lark: the user's grammar, through llguidance's own
+  GBNF-to-Lark conversion and Lark front end.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+
+from radixgen.constrained.constraint_spec import ConstraintSpec
+from radixgen.constrained.grammar_interface import (
+    ConstraintGrammar,
+    ConstraintMatcher,
+    check_bitmask_row,
+)
+from radixgen.constrained.jump_forward import JumpForward
+from radixgen.constrained.regex_index import RegexError, validate_regex
+from radixgen.constrained.schema_lark import json_object_lark, json_schema_lark
+from radixgen.constrained.vocabulary import TokenVocabulary
+
+# llguidance marks special tokens by a leading 0xFF byte, which UTF-8 text never contains.
+_SPECIAL_PREFIX = b"\xff"
+# Grammar-size limits: radixgen's flat regexes may reach 2M characters (json_schema.py), past
+# llguidance's default lexer fuel of 1M; mask-time limits keep their defaults.
+_PARSER_LIMITS = dict(initial_lexer_fuel=20_000_000, max_grammar_size=4_000_000)
+
+
+class LLGuidanceCompiler:
+    """Compiles constraints to `LLGuidanceGrammar`s for one vocabulary.
+
+    Args:
+        vocab: the tokenizer's byte vocabulary (token ids, EOS ids, logits width).
+        tokenizer: the tokenizer `vocab` came from (a `tokenizers.Tokenizer` or a transformers
+            tokenizer); llguidance encodes forced text with it, so forced positions allow the
+            tokenizer's own tokens. None: a greedy longest-match encoder over `vocab`.
+    """
+
+    def __init__(
+        self, vocab: TokenVocabulary, tokenizer: Any = None, *, mask_threads: int | None = None
+    ) -> None:
+        self.vocab = vocab
+        self._limits = llguidance.LLParserLimits(**_PARSER_LIMITS)
+        # Fills a batch's masks in parallel Rust threads with the GIL released.
+        self._executor = llguidance.LLExecutor(num_threads=mask_threads)
+        wrapper = llguidance.TokenizerWrapper(_TokenizerAdapter(vocab, _encoder(vocab, tokenizer)))
+        self.lltokenizer = llguidance.LLTokenizer(
+            wrapper, n_vocab=vocab.vocab_size, eos_token=list(vocab.eos_token_ids)
+        )
+
+    def compile(self, spec: ConstraintSpec) -> LLGuidanceGrammar:
+        """Raises: `RegexError`/`ValueError` for an invalid constraint, `UnsupportedSchemaError`
+        for a JSON schema radixgen cannot enforce exactly."""
+        grammar = llguidance_grammar(spec)
+        matcher = llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0, limits=self._limits)
+        error_type = RegexError if spec.kind in ("regex", "choices") else ValueError
+        if matcher.is_error():
+            raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
+        compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe())
+        if not compiled.can_start():
+            raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
+        return compiled
+
+    def fill_bitmasks(self, matchers: list[tuple[LLGuidanceMatcher, int]], bitmask) -> None:
+        """Writes each matcher's next-step mask into its row of `bitmask`, in parallel.
+
+        Args:
+            matchers: (matcher, row) pairs, rows distinct.
+            bitmask: int32 contiguous CPU tensor [batch, ceil(vocab_size / 32)].
+        """
+        num_words = (self.vocab.vocab_size + 31) // 32
+        for _, row in matchers:
+            check_bitmask_row(bitmask, row, num_words)
+        if bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+            raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
+        pairs = [(matcher._matcher, row) for matcher, row in matchers]
+        self._executor.unsafe_compute_mask_ptr(
+            pairs, bitmask.data_ptr(), num_words * 4, bitmask.shape[0]
+        )
+
+
+def llguidance_grammar(spec: ConstraintSpec) -> str:
+    """The llguidance grammar (its JSON text) that enforces `spec`."""
+    if spec.kind in ("regex", "choices"):
+        pattern = spec.to_regex()
+        validate_regex(pattern)  # one regex dialect for both backends
+        return llguidance.LLMatcher.grammar_from_regex(pattern)
+    if spec.kind == "json_schema":
+        lark = json_schema_lark(json.loads(spec.spec))
+        if lark is not None:
+            return llguidance.LLMatcher.grammar_from_lark(lark)
+        return llguidance.LLMatcher.grammar_from_regex(spec.to_regex())
+    if spec.kind == "json_object":
+        return llguidance.LLMatcher.grammar_from_lark(json_object_lark())
+    if spec.kind == "ebnf":
+        try:
+            return llguidance.grammar_from("gbnf", spec.spec)
+        except ValueError as error:
+            raise ValueError(f"ebnf grammar is invalid: {error}") from error
+    if spec.kind == "lark":
+        return llguidance.LLMatcher.grammar_from_lark(spec.spec)
+    raise ValueError(f"the llguidance backend cannot compile kind={spec.kind!r}")
+
+
+class LLGuidanceGrammar(ConstraintGrammar):
+    """A compiled llguidance grammar: a pristine `LLMatcher` that each request copies."""
+
+    def __init__(self, pristine: llguidance.LLMatcher, vocab: TokenVocabulary, source: str):
+        self._pristine = pristine
+        self.vocab = vocab
+        self.source = source
+        self.num_words = (vocab.vocab_size + 31) // 32
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.vocab_size
+
+    def new_matcher(self) -> LLGuidanceMatcher:
+        # deep_copy shares the compiled lexer and grammar; only the parse state is new.
+        return LLGuidanceMatcher(self, self._pristine.deep_copy())
+
+    def can_start(self) -> bool:
+        """Whether any token (or EOS, for an empty match) is allowed at the start."""
+        mask = self._pristine.deep_copy().compute_bitmask()
+        return any(mask)
+
+
+class LLGuidanceMatcher(ConstraintMatcher):
+    """One request's `LLMatcher`, behind the engine's matcher interface."""
+
+    def __init__(self, grammar: LLGuidanceGrammar, matcher: llguidance.LLMatcher) -> None:
+        self.grammar = grammar
+        self._matcher = matcher
+        self._output_ids: list[int] = []
+        self._eos_ids = frozenset(grammar.vocab.eos_token_ids)
+        self._eos_accepted = False
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        return tuple(self._output_ids)
+
+    def fill_bitmask(self, bitmask, row: int) -> None:
+        check_bitmask_row(bitmask, row, self.grammar.num_words)
+        if bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+            raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
+        target = bitmask[row]  # [num_words] int32, written in place by Rust
+        self._matcher.unsafe_compute_mask_ptr(target.data_ptr(), self.grammar.num_words * 4)
+
+    def accept_token(self, token_id: int) -> bool:
+        if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
+            return False
+        # try_consume_tokens refuses without entering llguidance's sticky error state.
+        if self._matcher.try_consume_tokens([token_id]) != 1:
+            return False
+        if token_id in self._eos_ids:
+            self._eos_accepted = True
+        else:
+            self._output_ids.append(token_id)
+        return True
+
+    def is_accepting(self) -> bool:
+        return not self._eos_accepted and self._matcher.is_accepting()
+
+    def is_terminated(self) -> bool:
+        return self._eos_accepted or self._matcher.is_stopped()
+
+    def find_jump_forward(self) -> JumpForward | None:
+        """The tokens llguidance finds forced here (it encodes the forced bytes with the
+        tokenizer and keeps only tokens no later text can merge with), or None."""
+        if self.is_terminated():
+            return None
+        forced = self._matcher.compute_ff_tokens()
+        if not forced:
+            return None
+        text = self.grammar.vocab.decode(forced).decode("utf-8", errors="replace")
+        return JumpForward(retract_tokens=0, append_ids=tuple(forced), appended_text=text)
+
+    def apply_jump_forward(self, plan: JumpForward) -> None:
+        keep = len(self._output_ids) - plan.retract_tokens
+        if plan.retract_tokens < 0 or keep < 0:
+            raise ValueError(f"plan.retract_tokens={plan.retract_tokens} is out of range")
+        trial = self._matcher.deep_copy()  # validate before changing anything
+        if plan.retract_tokens and not trial.rollback(plan.retract_tokens):
+            raise ValueError(f"cannot retract {plan.retract_tokens} tokens")
+        if trial.try_consume_tokens(list(plan.append_ids)) != len(plan.append_ids):
+            raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
+        self._matcher = trial
+        del self._output_ids[keep:]
+        self._output_ids.extend(plan.append_ids)
+
+
+class _TokenizerAdapter:
+    """What `llguidance.TokenizerWrapper` reads: every id's bytes and an encode callable."""
+
+    def __init__(self, vocab: TokenVocabulary, encode) -> None:
+        regular = vocab.token_bytes
+        self.eos_token_id = vocab.eos_token_ids[0] if vocab.eos_token_ids else None
+        self.bos_token_id = None
+        # [vocab_size] bytes; ids without text (EOS, chat markers, padding) are specials
+        self.tokens = [
+            regular.get(i, _SPECIAL_PREFIX + f"<special_{i}>".encode())
+            for i in range(vocab.vocab_size)
+        ]
+        self.special_token_ids = [i for i in range(vocab.vocab_size) if i not in regular]
+        self._encode = encode
+
+    def __call__(self, text: bytes) -> list[int]:
+        return self._encode(text)
+
+
+def _encoder(vocab: TokenVocabulary, tokenizer: Any):
+    """bytes -> token ids with `tokenizer` (no special tokens), or greedy over `vocab`."""
+    from tokenizers import Tokenizer
+
+    if isinstance(tokenizer, Tokenizer):
+        return lambda text: tokenizer.encode(text.decode(), add_special_tokens=False).ids
+    if tokenizer is not None and hasattr(tokenizer, "encode"):
+        return lambda text: list(tokenizer.encode(text.decode(), add_special_tokens=False))
+    return GreedyEncoder(vocab)
+
+
+class GreedyEncoder:
+    """Longest-match tokenisation over a byte vocabulary (for vocabularies without a
+    tokenizer, and for checking texts: any tokenisation spells the same bytes)."""
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        self._id_by_bytes: dict[bytes, int] = {}
+        for token_id, raw in sorted(vocab.token_bytes.items(), reverse=True):
+            self._id_by_bytes[raw] = token_id  # the lowest id wins for duplicate spellings
+        self._longest = max((len(raw) for raw in self._id_by_bytes), default=1)
+
+    def __call__(self, text: bytes) -> list[int]:
+        """Token ids spelling `text`; ValueError if some byte has no token."""
+        ids, start = [], 0
+        while start < len(text):
+            for end in range(min(len(text), start + self._longest), start, -1):
+                token_id = self._id_by_bytes.get(text[start:end])
+                if token_id is not None:
+                    ids.append(token_id)
+                    start = end
+                    break
+            else:
+                raise ValueError(f"byte {text[start]:#04x} has no token in this vocabulary")
+        return ids
