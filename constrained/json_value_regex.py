@@ -31,11 +31,16 @@ class Member:
 
 
 def object_regex(
-    members: list[Member], extra_member: tuple[str, str | None] | None, ws: str
+    members: list[Member],
+    extra_member: tuple[str, str | None] | None,
+    ws: str,
+    *,
+    non_empty: bool = False,
+    most_extras: int | None = None,
 ) -> str | None:
-    """An object with `members` in order, then any number of `extra_member` (key, value) regexes.
+    """An object with `members` in order, then up to `most_extras` `extra_member` (key, value).
 
-    Returns None when a required member is impossible.
+    `non_empty`: at least one member. Returns None when a required member is impossible.
     """
     separator = f"{ws},{ws}"
     items: list[tuple[str, bool]] = []
@@ -46,11 +51,14 @@ def object_regex(
             continue
         key = literal(json.dumps(member.key, ensure_ascii=False))
         items.append((sequence(key, f"{ws}:{ws}", member.value_regex), member.required))
-    if extra_member is not None and extra_member[1] is not None:
+    if extra_member is not None and extra_member[1] is not None and most_extras != 0:
         one_extra = sequence(extra_member[0], f"{ws}:{ws}", extra_member[1])
-        extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, None))
+        more = None if most_extras is None else most_extras - 1
+        extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, more))
         items.append((extras, False))
-    body = _members_in_order(items, separator)
+    if non_empty and not items:
+        return None
+    body = _members_in_order(items, separator, at_least_one_present=non_empty)
     return sequence("\\{", ws, body, ws, "\\}")
 
 
@@ -135,8 +143,8 @@ def literal_regex(value: object, ws: str) -> str:
         elements = f"{ws},{ws}".join(literal_regex(element, ws) for element in value)
         return sequence("\\[", ws, elements, ws, "\\]")
     spellings = [json.dumps(value, ensure_ascii=False), json.dumps(value)]
-    if isinstance(value, float) and value.is_integer():
-        spellings.append(str(int(value)))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value):
+        spellings += [str(int(value)), f"{int(value)}.0"]  # 2, 2.0: one value
     return alternation(literal(spelling) for spelling in spellings)
 
 

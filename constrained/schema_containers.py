@@ -17,8 +17,10 @@ from radixgen.constrained.json_value_regex import (
     distinct_values_array_regex,
     object_regex,
 )
+from radixgen.constrained.regex_text import alternation, optional, repeat, sequence
 from radixgen.constrained.schema_keywords import RefDepths
 from radixgen.constrained.schema_merge import MergedSchema, Part, json_equal
+from radixgen.constrained.schema_negation import Negated
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 if TYPE_CHECKING:
@@ -31,7 +33,9 @@ _KEYS_ARE_STRINGS = "#(object keys)"
 def array_schema_regex(
     translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
 ) -> str | None:
-    """Arrays satisfying prefixItems/items/minItems/maxItems/uniqueItems (None: none do)."""
+    """Arrays satisfying prefixItems/items/minItems/maxItems/uniqueItems/contains (None: none)."""
+    if merged.contains:
+        return _contains_array_regex(translator, merged, ref_depths)
     max_items = merged.max_items
     if merged.unique_items and (max_items is None or max_items > 1):
         return _unique_array_regex(translator, merged, ref_depths)
@@ -47,6 +51,49 @@ def array_schema_regex(
     if max_items is None or max_items > len(merged.prefix_parts):
         items = translator.translate(tuple(merged.items_parts), ref_depths)
     return array_regex(prefix, items, merged.min_items, max_items, translator.ws)
+
+
+def _contains_array_regex(
+    translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
+) -> str | None:
+    """Arrays whose items satisfy `items` and between min and max of them satisfy `contains`.
+
+    Each element either matches (items and contains: M) or not (items and not contains: N);
+    the arrays are exactly N* (M N*){min,max}, written with commas between elements.
+    """
+    path = merged.keyword_paths["contains"]
+    reason = None
+    if len(merged.contains) > 1:
+        reason = "more than one contains in one alternative"
+    elif merged.prefix_parts or merged.unique_items:
+        reason = "together with prefixItems or uniqueItems"
+    if reason is not None:
+        raise UnsupportedSchemaError("contains", path, reason)
+    [(contains_part, fewest, most)] = merged.contains
+    if most is not None and most < fewest:
+        return None
+    items = tuple(merged.items_parts)
+    matching = translator.translate((*items, contains_part), ref_depths)
+    negated = Negated(*contains_part)
+    other = translator.translate((*items, (negated, contains_part[1])), ref_depths)
+    if most == 0:
+        return array_regex([], other, merged.min_items, merged.max_items, translator.ws)
+    if merged.max_items is not None or merged.min_items > fewest:
+        reason = "together with maxItems, or minItems above minContains"
+        raise UnsupportedSchemaError("contains", path, reason)
+    ws = translator.ws
+    separator = f"{ws},{ws}"
+    others_after = repeat(sequence(separator, other), 0, None)
+    matching_after = sequence(separator, matching, others_after)
+    starts_other = sequence(other, others_after, repeat(matching_after, fewest, most))
+    later_most = None if most is None else most - 1
+    starts_matching = sequence(
+        matching, others_after, repeat(matching_after, max(fewest - 1, 0), later_most)
+    )
+    body = alternation([starts_other, starts_matching])
+    if fewest == 0:
+        body = optional(body)
+    return sequence("\\[", ws, body, ws, "\\]")
 
 
 def _unique_array_regex(
@@ -72,7 +119,9 @@ def _finite_values(
 ) -> list | None:
     """The distinct values `parts` allow, when there are finitely many (else None)."""
     candidates = []
-    for pieces, _ in translator._expand_all(tuple(parts), ref_depths) if parts else [((), ())]:
+    for pieces, _ in (
+        translator.expander.expand_all(tuple(parts), ref_depths) if parts else [((), ())]
+    ):
         merged = translator.merged(pieces)
         if merged.enum is not None:
             candidates += merged.enum
@@ -98,6 +147,8 @@ def object_schema_regex(
 
     Members come in declared order (then required-but-undeclared ones), extras after them.
     """
+    if merged.max_properties == 0:  # only the empty object
+        return None if merged.required else sequence("\\{", translator.ws, "\\}")
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
     key_regex = string_excluding_keys(names) if names else string_regex()
     checked_names = bool(merged.property_name_parts)
@@ -124,12 +175,14 @@ def object_schema_regex(
         path = merged.keyword_paths["propertyNames"]
         reason = "with both declared and additional properties"
         raise UnsupportedSchemaError("propertyNames", path, reason)
-    if extra_value is not None:
-        _check_property_counts(merged, None)
-    else:
-        possible = sum(1 for member in members if member.value_regex is not None)
-        _check_property_counts(merged, possible)
-    return object_regex(members, (key_regex, extra_value), translator.ws)
+    non_empty, most_extras = _property_counts(merged, members, extra_value is not None)
+    return object_regex(
+        members,
+        (key_regex, extra_value),
+        translator.ws,
+        non_empty=non_empty,
+        most_extras=most_extras,
+    )
 
 
 def _pattern_members(
@@ -162,15 +215,30 @@ def _pattern_members_reason(merged: MergedSchema) -> str | None:
     return None
 
 
-def _check_property_counts(merged: MergedSchema, most_possible: int | None) -> None:
-    """min/maxProperties are accepted only where the object structure already implies them."""
-    if merged.min_properties > len(merged.required):
+def _property_counts(
+    merged: MergedSchema, members: list[Member], has_extras: bool
+) -> tuple[bool, int | None]:
+    """(at least one member, most additional members) for min/maxProperties.
+
+    Exact forms: counts the structure implies; at least one member; at most N additional
+    members where nothing is declared (the empty object is handled by the caller). A regex cannot forbid a repeated
+    additional key (parsers keep one), so a minimum above 1 is never read off additional keys.
+    """
+    required = sum(1 for member in members if member.required)
+    possible = sum(1 for member in members if member.value_regex is not None)
+    fewest, most = merged.min_properties, merged.max_properties
+    non_empty = fewest > required
+    if fewest > max(required, 1):
         path = merged.keyword_paths["minProperties"]
-        raise UnsupportedSchemaError("minProperties", path, "only implied by 'required'")
-    limit = merged.max_properties
-    if limit is not None and (most_possible is None or most_possible > limit):
-        path = merged.keyword_paths["maxProperties"]
-        raise UnsupportedSchemaError("maxProperties", path, "only implied by closed objects")
+        reason = "above 1 and above the number of required properties"
+        raise UnsupportedSchemaError("minProperties", path, reason)
+    if most is None or (not has_extras and possible <= most):
+        return non_empty, None
+    if not members:
+        return non_empty, most
+    path = merged.keyword_paths["maxProperties"]
+    reason = "only where nothing is declared, or the declared properties cannot exceed it"
+    raise UnsupportedSchemaError("maxProperties", path, reason)
 
 
 def regex_matches(regex: str | None, text: str) -> bool:

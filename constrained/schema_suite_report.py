@@ -52,10 +52,13 @@ class SuiteReport:
         return self.invalid_rejected / max(self.invalid_total, 1)
 
 
-def find_suite_dir(repo_root: Path) -> Path | None:
-    """The suite folder beside the checkout (`<root>/../shared/data/...`), if present."""
-    candidate = repo_root.parent / "shared" / "data" / "json-schema-test-suite" / SUITE_SUBDIR
-    return candidate if candidate.is_dir() else None
+def find_suite_dir(repo_root: Path, subdir: str = SUITE_SUBDIR) -> Path | None:
+    """The suite folder in a `shared/data/` beside the checkout or above it, if present."""
+    for folder in repo_root.parents:
+        candidate = folder / "shared" / "data" / "json-schema-test-suite" / subdir
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 def suite_files(suite_dir: Path) -> list[Path]:

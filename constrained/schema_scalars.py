@@ -1,0 +1,112 @@
+"""Regexes for the scalar branches of a merged schema: null, boolean, integer, number, string.
+
+Values excluded by a negated `enum`/`const` are removed exactly: numbers by splitting the range
+at each excluded value (an exclusive bound on both sides, so `5`, `5.0` and `5e0` all go),
+strings by the key-set complement of `json_string`, booleans and null by omission.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+
+from radixgen.constrained.json_string import string_excluding_keys
+from radixgen.constrained.json_value_regex import SCALAR_REGEXES
+from radixgen.constrained.regex_ranges import (
+    Bound,
+    integer_bounds,
+    integer_multiple_regex,
+    integer_range_regex,
+    number_range_regex,
+)
+from radixgen.constrained.regex_text import alternation
+from radixgen.constrained.schema_merge import NOT_VALUES, MergedSchema, exact_decimal
+from radixgen.constrained.string_schema import string_schema_regex
+from radixgen.constrained.unsupported import UnsupportedSchemaError
+
+# Numbers that are not integers (a nonzero fraction digit), without exponent: a strict subset.
+NON_INTEGER = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*"
+
+
+def scalar_regex(name: str, merged: MergedSchema) -> str | None:
+    """The regex of scalar type `name` ("number": non-integers too) under `merged`."""
+    excluded = merged.excluded
+    if name == "null":
+        return None if any(value is None for value in excluded) else "null"
+    if name == "boolean":
+        left = [v for v in (True, False) if not any(x is v for x in excluded)]
+        return alternation(json.dumps(value) for value in left)
+    if name in ("integer", "number"):
+        return _numeric_regex(name, merged)
+    return _string_regex(merged)
+
+
+def _numeric_regex(name: str, merged: MergedSchema) -> str | None:
+    points = sorted(
+        {
+            exact_decimal(value)
+            for value in merged.excluded
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+    )
+    regexes = []
+    lower = merged.lower
+    for point in points:
+        if not _inside(point, lower, merged.upper):
+            continue
+        below = replace(merged, lower=lower, upper=Bound(point, True))
+        regexes.append(_range_regex(name, below))
+        lower = Bound(point, True)
+    regexes.append(_range_regex(name, replace(merged, lower=lower)))
+    return alternation(regexes)
+
+
+def _inside(point, lower: Bound | None, upper: Bound | None) -> bool:
+    above = lower is None or point > lower.value or (point == lower.value and not lower.exclusive)
+    below = upper is None or point < upper.value or (point == upper.value and not upper.exclusive)
+    return above and below
+
+
+def _range_regex(name: str, merged: MergedSchema) -> str | None:
+    with_integers = "integer" in merged.types
+    if merged.multiple_of:
+        return _multiples_regex(merged) if with_integers else None
+    if name == "integer":
+        return integer_range_regex(*integer_bounds(merged.lower, merged.upper))
+    if merged.lower is None and merged.upper is None:
+        return SCALAR_REGEXES["number"] if with_integers else NON_INTEGER
+    return number_range_regex(merged.lower, merged.upper, non_integer=not with_integers)
+
+
+def _multiples_regex(merged: MergedSchema) -> str | None:
+    """Numbers divisible by every multipleOf: integers, since each divisor is an integer here."""
+    path = merged.keyword_paths["multipleOf"]
+    divisor = 1
+    for step in merged.multiple_of:
+        if step.denominator != 1 and "number" in merged.types:
+            reason = "a fractional multipleOf on 'number' is not supported"
+            raise UnsupportedSchemaError("multipleOf", path, reason)
+        # An integer is a multiple of p/q (lowest terms) exactly when it is a multiple of p.
+        divisor = math.lcm(divisor, step.numerator)
+    try:
+        return integer_multiple_regex(*integer_bounds(merged.lower, merged.upper), divisor)
+    except ValueError as error:
+        raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
+
+
+def _string_regex(merged: MergedSchema) -> str | None:
+    regex = string_schema_regex(merged)
+    if regex is None:
+        return None
+    excluded = [value for value in merged.excluded if isinstance(value, str)]
+    hits = [v for v in excluded if re.fullmatch(regex, json.dumps(v, ensure_ascii=False))]
+    if not hits:
+        return regex
+    plain = merged.pattern is None and merged.format is None
+    if plain and merged.min_length == 0 and merged.max_length is None:
+        return string_excluding_keys(hits)
+    path = merged.keyword_paths.get(NOT_VALUES, "#")
+    reason = "excluding a string value next to minLength/maxLength/pattern/format"
+    raise UnsupportedSchemaError("not", path, reason)
