@@ -195,7 +195,7 @@ def test_unsupported_pattern_syntax_is_rejected(pattern_text):
     ("name", "valid", "invalid"),
     [
         ("date", ["2024-02-29", "2000-02-29", "1999-12-31"], ["1900-02-29", "2023-02-29", "2021-04-31", "2021-1-01"]),
-        ("time", ["08:30:06Z", "23:59:59.5+05:30", "00:00:00z"], ["24:00:00Z", "08:30:06", "08:60:00Z", "23:59:60Z"]),
+        ("time", ["08:30:06Z", "23:59:59.5+05:30", "00:00:00z"], ["24:00:00Z", "08:30:06", "08:60:00Z", "22:59:60Z", "23:59:60+01:00"]),
         ("date-time", ["1963-06-19T08:30:06.283185Z", "2020-01-01t00:00:00-01:00"], ["1963-06-19 08:30:06Z", "1963-13-19T08:30:06Z"]),
         ("uuid", ["2eb8aa08-aa98-11ea-b4aa-73b441d16380", "2EB8AA08-AA98-11EA-B4AA-73B441D16380"], ["2eb8aa08-aa98-11ea-b4aa-73b441d1638", "2eb8aa08aa9811eab4aa73b441d16380"]),
         ("email", ["joe.bloggs@example.com", "te~st@example.com", "a@b"], ["joe..bloggs@example.com", ".a@example.com", "a@-b.com", "2962"]),
@@ -281,11 +281,18 @@ def test_one_pattern_property():
     assert_language(schema, [{"id": 1, "k1": True, "k2": False}, {}], [{"k1": 1}, {"kk": True}])
 
 
-def test_min_max_properties_only_when_implied():
+def test_min_max_properties_in_their_exact_forms():
     implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
     assert_language(implied, [{"a": 1}], [{}])
+    assert_language({"minProperties": 1}, [{"x": 1}, {"x": 1, "y": 2}, 3], [{}])
+    assert_language({"maxProperties": 2}, [{}, {"x": 1, "y": 2}], [{"x": 1, "y": 2, "z": 3}])
+    assert_language({"maxProperties": 0, "properties": {"a": {}}}, [{}, "x"], [{"a": 1}])
+    closed = {"properties": {"a": {}, "b": {}}, "additionalProperties": False}
+    assert_language({**closed, "minProperties": 1}, [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], [{}])
     with pytest.raises(UnsupportedSchemaError, match="'maxProperties' at #"):
-        json_schema_to_regex({"type": "object", "maxProperties": 2})
+        json_schema_to_regex({**closed, "maxProperties": 1})
+    with pytest.raises(UnsupportedSchemaError, match="'minProperties' at #"):
+        json_schema_to_regex({"type": "object", "minProperties": 2})
 
 
 # ---- arrays ----
