@@ -74,7 +74,7 @@ _PCHAR = f"(?:{_UNRESERVED_SUBDELIMS}|[:@]|{_PCT})"
 _SEGMENT = f"{_PCHAR}*"
 _USERINFO = f"(?:{_UNRESERVED_SUBDELIMS}|:|{_PCT})*@"
 _REG_NAME = f"(?:{_UNRESERVED_SUBDELIMS}|{_PCT})*"
-_IP_LITERAL = f"\\[(?:{IPV6}|v{_HEX}+\\.(?:{_UNRESERVED_SUBDELIMS}|:)+)\\]"
+_IP_LITERAL = f"\\[(?:{IPV6}|[vV]{_HEX}+\\.(?:{_UNRESERVED_SUBDELIMS}|:)+)\\]"
 _AUTHORITY = f"(?:{_USERINFO})?(?:{_REG_NAME}|{_IP_LITERAL})(?::[0-9]*)?"
 _QUERY_OR_FRAGMENT = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
 

@@ -52,12 +52,15 @@ class SchemaRegexOptions:
         properties but say nothing about others (any extra property with any value). When
         False, such objects get no extra properties; objects declaring no properties at all,
         and `additionalProperties` given explicitly, are unaffected.
+    assert_formats: enforce known `format`s (the format-assertion vocabulary). False reads
+        every `format` as an annotation, as JSON Schema 2019-09+ does by default.
     """
 
     whitespace: str = ""
     max_recursion_depth: int = 3
     any_value_depth: int = 2
     allow_undeclared_properties: bool = False
+    assert_formats: bool = True
 
 
 def json_schema_to_regex(
@@ -67,6 +70,7 @@ def json_schema_to_regex(
     max_recursion_depth: int = 3,
     any_value_depth: int = 2,
     allow_undeclared_properties: bool = False,
+    assert_formats: bool = True,
 ) -> str:
     """Translate a JSON Schema into a regex matching exactly the JSON texts it allows.
 
@@ -78,6 +82,7 @@ def json_schema_to_regex(
         allow_undeclared_properties: allow extra properties in objects that declare properties
             but not `additionalProperties` (JSON Schema's default). False (the default)
             produces only the declared ones there, a strict subset that keeps output focused.
+        assert_formats: enforce the `format`s we know (default); False ignores every `format`.
 
     Returns:
         A regex (Python `re` / Rust regex-automata common dialect) for `re.fullmatch`.
@@ -107,6 +112,7 @@ def json_schema_to_regex(
         max_recursion_depth=max_recursion_depth,
         any_value_depth=any_value_depth,
         allow_undeclared_properties=bool(allow_undeclared_properties),
+        assert_formats=bool(assert_formats),
     )
     translator = SchemaTranslator(root, options)
     regex = translator.translate(((root, "#"),), ())
@@ -140,7 +146,12 @@ class SchemaTranslator:
         self.root = root
         self.options = options
         self.ws = options.whitespace
-        self.expander = SchemaExpander(root, dialect_of(root), options.max_recursion_depth)
+        self.expander = SchemaExpander(
+            root,
+            dialect_of(root),
+            max_recursion_depth=options.max_recursion_depth,
+            assert_formats=options.assert_formats,
+        )
         # Keyed by each part's path and identity (synthetic parts share paths with real ones);
         # the value keeps the parts alive so that identities stay unique.
         self._memo: dict[tuple, tuple[str | None, tuple[Part, ...]]] = {}

@@ -16,6 +16,8 @@ test one schema against another are written with exact negation (`schema_negatio
 
 from __future__ import annotations
 
+import json
+
 from radixgen.constrained.schema_disjoint import provably_disjoint
 from radixgen.constrained.schema_keywords import (
     Dialect,
@@ -54,11 +56,16 @@ def merged(pieces: tuple[Part, ...]) -> MergedSchema:
 class SchemaExpander:
     """Expands subschemas of one document into alternatives (see the module docstring)."""
 
-    def __init__(self, root: object, dialect: Dialect, max_recursion_depth: int):
+    def __init__(
+        self, root: object, dialect: Dialect, *, max_recursion_depth: int, assert_formats: bool
+    ):
         self.root = root
         self.dialect = dialect
         self.max_recursion_depth = max_recursion_depth
+        self.assert_formats = assert_formats
         self.refs = RefResolver(root, dialect)
+        # An `if` alone asserts nothing, but its annotations count for unevaluated*.
+        self.tracks_annotations = '"unevaluated' in json.dumps(root)
 
     def expand_all(self, parts: tuple[Part, ...], ref_depths: RefDepths) -> list[Alternative]:
         """Alternatives whose union is exactly the instances satisfying every part."""
@@ -76,7 +83,8 @@ class SchemaExpander:
             return []
         check_keywords(schema, path)
         schema = effective_keywords(schema, self.dialect)
-        alternatives: list[Alternative] = [(((local_piece(schema, path), path),), ref_depths)]
+        piece = local_piece(schema, path, self.assert_formats)
+        alternatives: list[Alternative] = [(((piece, path),), ref_depths)]
         for keyword in ("$ref", "$dynamicRef"):
             if keyword in schema:
                 alternatives = self._with_ref(alternatives, schema[keyword], keyword, path)
@@ -93,7 +101,7 @@ class SchemaExpander:
         if "not" in schema:
             negated = self.negate(schema["not"], f"{path}/not", ref_depths)
             alternatives = self.product(alternatives, negated, f"{path}/not")
-        if "if" in schema and ("then" in schema or "else" in schema):
+        if "if" in schema and ("then" in schema or "else" in schema or self.tracks_annotations):
             alternatives = self.product(alternatives, self._if(schema, path, ref_depths), path)
         for dependency in self._dependencies(schema, path, ref_depths):
             alternatives = self.product(alternatives, dependency, path)
@@ -198,7 +206,8 @@ class SchemaExpander:
             if isinstance(dependency, list):
                 if not all(isinstance(other, str) for other in dependency):
                     raise ValueError(f"schema at {dependency_path} must be an array of strings")
-                present = (({"required": [name, *dependency]}, dependency_path),)
+                # Dependencies first: the natural order ("b", then "a" that needs it).
+                present = (({"required": [*dependency, name]}, dependency_path),)
                 holds = [(present, ref_depths)]
             else:
                 holds = self.product(

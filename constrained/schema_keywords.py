@@ -105,7 +105,7 @@ def check_keywords(schema: object, path: str) -> None:
     _check_values(schema, path)
 
 
-def local_piece(schema: dict, path: str) -> dict:
+def local_piece(schema: dict, path: str, assert_formats: bool = True) -> dict:
     """The keywords of `schema` that `schema_merge` combines, normalised to 2020-12 forms."""
     piece = {keyword: value for keyword, value in schema.items() if keyword in LOCAL}
     for keyword in _COUNTS:
@@ -113,7 +113,7 @@ def local_piece(schema: dict, path: str) -> dict:
             piece[keyword] = int(piece[keyword])
     if piece.get("uniqueItems") is False:
         del piece["uniqueItems"]
-    if "format" in piece and piece["format"] not in FORMAT_REGEXES:
+    if "format" in piece and (not assert_formats or piece["format"] not in FORMAT_REGEXES):
         del piece["format"]  # an unknown format is an annotation
     for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if isinstance(piece.get(exclusive), bool):  # draft 4: a flag on minimum/maximum

@@ -77,6 +77,8 @@ class RefResolver:
         if not isinstance(node, dict):
             return
         identifier = node["$id"] if isinstance(node.get("$id"), str) else self._legacy_id(node)
+        if self.dialect <= Dialect.DRAFT7 and "$ref" in node:
+            identifier = None  # up to draft 7, `$ref` makes its siblings ignored, `$id` too
         if isinstance(identifier, str):
             resource, _, fragment = identifier.partition("#")
             if resource:
