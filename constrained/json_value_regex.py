@@ -41,10 +41,13 @@ def object_regex(
     *,
     non_empty: bool = False,
     most_extras: int | None = None,
+    most_members: int | None = None,
 ) -> str | None:
     """An object with `members` in order, then up to `most_extras` `extra_member` (key, value).
 
-    `non_empty`: at least one member. Returns None when a required member is impossible.
+    `non_empty`: at least one member. `most_members`: at most that many of `members` (for
+    closed objects; built by counting, so only for few members). Returns None when a required
+    member is impossible.
     """
     separator = f"{ws},{ws}"
     items: list[tuple[str, bool]] = []
@@ -62,7 +65,10 @@ def object_regex(
         items.append((extras, False))
     if non_empty and not items:
         return None
-    body = _members_in_order(items, separator, at_least_one_present=non_empty)
+    if most_members is not None:
+        body = _members_counted(items, separator, 1 if non_empty else 0, most_members)
+    else:
+        body = _members_in_order(items, separator, at_least_one_present=non_empty)
     return sequence("\\{", ws, body, ws, "\\}")
 
 
@@ -101,6 +107,25 @@ def _members_in_order(
         return ""
     head = at_least_one if seen_required or at_least_one_present else optional(at_least_one)
     return head + rest
+
+
+def _members_counted(
+    items: list[tuple[str, bool]], separator: str, fewest: int, most: int
+) -> str | None:
+    """Members in order with between `fewest` and `most` present (each choice written out)."""
+
+    def rest(index: int, present: int) -> str | None:
+        if index == len(items):
+            return "" if fewest <= present <= most else None
+        regex, required = items[index]
+        lead = separator if present else ""
+        with_it = None if present >= most else sequence(lead, regex, rest(index + 1, present + 1))
+        without = None if required else rest(index + 1, present)
+        if with_it is None or without is None:
+            return with_it if without is None else without
+        return alternation([with_it, without])
+
+    return rest(0, 0)
 
 
 def array_regex(

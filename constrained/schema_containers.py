@@ -26,6 +26,8 @@ from radixgen.constrained.unsupported import UnsupportedSchemaError
 if TYPE_CHECKING:
     from radixgen.constrained.json_schema import SchemaTranslator
 
+# maxProperties below the declared members writes out each choice: only for this many members.
+_MAX_COUNTED_MEMBERS = 8
 # Path of the synthetic {"type": "string"} added to propertyNames (memo key, never reported).
 _KEYS_ARE_STRINGS = "#(object keys)"
 
@@ -175,13 +177,14 @@ def object_schema_regex(
         path = merged.keyword_paths["propertyNames"]
         reason = "with both declared and additional properties"
         raise UnsupportedSchemaError("propertyNames", path, reason)
-    non_empty, most_extras = _property_counts(merged, members, extra_value is not None)
+    non_empty, most_extras, most_members = _property_counts(merged, members, extra_value)
     return object_regex(
         members,
         (key_regex, extra_value),
         translator.ws,
         non_empty=non_empty,
         most_extras=most_extras,
+        most_members=most_members,
     )
 
 
@@ -216,12 +219,13 @@ def _pattern_members_reason(merged: MergedSchema) -> str | None:
 
 
 def _property_counts(
-    merged: MergedSchema, members: list[Member], has_extras: bool
-) -> tuple[bool, int | None]:
-    """(at least one member, most additional members) for min/maxProperties.
+    merged: MergedSchema, members: list[Member], extra_value: str | None
+) -> tuple[bool, int | None, int | None]:
+    """(at least one member, most additional members, most declared members) for the counts.
 
     Exact forms: counts the structure implies; at least one member; at most N additional
-    members where nothing is declared (the empty object is handled by the caller). A regex cannot forbid a repeated
+    members where nothing is declared (the empty object is handled by the caller); at most N
+    of a few declared members where no others are allowed. A regex cannot forbid a repeated
     additional key (parsers keep one), so a minimum above 1 is never read off additional keys.
     """
     required = sum(1 for member in members if member.required)
@@ -232,12 +236,14 @@ def _property_counts(
         path = merged.keyword_paths["minProperties"]
         reason = "above 1 and above the number of required properties"
         raise UnsupportedSchemaError("minProperties", path, reason)
-    if most is None or (not has_extras and possible <= most):
-        return non_empty, None
+    if most is None or (extra_value is None and possible <= most):
+        return non_empty, None, None
     if not members:
-        return non_empty, most
+        return non_empty, most, None
+    if extra_value is None and possible <= _MAX_COUNTED_MEMBERS:
+        return non_empty, None, most
     path = merged.keyword_paths["maxProperties"]
-    reason = "only where nothing is declared, or the declared properties cannot exceed it"
+    reason = "only where nothing is declared, or no other property is allowed"
     raise UnsupportedSchemaError("maxProperties", path, reason)
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import re
 from dataclasses import replace
+from fractions import Fraction
 
 from radixgen.constrained.json_string import string_excluding_keys
 from radixgen.constrained.json_value_regex import SCALAR_REGEXES
@@ -26,6 +27,8 @@ from radixgen.constrained.schema_merge import NOT_VALUES, MergedSchema, exact_de
 from radixgen.constrained.string_schema import string_schema_regex
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
+# A bounded range with at most this many multiples of a fractional step is listed.
+MAX_LISTED_MULTIPLES = 512
 # Numbers that are not integers (a nonzero fraction digit), without exponent: a strict subset.
 NON_INTEGER = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*"
 
@@ -72,7 +75,7 @@ def _inside(point, lower: Bound | None, upper: Bound | None) -> bool:
 def _range_regex(name: str, merged: MergedSchema) -> str | None:
     with_integers = "integer" in merged.types
     if merged.multiple_of:
-        return _multiples_regex(merged) if with_integers else None
+        return _multiples_regex(merged)
     if name == "integer":
         return integer_range_regex(*integer_bounds(merged.lower, merged.upper))
     if merged.lower is None and merged.upper is None:
@@ -86,14 +89,55 @@ def _multiples_regex(merged: MergedSchema) -> str | None:
     divisor = 1
     for step in merged.multiple_of:
         if step.denominator != 1 and "number" in merged.types:
-            reason = "a fractional multipleOf on 'number' is not supported"
-            raise UnsupportedSchemaError("multipleOf", path, reason)
+            return _fractional_multiples_regex(merged, path)
         # An integer is a multiple of p/q (lowest terms) exactly when it is a multiple of p.
         divisor = math.lcm(divisor, step.numerator)
+    if "integer" not in merged.types:
+        return None  # integer steps have integer multiples only
     try:
         return integer_multiple_regex(*integer_bounds(merged.lower, merged.upper), divisor)
     except ValueError as error:
         raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
+
+
+def _fractional_multiples_regex(merged: MergedSchema, path: str) -> str | None:
+    """Multiples of fractional steps in a bounded range, listed as decimals (no exponent)."""
+    lower, upper = merged.lower, merged.upper
+    step = Fraction(0)
+    for divisor in merged.multiple_of:  # the least common multiple of p/q and r/s
+        step = (
+            divisor
+            if step == 0
+            else Fraction(
+                math.lcm(step.numerator, divisor.numerator),
+                math.gcd(step.denominator, divisor.denominator),
+            )
+        )
+    if lower is None or upper is None or (upper.value - lower.value) / step > MAX_LISTED_MULTIPLES:
+        reason = f"a fractional multipleOf on 'number' needs bounds with at most {MAX_LISTED_MULTIPLES} multiples"
+        raise UnsupportedSchemaError("multipleOf", path, reason)
+    first = math.ceil(lower.value / step)
+    values = [k * step for k in range(first, math.floor(upper.value / step) + 1)]
+    kept = [
+        v
+        for v in values
+        if _inside(v, lower, upper) and ("integer" in merged.types or v.denominator != 1)
+    ]
+    return alternation(_decimal_text(value) for value in kept)
+
+
+def _decimal_text(value: Fraction) -> str:
+    """A finite decimal written without exponent, as a regex (the point escaped)."""
+    sign = "-" if value < 0 else ""
+    integer, remainder = divmod(abs(value.numerator), value.denominator)
+    digits = ""
+    while remainder:
+        remainder *= 10
+        digits += str(remainder // value.denominator)
+        remainder %= value.denominator
+        if len(digits) > 40:
+            raise ValueError(f"{value} has no short decimal expansion")
+    return f"{sign}{integer}" + (f"\\.{digits}" if digits else "")
 
 
 def _string_regex(merged: MergedSchema) -> str | None:

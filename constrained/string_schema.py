@@ -23,13 +23,28 @@ def string_schema_regex(merged: MergedSchema) -> str | None:
         return _format_regex(merged, min_length, max_length)
     if merged.pattern is None:
         return string_regex(min_length, max_length)
+    path = merged.keyword_paths["pattern"]
     try:
-        tree = limit_length(parse_pattern(merged.pattern), min_length, max_length)
+        tree = parse_pattern(merged.pattern)
     except PatternError as error:
-        raise UnsupportedSchemaError(
-            "pattern", merged.keyword_paths["pattern"], str(error)
-        ) from None
-    return _quoted(tree)
+        raise UnsupportedSchemaError("pattern", path, str(error)) from None
+    return _quoted(_within_lengths(tree, min_length, max_length, "pattern", path))
+
+
+def _within_lengths(tree: object, min_length: int, max_length: int | None, keyword: str, path: str):
+    """`tree` within the lengths: exactly where possible, else with capped repetitions.
+
+    The cap (`cap_length`) keeps a strict subset: every unbounded repetition gets the largest
+    common count that keeps each match within `maxLength` (e.g. a Kubernetes name pattern with
+    `maxLength: 253`). Only when no cap fits is the keyword refused.
+    """
+    try:
+        return limit_length(tree, min_length, max_length)
+    except PatternError as error:
+        capped = cap_length(tree, min_length, max_length)
+        if capped is None:
+            raise UnsupportedSchemaError(keyword, path, f"with a length: {error}") from None
+        return capped
 
 
 def _format_regex(merged: MergedSchema, min_length: int, max_length: int | None) -> str | None:
@@ -41,15 +56,9 @@ def _format_regex(merged: MergedSchema, min_length: int, max_length: int | None)
     regex = FORMAT_REGEXES[merged.format]
     if min_length == 0 and max_length is None:
         return f'"{regex}"'
-    tree = parse_pattern(f"^{regex}$")
-    try:
-        return _quoted(limit_length(tree, min_length, max_length))
-    except PatternError as error:
-        # Formats are strict subsets anyway: bound their repetitions instead.
-        capped = cap_length(tree, min_length, max_length)
-        if capped is None:
-            raise UnsupportedSchemaError("format", path, f"with a length: {error}") from None
-        return _quoted(capped)
+    return _quoted(
+        _within_lengths(parse_pattern(f"^{regex}$"), min_length, max_length, "format", path)
+    )
 
 
 def _quoted(tree: object | None) -> str | None:

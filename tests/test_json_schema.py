@@ -179,9 +179,17 @@ def test_pattern_outside_the_lengths_leaves_other_types():
     assert_language({"pattern": "^abc$", "maxLength": 2}, [1, None, [1]], ["abc", "ab"])
 
 
-def test_variable_repetition_with_length_is_rejected():
+def test_variable_repetition_with_length_gets_a_capped_subset():
+    # No exact split: repetitions are capped so that no match exceeds maxLength.
+    schema = {"type": "string", "pattern": "^(a|bc)*$", "maxLength": 4}
+    assert_language(schema, ["", "a", "bc", "aa"], ["abcbc", "bcbca", "b", "x"])
+    name = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    kubernetes_name = {"type": "string", "pattern": name, "maxLength": 253}
+    assert_language(kubernetes_name, ["web", "my-app.prod", "a.b.c"], ["-a", "A", "a" * 254])
     with pytest.raises(UnsupportedSchemaError, match="'pattern' at #"):
-        json_schema_to_regex({"type": "string", "pattern": "^(a|bc)*$", "maxLength": 4})
+        json_schema_to_regex(
+            {"type": "string", "pattern": "^(a|bc)*$", "minLength": 3, "maxLength": 3}
+        )
 
 
 @pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}", "a^b"])
@@ -289,8 +297,12 @@ def test_min_max_properties_in_their_exact_forms():
     assert_language({"maxProperties": 0, "properties": {"a": {}}}, [{}, "x"], [{"a": 1}])
     closed = {"properties": {"a": {}, "b": {}}, "additionalProperties": False}
     assert_language({**closed, "minProperties": 1}, [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], [{}])
+    one_of_two = {**closed, "maxProperties": 1}
+    assert_language(one_of_two, [{}, {"a": 1}, {"b": 2}], [{"a": 1, "b": 2}])
     with pytest.raises(UnsupportedSchemaError, match="'maxProperties' at #"):
-        json_schema_to_regex({**closed, "maxProperties": 1})
+        json_schema_to_regex(
+            {"properties": {"a": {}}, "additionalProperties": {}, "maxProperties": 1}
+        )
     with pytest.raises(UnsupportedSchemaError, match="'minProperties' at #"):
         json_schema_to_regex({"type": "object", "minProperties": 2})
 
