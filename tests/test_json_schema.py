@@ -6,6 +6,7 @@ import functools
 import itertools
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -566,6 +567,24 @@ _VALUES = st.recursive(
 )
 
 PROPERTY_SCHEMAS = [
+    # Exact negation: not, if/then/else, overlapping oneOf, contains, excluded values.
+    {"type": ["number", "null", "boolean"], "not": {"type": "integer"}},
+    {"if": {"type": "integer"}, "then": {"minimum": 5}, "else": {"type": ["string", "null"]}},
+    {"oneOf": [{"type": "integer", "maximum": 10}, {"type": "number", "minimum": 0}]},
+    {
+        "type": "array",
+        "items": {"type": ["integer", "string"]},
+        "contains": {"type": "string"},
+        "minContains": 1,
+        "maxContains": 2,
+    },
+    {
+        "type": "array",
+        "items": {"type": ["integer", "null", "boolean"]},
+        "not": {"items": {"type": "integer"}},
+    },
+    {"type": ["string", "integer", "null"], "not": {"enum": ["a", 1, None]}},
+    {"type": "number", "not": {"const": 2.5}, "minimum": -3, "maximum": 3},
     {"type": "integer", "minimum": -20, "exclusiveMaximum": 200},
     {"type": ["string", "null"], "minLength": 1, "maxLength": 3},
     {"type": "number", "minimum": -2, "maximum": 3},
@@ -615,3 +634,33 @@ def test_random_objects_in_declared_order_match_iff_valid(value):
     ordered = {key: value[key] for key in "abc" if key in value}
     expected = jsonschema.Draft202012Validator(_OBJECT_SCHEMA).is_valid(ordered)
     assert bool(matcher(_OBJECT_SCHEMA).fullmatch(compact(ordered))) == expected, ordered
+
+
+# Objects: keys come in declared order, so other orders are valid but unmatched; soundness only.
+SOUNDNESS_OBJECT_SCHEMAS = [
+    {"dependentRequired": {"a": ["b"]}, "properties": {"b": {"type": "integer"}}},
+    {"dependentSchemas": {"a": {"properties": {"b": {"type": "string"}}, "required": ["b"]}}},
+    {"properties": {"a": {}}, "allOf": [{"properties": {"b": {}}}], "unevaluatedProperties": False},
+    {"if": {"properties": {"a": {"const": 1}}, "required": ["a"]}, "then": {"required": ["b"]}},
+    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+    {"not": {"properties": {"a": {"type": "integer"}}}, "type": "object"},
+    {"minProperties": 1, "maxProperties": 2, "type": "object"},
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema_index=st.integers(0, len(SOUNDNESS_OBJECT_SCHEMAS) - 1), value=_VALUES)
+def test_random_objects_never_match_when_invalid(schema_index, value):
+    schema = SOUNDNESS_OBJECT_SCHEMAS[schema_index]
+    if bool(matcher(schema, allow_undeclared_properties=True).fullmatch(compact(value))):
+        assert jsonschema.Draft202012Validator(schema).is_valid(value), (schema, value)
+
+
+def test_docs_examples_run():
+    """The Python examples of docs/constrained.md's JSON-schema section run as written."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "constrained.md").read_text()
+    section = docs[docs.index("## JSON schema to regex") :]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/constrained.md", "exec"), {})
