@@ -21,6 +21,7 @@ ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number",
 # piece excludes, and the values it excludes.
 NOT_TYPES = "not:type"
 NOT_VALUES = "not:enum"
+NOT_PATTERNS = "not:pattern"
 # Marks a piece built by negation: its keywords are tests, not annotations (unevaluated*).
 NEGATION = "not:negation"
 # Piece key naming the keywords an array-form `items` came from (for error paths).
@@ -52,7 +53,8 @@ class MergedSchema:
     upper: Bound | None = None
     min_length: int = 0
     max_length: int | None = None
-    pattern: str | None = None
+    patterns: list[str] = field(default_factory=list)  # every pattern must match
+    not_patterns: list[str] = field(default_factory=list)  # none of these may match
     format: str | None = None
     property_names: list[str] = field(default_factory=list)  # declared order
     property_parts: dict[str, list[Part]] = field(default_factory=dict)
@@ -116,13 +118,13 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
     merged.min_properties = max(merged.min_properties, piece.get("minProperties", 0))
     merged.max_properties = _smaller(merged.max_properties, piece.get("maxProperties"))
     merged.unique_items = merged.unique_items or piece.get("uniqueItems", False) is True
-    for keyword in ("pattern", "format"):
-        if keyword in piece:
-            current = getattr(merged, keyword)
-            if current is not None and current != piece[keyword]:
-                reason = f"cannot intersect two different {keyword}s exactly"
-                raise MergeConflict(keyword, path, reason)
-            setattr(merged, keyword, piece[keyword])
+    if "pattern" in piece and piece["pattern"] not in merged.patterns:
+        merged.patterns.append(piece["pattern"])
+    merged.not_patterns.extend(piece.get(NOT_PATTERNS, []))
+    if "format" in piece:
+        if merged.format is not None and merged.format != piece["format"]:
+            raise MergeConflict("format", path, "cannot intersect two different formats exactly")
+        merged.format = piece["format"]
     for name in piece.get("required", []):
         if name not in merged.required:
             merged.required.append(name)

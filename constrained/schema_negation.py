@@ -5,7 +5,8 @@ negation is the conjunction, over alternatives, of "some keyword of some piece f
 keyword fails in a way we can write as another piece: `minimum: m` fails exactly for numbers
 below m, `required: [a]` for objects without `a`, `properties: {a: S}` for objects whose `a`
 fails S (a `Negated` subschema, negated again when it is translated), `type` and `enum` by
-exclusion. Keywords whose failure is not a regular language we write (`pattern`, `format`,
+exclusion, `pattern` by the complement of its language. Keywords whose failure we do not write
+(`format`: our formats are strict subsets, so their complement would admit valid values;
 `multipleOf`, `uniqueItems`, `propertyNames`, additional and pattern properties) are refused
 with their name and path.
 """
@@ -14,7 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixgen.constrained.schema_merge import ARRAY_KEYWORDS, NEGATION, NOT_TYPES, NOT_VALUES
+from radixgen.constrained.schema_merge import (
+    ARRAY_KEYWORDS,
+    NEGATION,
+    NOT_PATTERNS,
+    NOT_TYPES,
+    NOT_VALUES,
+)
 from radixgen.constrained.unsupported import UnsupportedSchemaError, child_path
 
 # Negations of bounds: keyword -> (the keyword that holds where it fails, the type it applies to).
@@ -32,7 +39,7 @@ _FLIPPED_COUNTS = {
     "minProperties": ("maxProperties", "object"),
     "maxProperties": ("minProperties", "object"),
 }
-_REFUSED = ("pattern", "format", "multipleOf", "uniqueItems", "propertyNames")
+_REFUSED = ("format", "multipleOf", "uniqueItems", "propertyNames")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +70,10 @@ def negate_piece(piece: dict, path: str) -> list[dict]:
         failures.append({NOT_VALUES: list(values)})
     if piece.get(NOT_VALUES):
         failures.append({"enum": list(piece[NOT_VALUES])})
+    if "pattern" in piece:  # the pattern language's complement (pattern_automaton)
+        failures.append({"type": "string", NOT_PATTERNS: [piece["pattern"]]})
+    for pattern in piece.get(NOT_PATTERNS, []):
+        failures.append({"type": "string", "pattern": pattern})
     for keyword, (flipped, type_name) in _FLIPPED_BOUNDS.items():
         if keyword in piece:
             failures.append({"type": type_name, flipped: piece[keyword]})

@@ -23,7 +23,7 @@ from radixgen.constrained.regex_ranges import (
     number_range_regex,
 )
 from radixgen.constrained.regex_text import alternation
-from radixgen.constrained.schema_merge import NOT_VALUES, MergedSchema, exact_decimal
+from radixgen.constrained.schema_merge import MergedSchema, exact_decimal
 from radixgen.constrained.string_schema import string_schema_regex
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
@@ -148,9 +148,7 @@ def _string_regex(merged: MergedSchema) -> str | None:
     hits = [v for v in excluded if re.fullmatch(regex, json.dumps(v, ensure_ascii=False))]
     if not hits:
         return regex
-    plain = merged.pattern is None and merged.format is None
+    plain = not merged.patterns and not merged.not_patterns and merged.format is None
     if plain and merged.min_length == 0 and merged.max_length is None:
-        return string_excluding_keys(hits)
-    path = merged.keyword_paths.get(NOT_VALUES, "#")
-    reason = "excluding a string value next to minLength/maxLength/pattern/format"
-    raise UnsupportedSchemaError("not", path, reason)
+        return string_excluding_keys(hits)  # every spelling of every other string
+    return string_schema_regex(merged, hits)

@@ -369,8 +369,10 @@ def test_any_of_one_of_all_of():
     # Overlapping branches: each branch and the negation of the other.
     overlapping = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
     assert_language(overlapping, [1, -3, 2.5, "x", None], [2, 3, 7])
-    with pytest.raises(UnsupportedSchemaError, match="'pattern' at #/allOf/1"):
-        json_schema_to_regex({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})
+    # Two patterns: both languages at once (an automaton product).
+    assert_language({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, ["ab", "xbya", 1], ["a", "b"])
+    with pytest.raises(UnsupportedSchemaError, match="'format' at #/allOf/1"):
+        json_schema_to_regex({"allOf": [{"format": "date"}, {"format": "uuid"}]})
 
 
 def test_all_of_merges_properties_and_additional_properties():
@@ -469,7 +471,7 @@ def test_whitespace_option():
         ({"type": "integer", "multipleOf": 3}, "multipleOf", "#"),
         ({"type": "number", "multipleOf": 0.01}, "multipleOf", "#"),
         ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
-        ({"items": {"not": {"pattern": "a"}}}, "pattern", "#/items/not"),
+        ({"items": {"not": {"format": "date"}}}, "format", "#/items/not"),
         ({"not": {"multipleOf": 3}}, "multipleOf", "#/not"),
         ({"contains": {"type": "string"}, "maxItems": 3}, "contains", "#"),
         ({"patternProperties": {"^a": {"type": "string"}, "b": {}}}, "patternProperties", "#"),
@@ -478,7 +480,8 @@ def test_whitespace_option():
             "patternProperties",
             "#",
         ),
-        ({"if": {"pattern": "^a"}, "then": {"maxLength": 3}}, "pattern", "#/if"),
+        ({"if": {"format": "date"}, "then": {"maxLength": 3}}, "format", "#/if"),
+        ({"pattern": "^(?=a)"}, "pattern", "#"),
         (
             {"patternProperties": {"^a": {"type": "null"}}, "unevaluatedProperties": False},
             "unevaluatedProperties",
@@ -585,6 +588,15 @@ PROPERTY_SCHEMAS = [
     },
     {"type": ["string", "integer", "null"], "not": {"enum": ["a", 1, None]}},
     {"type": "number", "not": {"const": 2.5}, "minimum": -3, "maximum": 3},
+    # Pattern languages combined as automata: negation, intersection, exclusions.
+    {"type": "string", "not": {"pattern": "^a|é$"}, "maxLength": 3},
+    {"type": "string", "allOf": [{"pattern": "a"}, {"pattern": "b"}]},
+    {"type": "string", "minLength": 1, "maxLength": 3, "not": {"enum": ["a", "ab", "é"]}},
+    {
+        "if": {"type": "string", "pattern": "^a"},
+        "then": {"maxLength": 2},
+        "else": {"type": "string"},
+    },
     {"type": "integer", "minimum": -20, "exclusiveMaximum": 200},
     {"type": ["string", "null"], "minLength": 1, "maxLength": 3},
     {"type": "number", "minimum": -2, "maximum": 3},
