@@ -36,14 +36,15 @@ class Member:
 
 def object_regex(
     members: list[Member],
-    extra_member: tuple[str, str | None] | None,
+    extra_members: list[tuple[str | None, str | None]],
     ws: str,
     *,
     non_empty: bool = False,
     most_extras: int | None = None,
     most_members: int | None = None,
 ) -> str | None:
-    """An object with `members` in order, then up to `most_extras` `extra_member` (key, value).
+    """An object with `members` in order, then up to `most_extras` additional members, each
+    matching one of the `extra_members` (key regex, value regex) pairs.
 
     `non_empty`: at least one member. `most_members`: at most that many of `members` (for
     closed objects; built by counting, so only for few members). Returns None when a required
@@ -58,8 +59,8 @@ def object_regex(
             continue
         key = literal(json.dumps(member.key, ensure_ascii=False))
         items.append((sequence(key, f"{ws}:{ws}", member.value_regex), member.required))
-    if extra_member is not None and extra_member[1] is not None and most_extras != 0:
-        one_extra = sequence(extra_member[0], f"{ws}:{ws}", extra_member[1])
+    one_extra = alternation(sequence(key, f"{ws}:{ws}", value) for key, value in extra_members)
+    if one_extra is not None and most_extras != 0:
         more = None if most_extras is None else most_extras - 1
         extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, more))
         items.append((extras, False))

@@ -21,6 +21,10 @@ from radixgen.constrained.regex_text import alternation, optional, repeat, seque
 from radixgen.constrained.schema_keywords import RefDepths
 from radixgen.constrained.schema_merge import MergedSchema, Part, json_equal
 from radixgen.constrained.schema_negation import Negated
+from radixgen.constrained.schema_pattern_properties import (
+    matching_pattern_parts,
+    pattern_member_classes,
+)
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 if TYPE_CHECKING:
@@ -160,27 +164,35 @@ def object_schema_regex(
         key_regex = translator.translate(parts, ref_depths)
     members = []
     for name in names:
-        parts = merged.property_parts.get(name, merged.additional_parts)
+        parts = merged.property_parts.get(name)
+        matching = matching_pattern_parts(merged, name)
+        if parts is None:  # required but undeclared: patterns, else additionalProperties
+            parts = matching or merged.additional_parts
+        else:
+            parts = parts + matching
         value = translator.translate(tuple(parts), ref_depths)
         if checked_names and not regex_matches(key_regex, value_spellings(name)[0]):
             value = None  # propertyNames forbids this name
         members.append(Member(name, value, required=name in merged.required))
-    extra_value = None
-    implicit_extras = not merged.additional_parts and names
-    if merged.pattern_property is not None:
-        key_regex, extra_value = _pattern_members(translator, merged, names, ref_depths)
-    elif key_regex is not None and (
-        not implicit_extras or translator.options.allow_undeclared_properties
-    ):
-        extra_value = translator.translate(tuple(merged.additional_parts), ref_depths)
-    if extra_value is not None and checked_names and names:
+    extras: list[tuple[str | None, str | None]] = []
+    implicit_extras = not merged.additional_parts and (names or merged.pattern_properties)
+    allow_others = not implicit_extras or translator.options.allow_undeclared_properties
+    if merged.pattern_properties:
+        if checked_names:
+            path = merged.keyword_paths["patternProperties"]
+            raise UnsupportedSchemaError("patternProperties", path, "together with propertyNames")
+        extras = pattern_member_classes(translator, merged, names, ref_depths, allow_others)
+    elif key_regex is not None and allow_others:
+        extras = [(key_regex, translator.translate(tuple(merged.additional_parts), ref_depths))]
+    extras = [(key, value) for key, value in extras if key is not None and value is not None]
+    if extras and checked_names and names:
         path = merged.keyword_paths["propertyNames"]
         reason = "with both declared and additional properties"
         raise UnsupportedSchemaError("propertyNames", path, reason)
-    non_empty, most_extras, most_members = _property_counts(merged, members, extra_value)
+    non_empty, most_extras, most_members = _property_counts(merged, members, bool(extras))
     return object_regex(
         members,
-        (key_regex, extra_value),
+        extras,
         translator.ws,
         non_empty=non_empty,
         most_extras=most_extras,
@@ -188,38 +200,8 @@ def object_schema_regex(
     )
 
 
-def _pattern_members(
-    translator: SchemaTranslator, merged: MergedSchema, names: list[str], ref_depths: RefDepths
-) -> tuple[str | None, str | None]:
-    """(key regex, value regex) of the members matching the one patternProperties pattern.
-
-    Keys matching no pattern are not produced (a subset where additionalProperties is
-    absent; exact where it is false).
-    """
-    pattern, value_part = merged.pattern_property
-    path = merged.keyword_paths["patternProperties"]
-    reason = _pattern_members_reason(merged)
-    if reason is not None:
-        raise UnsupportedSchemaError("patternProperties", path, reason)
-    key_part = ({"type": "string", "pattern": pattern}, f"{value_part[1]}(key)")
-    key_regex = translator.translate((key_part,), ref_depths)
-    if any(regex_matches(key_regex, value_spellings(name)[0]) for name in names):
-        reason = "a declared property name matches the pattern"
-        raise UnsupportedSchemaError("patternProperties", path, reason)
-    return key_regex, translator.translate((value_part,), ref_depths)
-
-
-def _pattern_members_reason(merged: MergedSchema) -> str | None:
-    """Why patternProperties cannot be written exactly here (None: it can)."""
-    if merged.property_name_parts:
-        return "together with propertyNames"
-    if any(schema is not False for schema, _ in merged.additional_parts):
-        return "together with additionalProperties other than false"
-    return None
-
-
 def _property_counts(
-    merged: MergedSchema, members: list[Member], extra_value: str | None
+    merged: MergedSchema, members: list[Member], has_extras: bool
 ) -> tuple[bool, int | None, int | None]:
     """(at least one member, most additional members, most declared members) for the counts.
 
@@ -236,11 +218,11 @@ def _property_counts(
         path = merged.keyword_paths["minProperties"]
         reason = "above 1 and above the number of required properties"
         raise UnsupportedSchemaError("minProperties", path, reason)
-    if most is None or (extra_value is None and possible <= most):
+    if most is None or (not has_extras and possible <= most):
         return non_empty, None, None
     if not members:
         return non_empty, most, None
-    if extra_value is None and possible <= _MAX_COUNTED_MEMBERS:
+    if not has_extras and possible <= _MAX_COUNTED_MEMBERS:
         return non_empty, None, most
     path = merged.keyword_paths["maxProperties"]
     reason = "only where nothing is declared, or no other property is allowed"

@@ -60,7 +60,7 @@ class MergedSchema:
     property_parts: dict[str, list[Part]] = field(default_factory=dict)
     additional_parts: list[Part] = field(default_factory=list)  # schema for undeclared keys
     property_name_parts: list[Part] = field(default_factory=list)  # schema every key obeys
-    pattern_property: tuple[str, Part] | None = None  # the one patternProperties entry
+    pattern_properties: list[tuple[str, Part]] = field(default_factory=list)  # (pattern, schema)
     object_pieces: int = 0  # pieces with properties/additionalProperties/patternProperties
     required: list[str] = field(default_factory=list)
     min_properties: int = 0
@@ -148,15 +148,10 @@ def _merge_numbers(merged: MergedSchema, piece: dict) -> None:
 def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
     if {"properties", "additionalProperties", "patternProperties"} & piece.keys():
         merged.object_pieces += 1
-    if "patternProperties" in piece:
-        if len(piece["patternProperties"]) != 1:
-            raise MergeConflict("patternProperties", path, "only one pattern is supported")
-        [(pattern, schema)] = piece["patternProperties"].items()
-        merged.pattern_property = (
-            pattern,
-            (schema, child_path(path, "patternProperties", pattern)),
-        )
-    if merged.pattern_property is not None and merged.object_pieces > 1:
+    for pattern, schema in piece.get("patternProperties", {}).items():
+        part = (schema, child_path(path, "patternProperties", pattern))
+        merged.pattern_properties.append((pattern, part))
+    if merged.pattern_properties and merged.object_pieces > 1:
         reason = "only in the one schema of an allOf that declares object members"
         raise MergeConflict("patternProperties", path, reason)
     properties = piece.get("properties", {})

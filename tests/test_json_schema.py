@@ -290,6 +290,18 @@ def test_one_pattern_property():
     assert_language(schema, [{"id": 1, "k1": True, "k2": False}, {}], [{"k1": 1}, {"kk": True}])
 
 
+def test_several_pattern_properties_and_additional_properties():
+    schema = {
+        "properties": {"id": {"type": "integer"}, "x-ok": {}},
+        "patternProperties": {"^x-": {"type": "string"}, "^[a-z-]+$": {"maxLength": 2}},
+        "additionalProperties": {"type": "boolean"},
+    }
+    valid = [{"id": 1}, {"x-a": "s"}, {"ab": "s"}, {"Q": True}, {"id": 1, "x-y": "a", "Q": False}]
+    valid.append({"x-ok": "ab"})  # a declared name matching patterns takes their schemas too
+    invalid = [{"x-a": 1}, {"Q": 1}, {"x-ab": "abc"}, {"x-ok": 1}, {"x-ok": "abc"}, {"id": "1"}]
+    assert_language(schema, valid, invalid)
+
+
 def test_min_max_properties_in_their_exact_forms():
     implied = {"properties": {"a": {}}, "required": ["a"], "minProperties": 1}
     assert_language(implied, [{"a": 1}], [{}])
@@ -474,9 +486,13 @@ def test_whitespace_option():
         ({"items": {"not": {"format": "date"}}}, "format", "#/items/not"),
         ({"not": {"multipleOf": 3}}, "multipleOf", "#/not"),
         ({"contains": {"type": "string"}, "maxItems": 3}, "contains", "#"),
-        ({"patternProperties": {"^a": {"type": "string"}, "b": {}}}, "patternProperties", "#"),
         (
-            {"patternProperties": {"^a": {"type": "null"}}, "additionalProperties": {}},
+            {"patternProperties": {"^a": {}, "^b": {}, "^c": {}, "^d": {}, "^e": {"type": "null"}}},
+            "patternProperties",
+            "#",
+        ),
+        (
+            {"patternProperties": {"^a": {"type": "null"}}, "propertyNames": {"maxLength": 3}},
             "patternProperties",
             "#",
         ),
@@ -657,6 +673,11 @@ SOUNDNESS_OBJECT_SCHEMAS = [
     {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
     {"not": {"properties": {"a": {"type": "integer"}}}, "type": "object"},
     {"minProperties": 1, "maxProperties": 2, "type": "object"},
+    {
+        "patternProperties": {"^a": {"type": "integer"}, "b": {"type": "string"}},
+        "additionalProperties": False,
+    },
+    {"patternProperties": {"^a": {"type": "integer"}}, "additionalProperties": {"type": "null"}},
 ]
 
 
