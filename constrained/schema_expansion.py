@@ -224,13 +224,18 @@ class SchemaExpander:
         annotating = [piece for piece, _ in pieces if NEGATION not in piece]
         extra: list[Part] = []
         if "unevaluatedProperties" in schema:
-            if any("patternProperties" in piece for piece in annotating):
-                reason = "next to patternProperties"
-                raise UnsupportedSchemaError("unevaluatedProperties", path, reason)
             if not any("additionalProperties" in piece for piece in annotating):
                 names = {name: True for piece in annotating for name in piece.get("properties", {})}
+                patterns = {
+                    pattern: True
+                    for piece in annotating
+                    for pattern in piece.get("patternProperties", {})
+                }
                 rest = schema["unevaluatedProperties"]
-                extra.append(({"properties": names, "additionalProperties": rest}, path))
+                piece = {"properties": names, "additionalProperties": rest}
+                if patterns:
+                    piece["patternProperties"] = patterns
+                extra.append((piece, path))
         if "unevaluatedItems" in schema:
             if any("contains" in piece for piece in annotating):
                 raise UnsupportedSchemaError("unevaluatedItems", path, "next to contains")

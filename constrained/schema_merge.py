@@ -61,7 +61,8 @@ class MergedSchema:
     additional_parts: list[Part] = field(default_factory=list)  # schema for undeclared keys
     property_name_parts: list[Part] = field(default_factory=list)  # schema every key obeys
     pattern_properties: list[tuple[str, Part]] = field(default_factory=list)  # (pattern, schema)
-    object_pieces: int = 0  # pieces with properties/additionalProperties/patternProperties
+    # (patterns, path) of each piece whose additionalProperties constrains: it must see them all
+    additional_scopes: list[tuple[frozenset[str], str]] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
     min_properties: int = 0
     max_properties: int | None = None
@@ -80,6 +81,13 @@ def merge_pieces(pieces: list[Part]) -> MergedSchema:
     merged = MergedSchema()
     for piece, path in pieces:
         _merge_piece(merged, piece, path)
+    # additionalProperties applies to the keys its own piece does not declare; merged, it is
+    # applied relative to every piece's patterns, so each such piece must list them all.
+    patterns = {pattern for pattern, _ in merged.pattern_properties}
+    for scope, path in merged.additional_scopes:
+        if not patterns <= scope:
+            reason = "additionalProperties next to patternProperties of another schema"
+            raise MergeConflict("patternProperties", path, reason)
     return merged
 
 
@@ -146,14 +154,13 @@ def _merge_numbers(merged: MergedSchema, piece: dict) -> None:
 
 
 def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
-    if {"properties", "additionalProperties", "patternProperties"} & piece.keys():
-        merged.object_pieces += 1
     for pattern, schema in piece.get("patternProperties", {}).items():
         part = (schema, child_path(path, "patternProperties", pattern))
         merged.pattern_properties.append((pattern, part))
-    if merged.pattern_properties and merged.object_pieces > 1:
-        reason = "only in the one schema of an allOf that declares object members"
-        raise MergeConflict("patternProperties", path, reason)
+    additional_schema = piece.get("additionalProperties", True)
+    if not (additional_schema is True or additional_schema == {}):
+        scope = frozenset(piece.get("patternProperties", {}))
+        merged.additional_scopes.append((scope, path))
     properties = piece.get("properties", {})
     has_additional = "additionalProperties" in piece
     additional = (piece.get("additionalProperties"), f"{path}/additionalProperties")

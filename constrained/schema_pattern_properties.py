@@ -54,7 +54,10 @@ def pattern_member_classes(
     where it is absent and undeclared properties are allowed).
     """
     path = merged.keyword_paths["patternProperties"]
-    patterns = merged.pattern_properties
+    by_pattern: dict[str, list[Part]] = {}  # one pattern may come from several schemas
+    for pattern, part in merged.pattern_properties:
+        by_pattern.setdefault(pattern, []).append(part)
+    patterns = list(by_pattern.items())
     if len(patterns) > MAX_PATTERNS:
         reason = f"more than {MAX_PATTERNS} patterns"
         raise UnsupportedSchemaError("patternProperties", path, reason)
@@ -74,7 +77,9 @@ def pattern_member_classes(
                 raise UnsupportedSchemaError("patternProperties", path, str(error)) from None
             if key_tree is None:
                 continue
-            parts = [patterns[i][1] for i in chosen] if chosen else merged.additional_parts
+            parts = [part for i in chosen for part in patterns[i][1]]
+            if not chosen:
+                parts = merged.additional_parts
             value = translator.translate(tuple(parts), ref_depths)
             classes.append((_key_regex(key_tree), value))
     return classes

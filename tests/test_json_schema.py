@@ -498,9 +498,13 @@ def test_whitespace_option():
         ),
         ({"if": {"format": "date"}, "then": {"maxLength": 3}}, "format", "#/if"),
         ({"pattern": "^(?=a)"}, "pattern", "#"),
+        ({"contains": {"type": "null"}, "unevaluatedItems": False}, "unevaluatedItems", "#"),
         (
-            {"patternProperties": {"^a": {"type": "null"}}, "unevaluatedProperties": False},
-            "unevaluatedProperties",
+            {
+                "allOf": [{"patternProperties": {"^a": {"type": "null"}}}],
+                "additionalProperties": False,
+            },
+            "patternProperties",
             "#",
         ),
         ({"$ref": "https://example.com/other.json"}, "$ref", "#/$ref"),
@@ -678,6 +682,8 @@ SOUNDNESS_OBJECT_SCHEMAS = [
         "additionalProperties": False,
     },
     {"patternProperties": {"^a": {"type": "integer"}}, "additionalProperties": {"type": "null"}},
+    {"patternProperties": {"^a": {"type": "integer"}}, "unevaluatedProperties": {"type": "null"}},
+    {"allOf": [{"patternProperties": {"b": {"type": "string"}}}], "unevaluatedProperties": False},
 ]
 
 
