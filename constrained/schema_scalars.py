@@ -13,8 +13,12 @@ import re
 from dataclasses import replace
 from fractions import Fraction
 
+from radixgen.constrained.ecma_pattern import parse_pattern
 from radixgen.constrained.json_string import string_excluding_keys
 from radixgen.constrained.json_value_regex import SCALAR_REGEXES
+from radixgen.constrained.pattern_automaton import And, Leaf, language_tree
+from radixgen.constrained.pattern_length import PatternError
+from radixgen.constrained.pattern_tree import emit
 from radixgen.constrained.regex_ranges import (
     Bound,
     integer_bounds,
@@ -114,8 +118,7 @@ def _fractional_multiples_regex(merged: MergedSchema, path: str) -> str | None:
             )
         )
     if lower is None or upper is None or (upper.value - lower.value) / step > MAX_LISTED_MULTIPLES:
-        reason = f"a fractional multipleOf on 'number' needs bounds with at most {MAX_LISTED_MULTIPLES} multiples"
-        raise UnsupportedSchemaError("multipleOf", path, reason)
+        return _unit_fraction_multiples_regex(merged, step, path)
     first = math.ceil(lower.value / step)
     values = [k * step for k in range(first, math.floor(upper.value / step) + 1)]
     kept = [
@@ -124,6 +127,34 @@ def _fractional_multiples_regex(merged: MergedSchema, path: str) -> str | None:
         if _inside(v, lower, upper) and ("integer" in merged.types or v.denominator != 1)
     ]
     return alternation(_decimal_text(value) for value in kept)
+
+
+def _unit_fraction_multiples_regex(merged: MergedSchema, step: Fraction, path: str) -> str | None:
+    """Multiples of a step 1/n (0.01, 0.25, 0.5...): exactly the decimals whose fraction is one of
+    the n multiples below 1 (every integer is a multiple), within the bounds (by automaton)."""
+    if step.numerator != 1 or 10**40 % step.denominator:
+        reason = (
+            f"a fractional multipleOf on 'number' needs bounds with at most {MAX_LISTED_MULTIPLES}"
+            " multiples, or a step 1/n with a finite decimal (0.01, 0.25, 0.5...)"
+        )
+        raise UnsupportedSchemaError("multipleOf", path, reason)
+    with_integers = "integer" in merged.types
+    fractions = [
+        _decimal_text(index * step).partition(".")[2] for index in range(1, step.denominator)
+    ]
+    options = [f"\\.{digits}0*" for digits in fractions] + (["(?:\\.0+)?"] if with_integers else [])
+    multiples = f"-?(?:0|[1-9][0-9]*)(?:{'|'.join(options)})"
+    if merged.lower is None and merged.upper is None:
+        return multiples
+    in_range = number_range_regex(merged.lower, merged.upper)
+    if in_range is None:
+        return None
+    language = And((Leaf(parse_pattern(f"^{multiples}$")), Leaf(parse_pattern(f"^{in_range}$"))))
+    try:
+        tree = language_tree(language)
+    except PatternError as error:
+        raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
+    return None if tree is None else emit(tree)
 
 
 def _decimal_text(value: Fraction) -> str:

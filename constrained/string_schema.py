@@ -12,9 +12,12 @@ from radixgen.constrained.json_formats import FORMAT_REGEXES
 from radixgen.constrained.json_string import string_regex
 from radixgen.constrained.pattern_automaton import And, Leaf, Not, language_tree
 from radixgen.constrained.pattern_length import PatternError, cap_length, limit_length
-from radixgen.constrained.pattern_tree import ANY_TEXT, CodePoints, Concat, Union, emit
+from radixgen.constrained.pattern_tree import ANY_TEXT, CodePoints, Concat, Repeat, Union, emit
 from radixgen.constrained.schema_merge import NOT_PATTERNS, NOT_VALUES, MergedSchema
 from radixgen.constrained.unsupported import UnsupportedSchemaError
+
+# Lengths up to this are intersected inside the automaton (states grow with the length).
+_MAX_LENGTH_IN_AUTOMATON = 64
 
 
 def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str | None:
@@ -49,6 +52,9 @@ def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str |
         keyword, path = (positive or negative)[0][1:]
         parts = [Leaf(tree) for tree, _, _ in positive] or [Leaf(ANY_TEXT)]
         parts += [Not(Leaf(tree)) for tree, _, _ in negative]
+        if max_length is not None and max_length <= _MAX_LENGTH_IN_AUTOMATON:
+            # Short enough to count in the automaton: the written tree is then exact.
+            parts.append(Leaf(Repeat(ANY_TEXT.item, min_length, max_length)))
         try:
             tree = language_tree(And(tuple(parts)))
         except PatternError as error:

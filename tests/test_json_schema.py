@@ -98,6 +98,15 @@ def test_multiple_of_integers(schema):
         assert bool(pattern.fullmatch(str(value))) == validator.is_valid(value), (schema, value)
 
 
+def test_fractional_multiple_of_on_numbers():
+    cents = {"type": "number", "multipleOf": 0.01, "minimum": 0}
+    assert_language(cents, [0, 1, 19.99, 2.5, 100.1], [1.005, -0.01, 0.001])
+    quarters = {"type": "number", "multipleOf": 0.25, "exclusiveMaximum": 1}
+    assert_language(quarters, [0.75, -3.25, 0, -7], [1, 1.25, 0.3, 0.1])
+    halves = {"type": "number", "multipleOf": 0.5, "minimum": 5, "maximum": 7}
+    assert_language(halves, [5, 5.5, 6, 7], [4.5, 7.5, 5.25])
+
+
 def test_fractional_integer_bounds_round_inwards():
     assert_language({"type": "integer", "minimum": 1.5, "exclusiveMaximum": 4.0}, [2, 3], [1, 4])
 
@@ -481,7 +490,7 @@ def test_whitespace_option():
     ("schema", "keyword", "path"),
     [
         ({"type": "integer", "multipleOf": 3}, "multipleOf", "#"),
-        ({"type": "number", "multipleOf": 0.01}, "multipleOf", "#"),
+        ({"type": "number", "multipleOf": 0.3}, "multipleOf", "#"),
         ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
         ({"items": {"not": {"format": "date"}}}, "format", "#/items/not"),
         ({"not": {"multipleOf": 3}}, "multipleOf", "#/not"),
