@@ -1,8 +1,9 @@
 """Regexes for the string `format`s we enforce, each a strict subset of its standard.
 
 Every regex here matches only values that are valid for the format, so a generated value is
-always valid; a few rare valid spellings are not produced (documented per format). All are
-plain ASCII with no `"` or `\\`, so the value and its JSON encoding are the same text.
+always valid; a few rare valid spellings are not produced (documented per format). Except for
+`ENCODED_FORMATS`, none can match `"`, `\\` or a control character, so the value and its JSON
+encoding are the same text.
 """
 
 from __future__ import annotations
@@ -60,39 +61,50 @@ def _ipv6() -> str:
 
 IPV6 = _ipv6()
 
-# RFC 5321 Mailbox with a dot-atom local part of at most 63 characters (the limit is 64), at a
-# host name or an address literal. Quoted local parts are valid but never produced.
+# RFC 5321 Mailbox: a dot-atom local part of at most 63 characters or a quoted string (the
+# limit is 64), at a host name or an address literal. The quoted form holds '"' and '\\', so
+# email is written through the pattern tree (JSON escapes), see ENCODED_FORMATS.
 _ATEXT = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~\\-]"
+_QUOTED_LOCAL = '"(?:[ !#-\\[\\]-~]|\\\\[ -~]){0,62}"'
 _ADDRESS_LITERAL = f"\\[(?:{IPV4}|IPv6:{IPV6})\\]"
-EMAIL = f"{_ATEXT}(?:\\.?{_ATEXT}){{0,31}}@(?:{HOSTNAME}|{_ADDRESS_LITERAL})"
+EMAIL = f"(?:{_ATEXT}(?:\\.?{_ATEXT}){{0,31}}|{_QUOTED_LOCAL})@(?:{HOSTNAME}|{_ADDRESS_LITERAL})"
 
-# RFC 3986 URI and URI-reference (= URI / relative-ref). Hosts: registered names and IP
+# RFC 3986 URI and URI-reference (= URI / relative-ref), and RFC 3987 IRIs, which also allow
+# the "ucschar" ranges where URIs allow unreserved characters. Hosts: registered names and IP
 # literals.
 _PCT = f"%{_HEX}{_HEX}"
-_UNRESERVED_SUBDELIMS = "[a-zA-Z0-9\\-._~!$&'()*+,;=]"
-_PCHAR = f"(?:{_UNRESERVED_SUBDELIMS}|[:@]|{_PCT})"
-_SEGMENT = f"{_PCHAR}*"
-_USERINFO = f"(?:{_UNRESERVED_SUBDELIMS}|:|{_PCT})*@"
-_REG_NAME = f"(?:{_UNRESERVED_SUBDELIMS}|{_PCT})*"
-_IP_LITERAL = f"\\[(?:{IPV6}|[vV]{_HEX}+\\.(?:{_UNRESERVED_SUBDELIMS}|:)+)\\]"
-_AUTHORITY = f"(?:{_USERINFO})?(?:{_REG_NAME}|{_IP_LITERAL})(?::[0-9]*)?"
-_QUERY_OR_FRAGMENT = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_ASCII_UNRESERVED_SUBDELIMS = "a-zA-Z0-9\\-._~!$&'()*+,;="
+_UCSCHAR = "\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef\U00010000-\U0001fffd"
 
 
-def _hierarchy(first_segment: str) -> str:
-    """ "//" authority path-abempty / path-absolute / a path starting with `first_segment` / empty."""
-    return (
-        f"(?://{_AUTHORITY}(?:/{_SEGMENT})*"
-        f"|/(?:{_PCHAR}+(?:/{_SEGMENT})*)?"
-        f"|{first_segment}(?:/{_SEGMENT})*"
-        ")?"
-    )
+def _uri_grammar(unreserved_subdelims: str) -> tuple[str, str]:
+    """(absolute URI, URI reference) regexes over the given unreserved + sub-delims class."""
+    plain = f"[{unreserved_subdelims}]"
+    pchar = f"(?:{plain}|[:@]|{_PCT})"
+    segment = f"{pchar}*"
+    userinfo = f"(?:{plain}|:|{_PCT})*@"
+    reg_name = f"(?:{plain}|{_PCT})*"
+    ip_literal = f"\\[(?:{IPV6}|[vV]{_HEX}+\\.(?:[{_ASCII_UNRESERVED_SUBDELIMS}]|:)+)\\]"
+    authority = f"(?:{userinfo})?(?:{reg_name}|{ip_literal})(?::[0-9]*)?"
+    query_or_fragment = f"(?:\\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?"
+
+    def hierarchy(first_segment: str) -> str:
+        """ "//" authority path-abempty / path-absolute / path from `first_segment` / empty."""
+        return (
+            f"(?://{authority}(?:/{segment})*"
+            f"|/(?:{pchar}+(?:/{segment})*)?"
+            f"|{first_segment}(?:/{segment})*"
+            ")?"
+        )
+
+    absolute = f"[a-zA-Z][a-zA-Z0-9+\\-.]*:{hierarchy(f'{pchar}+')}{query_or_fragment}"
+    # A relative reference's first segment has no ':' (it would read as a scheme).
+    relative = hierarchy(f"(?:{plain}|@|{_PCT})+") + query_or_fragment
+    return absolute, f"(?:{absolute}|{relative})"
 
 
-URI = f"[a-zA-Z][a-zA-Z0-9+\\-.]*:{_hierarchy(f'{_PCHAR}+')}{_QUERY_OR_FRAGMENT}"
-# A relative reference's first segment has no ':' (it would read as a scheme).
-RELATIVE_REF = _hierarchy(f"(?:{_UNRESERVED_SUBDELIMS}|@|{_PCT})+") + _QUERY_OR_FRAGMENT
-URI_REFERENCE = f"(?:{URI}|{RELATIVE_REF})"
+URI, URI_REFERENCE = _uri_grammar(_ASCII_UNRESERVED_SUBDELIMS)
+IRI, IRI_REFERENCE = _uri_grammar(_ASCII_UNRESERVED_SUBDELIMS + _UCSCHAR)
 
 # RFC 6570 URI Template: literals (ASCII subset) and expressions {op? var[:n|*], ...}.
 _TEMPLATE_LITERAL = f"(?:[a-zA-Z0-9!#$&()*+,\\-./:;=?@_~\\[\\]]|{_PCT})"
@@ -112,9 +124,10 @@ _DUR_MONTH = f"{_DIGITS}M(?:{_DUR_DAY})?"
 _DUR_YEAR = f"{_DIGITS}Y(?:{_DUR_MONTH})?"
 DURATION = f"P(?:(?:{_DUR_DAY}|{_DUR_MONTH}|{_DUR_YEAR})(?:{_DUR_TIME})?|{_DUR_TIME}|{_DIGITS}W)"
 
-# RFC 6901 JSON pointer, reference tokens from an ASCII subset (no '"' or backslash), and the
-# relative JSON pointer draft (a non-negative integer, then '#' or a JSON pointer).
-JSON_POINTER = "(?:/(?:[a-zA-Z0-9!#$%&'()*+,\\-.:;<=>?@_`{|} ^\\[\\]]|~[01])*)*"
+# RFC 6901 JSON pointer (any character but '/' and '~' unescaped, so written through the
+# pattern tree), and the relative JSON pointer draft (a non-negative integer, then '#' or a
+# JSON pointer).
+JSON_POINTER = "(?:/(?:[^/~]|~[01])*)*"
 RELATIVE_JSON_POINTER = f"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
 
 # ECMA-262 regexes: a strict subset of literal characters and '.', each optionally quantified,
@@ -123,6 +136,10 @@ REGEX = "\\^?(?:(?:[a-zA-Z0-9 _,:;'=<>!@%/#&~\\-]|\\.)[*+?]?)*\\$?"
 
 # OpenAPI "byte": padded base64.
 BASE64 = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+
+# Formats whose values may hold '"', '\\' or control characters: their regexes describe the
+# decoded value and are written through the pattern tree, which adds JSON escapes.
+ENCODED_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json-pointer"})
 
 FORMAT_REGEXES: dict[str, str] = {
     "date-time": DATE_TIME,
@@ -135,9 +152,9 @@ FORMAT_REGEXES: dict[str, str] = {
     "uri": URI,
     "uri-reference": URI_REFERENCE,
     "uri-template": URI_TEMPLATE,
-    # Every URI is an IRI and every ASCII host name an IDNA one: strict subsets.
-    "iri": URI,
-    "iri-reference": URI_REFERENCE,
+    "iri": IRI,
+    "iri-reference": IRI_REFERENCE,
+    # Every ASCII host name is an IDNA one: strict subsets.
     "idn-hostname": HOSTNAME,
     "idn-email": EMAIL,
     "ipv6": IPV6,

@@ -8,7 +8,7 @@ next to any of these are combined exactly as languages (`pattern_automaton`) fir
 from __future__ import annotations
 
 from radixgen.constrained.ecma_pattern import parse_pattern
-from radixgen.constrained.json_formats import FORMAT_REGEXES
+from radixgen.constrained.json_formats import ENCODED_FORMATS, FORMAT_REGEXES
 from radixgen.constrained.json_string import string_regex
 from radixgen.constrained.pattern_automaton import And, Leaf, Not, language_tree
 from radixgen.constrained.pattern_length import PatternError, cap_length, limit_length
@@ -46,7 +46,8 @@ def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str |
         return string_regex(min_length, max_length)
     if len(positive) == 1 and not negative:
         tree, keyword, path = positive[0]
-        if keyword == "format" and min_length == 0 and max_length is None:
+        plain_text = merged.format not in ENCODED_FORMATS
+        if keyword == "format" and plain_text and min_length == 0 and max_length is None:
             return f'"{FORMAT_REGEXES[merged.format]}"'  # ASCII without '"' or '\': as is
     else:
         keyword, path = (positive or negative)[0][1:]

@@ -19,7 +19,7 @@ from radixgen.constrained.schema_suite_report import CORPUS_PATH, SuiteReport, r
 
 # Measured: see docs/constrained.md. Floors a little below.
 MIN_SCHEMAS = 100
-MIN_ACCEPTED_SHARE = 0.9
+MIN_ACCEPTED_SHARE = 0.95
 MIN_VALID_MATCH_RATE = 0.97
 
 

@@ -16,10 +16,11 @@ import pytest
 from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, run_suite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Measured on draft 2020-12: 345 / 411 accepted (217 before exact negation and the older-draft
-# forms), 950 / 1043 = 91.1% valid instances matched. Floors a little below.
-MIN_ACCEPTED_SCHEMAS = 335
-MIN_VALID_MATCH_RATE = 0.89
+# Measured on draft 2020-12: 352 / 411 accepted (217 before exact negation, pattern automata and
+# the older-draft forms), 980 / 1057 = 92.7% valid instances matched (98.4% outside the optional
+# format files, whose misses are mostly IDNA host names). Floors a little below.
+MIN_ACCEPTED_SCHEMAS = 345
+MIN_VALID_MATCH_RATE = 0.91
 
 
 @functools.lru_cache(maxsize=3)
@@ -49,18 +50,18 @@ def test_rejections_name_real_keywords():
     # Remote references stay refused; contradictory schemas get their own error.
     assert report.rejected_keywords["$ref"] > 0
     assert report.rejected_keywords["(no value satisfies it)"] > 0
-    for keyword in ("not", "if", "contains", "dependentRequired", "oneOf", "format"):
+    for keyword in ("not", "if", "contains", "dependentRequired", "oneOf", "format", "pattern"):
         assert report.rejected_keywords[keyword] <= 1, keyword
 
 
 def test_draft4_forms_are_exact():
     report = suite_report("draft4")
     assert report.violations == []
-    assert report.schemas_accepted >= 140 and report.valid_match_rate >= 0.95
+    assert report.schemas_accepted >= 145 and report.valid_match_rate >= 0.95
 
 
 @pytest.mark.slow
 def test_draft7_forms_are_exact():
     report = suite_report("draft7")
     assert report.violations == []
-    assert report.schemas_accepted >= 240 and report.valid_match_rate >= 0.87
+    assert report.schemas_accepted >= 245 and report.valid_match_rate >= 0.89
