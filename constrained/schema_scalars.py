@@ -16,7 +16,12 @@ from fractions import Fraction
 from radixgen.constrained.ecma_pattern import parse_pattern
 from radixgen.constrained.json_string import string_excluding_keys
 from radixgen.constrained.json_value_regex import SCALAR_REGEXES
-from radixgen.constrained.pattern_automaton import And, Leaf, language_tree
+from radixgen.constrained.pattern_automaton import (
+    And,
+    Leaf,
+    decimal_multiples_tree,
+    language_tree,
+)
 from radixgen.constrained.pattern_length import PatternError
 from radixgen.constrained.pattern_tree import emit
 from radixgen.constrained.regex_ranges import (
@@ -26,11 +31,14 @@ from radixgen.constrained.regex_ranges import (
     integer_range_regex,
     number_range_regex,
 )
-from radixgen.constrained.regex_text import alternation
+from radixgen.constrained.regex_text import alternation, sequence
 from radixgen.constrained.schema_merge import MergedSchema, exact_decimal
 from radixgen.constrained.string_schema import string_schema_regex
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
+# Integer divisibility is written from a remainder automaton with one state per remainder; the
+# written regex grows fast with the divisor (7: 60k characters), so larger ones are refused.
+MAX_REMAINDER_DIVISOR = 16
 # A bounded range with at most this many multiples of a fractional step is listed.
 MAX_LISTED_MULTIPLES = 512
 # Numbers that are not integers (a nonzero fraction digit), without exponent: a strict subset.
@@ -98,10 +106,37 @@ def _multiples_regex(merged: MergedSchema) -> str | None:
         divisor = math.lcm(divisor, step.numerator)
     if "integer" not in merged.types:
         return None  # integer steps have integer multiples only
+    lowest, highest = integer_bounds(merged.lower, merged.upper)
     try:
-        return integer_multiple_regex(*integer_bounds(merged.lower, merged.upper), divisor)
-    except ValueError as error:
-        raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
+        return integer_multiple_regex(lowest, highest, divisor)
+    except ValueError:
+        return _remainder_multiples_regex(lowest, highest, divisor, path)
+
+
+def _remainder_multiples_regex(
+    lowest: int | None, highest: int | None, divisor: int, path: str
+) -> str | None:
+    """Integers divisible by `divisor`, from the remainder automaton, within the bounds."""
+    if divisor > MAX_REMAINDER_DIVISOR:
+        reason = (
+            "on integers needs a bounded range with few multiples, a divisor of 1000, or a"
+            f" divisor up to {MAX_REMAINDER_DIVISOR}"
+        )
+        raise UnsupportedSchemaError("multipleOf", path, reason)
+    try:
+        non_negative = emit(decimal_multiples_tree(divisor, with_zero=True))
+        positive = emit(decimal_multiples_tree(divisor, with_zero=False))
+        multiples = alternation([non_negative, sequence("-", positive)])
+        if lowest is None and highest is None:
+            return multiples
+        in_range = integer_range_regex(lowest, highest)
+        if in_range is None:
+            return None
+        both = And((Leaf(parse_pattern(f"^{multiples}$")), Leaf(parse_pattern(f"^{in_range}$"))))
+        tree = language_tree(both)
+    except PatternError as error:
+        raise UnsupportedSchemaError("multipleOf", path, f"divisor {divisor}: {error}") from None
+    return None if tree is None else emit(tree)
 
 
 def _fractional_multiples_regex(merged: MergedSchema, path: str) -> str | None:
@@ -132,17 +167,21 @@ def _fractional_multiples_regex(merged: MergedSchema, path: str) -> str | None:
 def _unit_fraction_multiples_regex(merged: MergedSchema, step: Fraction, path: str) -> str | None:
     """Multiples of a step 1/n (0.01, 0.25, 0.5...): exactly the decimals whose fraction is one of
     the n multiples below 1 (every integer is a multiple), within the bounds (by automaton)."""
-    if step.numerator != 1 or 10**40 % step.denominator:
+    places = next((k for k in range(1, 13) if 10**k == step.denominator), None)
+    listable = step.denominator <= MAX_LISTED_MULTIPLES and 10**40 % step.denominator == 0
+    if step.numerator != 1 or not (places or listable):
         reason = (
             f"a fractional multipleOf on 'number' needs bounds with at most {MAX_LISTED_MULTIPLES}"
             " multiples, or a step 1/n with a finite decimal (0.01, 0.25, 0.5...)"
         )
         raise UnsupportedSchemaError("multipleOf", path, reason)
     with_integers = "integer" in merged.types
-    fractions = [
-        _decimal_text(index * step).partition(".")[2] for index in range(1, step.denominator)
-    ]
-    options = [f"\\.{digits}0*" for digits in fractions] + (["(?:\\.0+)?"] if with_integers else [])
+    if places:  # 1/10^k: at most k significant fraction digits
+        options = [f"\\.[0-9]{{0,{places - 1}}}[1-9]0*"]
+    else:
+        fractions = (_decimal_text(i * step).partition(".")[2] for i in range(1, step.denominator))
+        options = [f"\\.{digits}0*" for digits in fractions]
+    options += ["(?:\\.0+)?"] if with_integers else []
     multiples = f"-?(?:0|[1-9][0-9]*)(?:{'|'.join(options)})"
     if merged.lower is None and merged.upper is None:
         return multiples

@@ -98,6 +98,12 @@ def test_multiple_of_integers(schema):
         assert bool(pattern.fullmatch(str(value))) == validator.is_valid(value), (schema, value)
 
 
+def test_multiple_of_any_small_divisor_from_the_remainder_automaton():
+    assert_language({"type": "integer", "multipleOf": 3}, [0, 3, -9, 123456], [1, -4, 100])
+    bounded = {"type": "integer", "multipleOf": 6, "minimum": -20, "exclusiveMaximum": 2000}
+    assert_language(bounded, [-18, 0, 1998], [-24, 2004, 7])
+
+
 def test_fractional_multiple_of_on_numbers():
     cents = {"type": "number", "multipleOf": 0.01, "minimum": 0}
     assert_language(cents, [0, 1, 19.99, 2.5, 100.1], [1.005, -0.01, 0.001])
@@ -489,9 +495,9 @@ def test_whitespace_option():
 @pytest.mark.parametrize(
     ("schema", "keyword", "path"),
     [
-        ({"type": "integer", "multipleOf": 3}, "multipleOf", "#"),
+        ({"type": "integer", "multipleOf": 17}, "multipleOf", "#"),
         ({"type": "number", "multipleOf": 0.3}, "multipleOf", "#"),
-        ({"properties": {"age": {"multipleOf": 3}}}, "multipleOf", "#/properties/age"),
+        ({"properties": {"age": {"multipleOf": 0.3}}}, "multipleOf", "#/properties/age"),
         ({"items": {"not": {"format": "date"}}}, "format", "#/items/not"),
         ({"not": {"multipleOf": 3}}, "multipleOf", "#/not"),
         ({"contains": {"type": "string"}, "maxItems": 3}, "contains", "#"),
