@@ -115,7 +115,11 @@ def json_schema_to_regex(
         assert_formats=bool(assert_formats),
     )
     translator = SchemaTranslator(root, options)
-    regex = translator.translate(((root, "#"),), ())
+    try:
+        regex = translator.translate(((root, "#"),), ())
+    except RecursionError:
+        # Subschemas are translated recursively; a schema nested this deep is refused whole.
+        raise UnsupportedSchemaError("schema", "#", "nested too deeply to translate") from None
     if regex is None:
         raise UnsatisfiableSchemaError(*explain_unsatisfiable(translator.expander, root))
     if len(regex) > MAX_REGEX_CHARS:

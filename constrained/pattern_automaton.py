@@ -20,8 +20,12 @@ from radixgen.constrained.pattern_tree import CodePoints, Concat, Ranges, Repeat
 from radixgen.constrained.regex_text import MAX_CODE_POINT, normalize_ranges
 
 MAX_NFA_STATES = 20_000
+# Edge visits allowed in the subset construction (about a second of Python).
+MAX_SUBSET_WORK = 5_000_000
 MAX_DFA_STATES = 400
 MAX_TREE_NODES = 20_000
+# The written tree is emitted and measured recursively: deeper trees are refused.
+MAX_TREE_DEPTH = 120
 
 
 @dataclass(frozen=True)
@@ -170,10 +174,14 @@ def _tree_dfa(tree: object, starts: list[int]) -> _Dfa:
     order = [initial]
     transitions: list[list[int]] = []
     position = 0
+    work = 0
     while position < len(order):
         current = order[position]
         position += 1
         row = []
+        work += len(starts) * sum(len(nfa.edges[state]) for state in current)
+        if work > MAX_SUBSET_WORK:
+            raise PatternError("pattern combination too large to build an automaton for")
         for symbol in range(len(starts)):
             targets = [t for s in current for symbols, t in nfa.edges[s] if symbol in symbols]
             target = nfa.closure(targets)
@@ -286,7 +294,25 @@ def _to_tree(dfa: _Dfa, starts: list[int]) -> object | None:
                 edges[(p, q)] = _union(edges.get((p, q)), path)
         if sum(_size(tree) for tree in edges.values()) > MAX_TREE_NODES:
             raise PatternError("pattern combination too large to write as a regex")
-    return edges.get((start, final))
+    tree = edges.get((start, final))
+    if tree is not None and _depth(tree) > MAX_TREE_DEPTH:
+        raise PatternError("pattern combination too deeply nested to write as a regex")
+    return tree
+
+
+def _depth(tree: object) -> int:
+    """Nesting depth, without recursion (the trees may be deep)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, Concat):
+            stack.extend((item, depth + 1) for item in node.items)
+        elif isinstance(node, Union):
+            stack.extend((option, depth + 1) for option in node.options)
+        elif isinstance(node, Repeat):
+            stack.append((node.item, depth + 1))
+    return deepest
 
 
 def _live_states(dfa: _Dfa) -> set[int]:
@@ -336,13 +362,17 @@ def _union(current: object | None, added: object) -> object:
 
 
 def _size(tree: object) -> int:
-    if isinstance(tree, Concat):
-        return 1 + sum(_size(item) for item in tree.items)
-    if isinstance(tree, Union):
-        return 1 + sum(_size(option) for option in tree.options)
-    if isinstance(tree, Repeat):
-        return 1 + _size(tree.item)
-    return 1
+    count, stack = 0, [tree]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, Concat):
+            stack.extend(node.items)
+        elif isinstance(node, Union):
+            stack.extend(node.options)
+        elif isinstance(node, Repeat):
+            stack.append(node.item)
+    return count
 
 
 def decimal_multiples_tree(divisor: int, with_zero: bool) -> object | None:

@@ -718,3 +718,17 @@ def test_docs_examples_run():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/constrained.md", "exec"), {})
+
+
+def test_exponential_or_too_deep_schemas_are_refused_at_once():
+    # The classic exponential DFA: the n-th character from the end is an "a".
+    exponential = {"type": "string", "pattern": "^(a|b)*a(a|b){12}$", "not": {"pattern": "bbb"}}
+    with pytest.raises(UnsupportedSchemaError, match="'pattern' at #: .*automaton states"):
+        json_schema_to_regex(exponential)
+    with pytest.raises(UnsupportedSchemaError, match="'multipleOf' at #"):
+        json_schema_to_regex({"type": "integer", "multipleOf": 123456789})
+    deep: dict = {"type": "string"}
+    for _ in range(400):
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(UnsupportedSchemaError, match="nested too deeply"):
+        json_schema_to_regex(deep)
