@@ -31,7 +31,7 @@ from radixgen.constrained.schema_containers import (
     value_spellings,
 )
 from radixgen.constrained.schema_diagnosis import explain_unsatisfiable
-from radixgen.constrained.schema_expansion import SchemaExpander, merged
+from radixgen.constrained.schema_expansion import SchemaExpander, merge_alternative
 from radixgen.constrained.schema_keywords import RefDepths, dialect_of
 from radixgen.constrained.schema_merge import NOT_VALUES, MergedSchema, Part, json_equal, json_type
 from radixgen.constrained.schema_scalars import scalar_regex
@@ -173,7 +173,7 @@ class SchemaTranslator:
         return self._memo[key][0]
 
     def merged(self, pieces: tuple[Part, ...]) -> MergedSchema:
-        return merged(pieces)
+        return merge_alternative(pieces)
 
     # ---- one alternative, per JSON type ----
 

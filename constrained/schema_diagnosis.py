@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from radixgen.constrained.regex_ranges import integer_bounds
-from radixgen.constrained.schema_expansion import SchemaExpander, merged
+from radixgen.constrained.schema_expansion import SchemaExpander, merge_alternative
 from radixgen.constrained.schema_merge import NOT_TYPES, MergedSchema, json_type
 
 _GENERIC = ("schema", "#", "no JSON value satisfies this schema")
@@ -14,7 +14,7 @@ def explain_unsatisfiable(expander: SchemaExpander, root: object) -> tuple[str, 
     alternatives = expander.expand_all(((root, "#"),), ())
     if not alternatives:
         return "false", "#", "the schema, or a subschema every value must satisfy, is false"
-    schema = merged(alternatives[0][0])
+    schema = merge_alternative(alternatives[0][0])
     paths = schema.keyword_paths
     if not schema.types:
         keyword = "type" if "type" in paths else "not"

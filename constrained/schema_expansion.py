@@ -45,7 +45,7 @@ MAX_ALTERNATIVES = 64
 Alternative = tuple[tuple[Part, ...], RefDepths]
 
 
-def merged(pieces: tuple[Part, ...]) -> MergedSchema:
+def merge_alternative(pieces: tuple[Part, ...]) -> MergedSchema:
     """The conjunction of `pieces`, with merge conflicts reported as unsupported keywords."""
     try:
         return merge_pieces(list(pieces))
@@ -167,7 +167,7 @@ class SchemaExpander:
             self.expand(sub, sub_path, ref_depths)
             for sub, sub_path in zip(branches, paths, strict=True)
         ]
-        merged_branches = [[merged(pieces) for pieces, _ in alts] for alts in expanded]
+        merged_branches = [[merge_alternative(pieces) for pieces, _ in alts] for alts in expanded]
         union: list[Alternative] = []
         for index, alternatives in enumerate(expanded):
             for other, other_merged in enumerate(merged_branches):
