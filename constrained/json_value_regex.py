@@ -183,14 +183,21 @@ def any_value_regex(depth: int, ws: str) -> str:
     scalars = alternation([*SCALAR_REGEXES.values(), _FREE_STRING])
     if depth <= 0:
         return scalars
+    return alternation([scalars, any_array_regex(depth, ws), any_object_regex(depth, ws)])
+
+
+def any_array_regex(depth: int, ws: str) -> str:
+    """Any JSON array, itself one of the `depth` nesting levels (depth >= 1)."""
     inner = any_value_regex(depth - 1, ws)
-    separator = f"{ws},{ws}"
-    elements = sequence(inner, repeat(sequence(separator, inner), 0, None))
-    array = sequence("\\[", ws, optional(elements), ws, "\\]")
-    member = sequence(_FREE_STRING, f"{ws}:{ws}", inner)
-    members = sequence(member, repeat(sequence(separator, member), 0, None))
-    obj = sequence("\\{", ws, optional(members), ws, "\\}")
-    return alternation([scalars, array, obj])
+    elements = sequence(inner, repeat(sequence(f"{ws},{ws}", inner), 0, None))
+    return sequence("\\[", ws, optional(elements), ws, "\\]")
+
+
+def any_object_regex(depth: int, ws: str) -> str:
+    """Any JSON object, itself one of the `depth` nesting levels (depth >= 1)."""
+    member = sequence(_FREE_STRING, f"{ws}:{ws}", any_value_regex(depth - 1, ws))
+    members = sequence(member, repeat(sequence(f"{ws},{ws}", member), 0, None))
+    return sequence("\\{", ws, optional(members), ws, "\\}")
 
 
 def _minus_one(value: int | None) -> int | None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from radixgen.constrained.json_string import string_excluding_keys, string_regex
 from radixgen.constrained.json_value_regex import (
     Member,
+    any_array_regex,
+    any_object_regex,
     array_regex,
     distinct_values_array_regex,
     object_regex,
@@ -40,6 +42,10 @@ def array_schema_regex(
     translator: SchemaTranslator, merged: MergedSchema, ref_depths: RefDepths
 ) -> str | None:
     """Arrays satisfying prefixItems/items/minItems/maxItems/uniqueItems/contains (None: none)."""
+    unconstrained = not (merged.prefix_parts or merged.items_parts or merged.contains)
+    if unconstrained and not merged.unique_items and merged.min_items == 0:
+        if merged.max_items is None:  # any array: one of the any-value nesting levels
+            return any_array_regex(max(translator.options.any_value_depth, 1), translator.ws)
     if merged.contains:
         return _contains_array_regex(translator, merged, ref_depths)
     max_items = merged.max_items
@@ -155,6 +161,8 @@ def object_schema_regex(
     """
     if merged.max_properties == 0:  # only the empty object
         return None if merged.required else sequence("\\{", translator.ws, "\\}")
+    if _any_object(merged):  # one of the any-value nesting levels, like `{}`
+        return any_object_regex(max(translator.options.any_value_depth, 1), translator.ws)
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
     key_regex = string_excluding_keys(names) if names else string_regex()
     checked_names = bool(merged.property_name_parts)
@@ -198,6 +206,14 @@ def object_schema_regex(
         most_extras=most_extras,
         most_members=most_members,
     )
+
+
+def _any_object(merged: MergedSchema) -> bool:
+    """Whether `merged` allows every object (nothing declared, nothing counted)."""
+    declared = merged.property_names or merged.required or merged.pattern_properties
+    constrained = merged.additional_parts or merged.property_name_parts
+    counted = merged.min_properties or merged.max_properties is not None
+    return not (declared or constrained or counted)
 
 
 def _property_counts(
