@@ -7,14 +7,29 @@ from radixgen.constrained.schema_expansion import SchemaExpander, merge_alternat
 from radixgen.constrained.schema_merge import NOT_TYPES, MergedSchema, json_type
 
 _GENERIC = ("schema", "#", "no JSON value satisfies this schema")
+# Required properties are searched for the contradiction this many levels deep.
+_MAX_DEPTH = 8
 
 
 def explain_unsatisfiable(expander: SchemaExpander, root: object) -> tuple[str, str, str]:
     """(keyword, path, reason) for a root schema whose regex came out empty."""
-    alternatives = expander.expand_all(((root, "#"),), ())
+    return _explain(expander, ((root, "#"),), depth=0) or _GENERIC
+
+
+def _explain(expander: SchemaExpander, parts: tuple, depth: int) -> tuple[str, str, str] | None:
+    """The contradiction of the first alternative, if every alternative has one (else None)."""
+    alternatives = expander.expand_all(parts, ())
     if not alternatives:
-        return "false", "#", "the schema, or a subschema every value must satisfy, is false"
-    schema = merge_alternative(alternatives[0][0])
+        path = parts[0][1] if len(parts) == 1 else "#"
+        return "false", path, "the schema, or a subschema every value must satisfy, is false"
+    found = [_alternative_contradiction(expander, pieces, depth) for pieces, _ in alternatives]
+    return found[0] if all(found) else None
+
+
+def _alternative_contradiction(
+    expander: SchemaExpander, pieces: tuple, depth: int
+) -> tuple[str, str, str] | None:
+    schema = merge_alternative(pieces)
     paths = schema.keyword_paths
     if not schema.types:
         keyword = "type" if "type" in paths else "not"
@@ -25,7 +40,13 @@ def explain_unsatisfiable(expander: SchemaExpander, root: object) -> tuple[str, 
     reasons = [_type_contradiction(name, schema) for name in sorted(schema.types)]
     if schema.enum is None and all(reasons):
         return reasons[-1]
-    return _GENERIC
+    if schema.types == {"object"} and depth < _MAX_DEPTH:
+        for name in schema.required:  # a required property no value satisfies
+            parts = tuple(schema.property_parts.get(name, schema.additional_parts))
+            inner = _explain(expander, parts, depth + 1) if parts else None
+            if inner is not None:
+                return inner
+    return None
 
 
 def _type_contradiction(name: str, schema: MergedSchema) -> tuple[str, str, str] | None:

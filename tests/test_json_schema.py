@@ -751,3 +751,39 @@ def test_exponential_or_too_deep_schemas_are_refused_at_once():
         deep = {"type": "array", "items": deep}
     with pytest.raises(UnsupportedSchemaError, match="nested too deeply"):
         json_schema_to_regex(deep)
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "path", "reason"),
+    [
+        ({"type": "number", "minimum": 10, "maximum": 1}, "minimum", "#", "leave no number"),
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "minLength", "#", "above maxLength"),
+        ({"type": "array", "minItems": 3, "maxItems": 1}, "minItems", "#", "above maxItems"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type", "#/allOf/0", "no type"),
+        ({"const": 1, "enum": [2, 3]}, "enum", "#", "no enum/const value"),
+        (False, "false", "#", "is false"),
+        (
+            {"type": "object", "properties": {"a": False}, "required": ["a"]},
+            "required",
+            "#",
+            "'a' is required",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"x": {"type": "integer", "minimum": 5, "exclusiveMaximum": 5}},
+                "required": ["x"],
+            },
+            "minimum",
+            "#/properties/x",
+            "leave no integer",
+        ),
+    ],
+)
+def test_contradictions_name_the_keyword_and_path(schema, keyword, path, reason):
+    with pytest.raises(UnsatisfiableSchemaError) as error:
+        json_schema_to_regex(schema)
+    assert (error.value.keyword, error.value.path) == (keyword, path)
+    assert str(error.value).startswith("no value satisfies the schema: ")
+    assert reason in str(error.value)
+    assert isinstance(error.value, UnsupportedSchemaError)
