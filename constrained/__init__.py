@@ -19,6 +19,7 @@ from radixgen.constrained.jump_forward import JumpForward as JumpForward
 from radixgen.constrained.matcher import Matcher as Matcher
 from radixgen.constrained.regex_index import RegexError as RegexError
 from radixgen.constrained.regex_index import compile_regex as compile_regex
+from radixgen.constrained.unsupported import UnsatisfiableSchemaError as UnsatisfiableSchemaError
 from radixgen.constrained.unsupported import UnsupportedSchemaError as UnsupportedSchemaError
 from radixgen.constrained.vocabulary import TokenVocabulary as TokenVocabulary
 from radixgen.constrained.vocabulary import load_vocabulary as load_vocabulary

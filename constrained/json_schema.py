@@ -20,47 +20,25 @@ keys in declared `properties` order, then required keys not declared, then addit
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, replace
 
-from radixgen.constrained.json_value_regex import (
-    SCALAR_REGEXES,
-    any_value_regex,
-    literal_regex,
-)
-from radixgen.constrained.regex_ranges import (
-    integer_bounds,
-    integer_multiple_regex,
-    integer_range_regex,
-    number_range_regex,
-)
+from radixgen.constrained.json_value_regex import any_value_regex, literal_regex
 from radixgen.constrained.regex_text import alternation
 from radixgen.constrained.schema_containers import (
     array_schema_regex,
     object_schema_regex,
     value_spellings,
 )
-from radixgen.constrained.schema_disjoint import provably_disjoint
-from radixgen.constrained.schema_keywords import RefDepths, check_keywords, local_piece
-from radixgen.constrained.schema_merge import (
-    MergeConflict,
-    MergedSchema,
-    Part,
-    json_type,
-    merge_pieces,
-)
-from radixgen.constrained.schema_refs import RefResolver
-from radixgen.constrained.string_schema import string_schema_regex
-from radixgen.constrained.unsupported import UnsupportedSchemaError
+from radixgen.constrained.schema_diagnosis import explain_unsatisfiable
+from radixgen.constrained.schema_expansion import SchemaExpander, merge_alternative
+from radixgen.constrained.schema_keywords import RefDepths, dialect_of
+from radixgen.constrained.schema_merge import NOT_VALUES, MergedSchema, Part, json_equal, json_type
+from radixgen.constrained.schema_scalars import scalar_regex
+from radixgen.constrained.unsupported import UnsatisfiableSchemaError, UnsupportedSchemaError
 
-# An anyOf/oneOf/allOf product with more alternatives than this is rejected, not built.
-MAX_ALTERNATIVES = 64
 # A larger regex is rejected: automaton compilation time grows with it (sizes in the docs).
 MAX_REGEX_CHARS = 2_000_000
-
-# One alternative: the applicator-free pieces that must all hold, and the $ref expansion counts.
-Alternative = tuple[tuple[Part, ...], RefDepths]
 
 
 @dataclass(frozen=True)
@@ -74,12 +52,15 @@ class SchemaRegexOptions:
         properties but say nothing about others (any extra property with any value). When
         False, such objects get no extra properties; objects declaring no properties at all,
         and `additionalProperties` given explicitly, are unaffected.
+    assert_formats: enforce known `format`s (the format-assertion vocabulary). False reads
+        every `format` as an annotation, as JSON Schema 2019-09+ does by default.
     """
 
     whitespace: str = ""
     max_recursion_depth: int = 3
     any_value_depth: int = 2
     allow_undeclared_properties: bool = False
+    assert_formats: bool = True
 
 
 def json_schema_to_regex(
@@ -89,6 +70,7 @@ def json_schema_to_regex(
     max_recursion_depth: int = 3,
     any_value_depth: int = 2,
     allow_undeclared_properties: bool = False,
+    assert_formats: bool = True,
 ) -> str:
     """Translate a JSON Schema into a regex matching exactly the JSON texts it allows.
 
@@ -100,12 +82,15 @@ def json_schema_to_regex(
         allow_undeclared_properties: allow extra properties in objects that declare properties
             but not `additionalProperties` (JSON Schema's default). False (the default)
             produces only the declared ones there, a strict subset that keeps output focused.
+        assert_formats: enforce the `format`s we know (default); False ignores every `format`.
 
     Returns:
         A regex (Python `re` / Rust regex-automata common dialect) for `re.fullmatch`.
 
     Raises:
-        UnsupportedSchemaError: a keyword cannot be enforced exactly, or nothing is allowed.
+        UnsupportedSchemaError: a keyword cannot be enforced exactly (named with its path).
+        UnsatisfiableSchemaError: (a subclass) no value satisfies the schema, e.g.
+            `minimum: 10, maximum: 1`; names the contradicting keyword and its path.
         ValueError: `schema` or `whitespace` is malformed.
     """
     root = _load_schema(schema)
@@ -127,10 +112,16 @@ def json_schema_to_regex(
         max_recursion_depth=max_recursion_depth,
         any_value_depth=any_value_depth,
         allow_undeclared_properties=bool(allow_undeclared_properties),
+        assert_formats=bool(assert_formats),
     )
-    regex = SchemaTranslator(root, options).translate(((root, "#"),), ())
+    translator = SchemaTranslator(root, options)
+    try:
+        regex = translator.translate(((root, "#"),), ())
+    except RecursionError:
+        # Subschemas are translated recursively; a schema nested this deep is refused whole.
+        raise UnsupportedSchemaError("schema", "#", "nested too deeply to translate") from None
     if regex is None:
-        raise UnsupportedSchemaError("schema", "#", "no JSON value satisfies this schema")
+        raise UnsatisfiableSchemaError(*explain_unsatisfiable(translator.expander, root))
     if len(regex) > MAX_REGEX_CHARS:
         reason = f"the regex would have {len(regex)} characters (limit {MAX_REGEX_CHARS})"
         raise UnsupportedSchemaError("schema", "#", reason)
@@ -153,108 +144,36 @@ def _load_schema(schema: object) -> object:
 
 
 class SchemaTranslator:
-    """Translates subschemas of one root schema; memoises by (paths, $ref depths)."""
+    """Translates subschemas of one root schema; memoises by (parts, $ref depths)."""
 
     def __init__(self, root: object, options: SchemaRegexOptions):
         self.root = root
         self.options = options
         self.ws = options.whitespace
-        self.refs = RefResolver(root)
-        self._memo: dict[tuple, str | None] = {}
+        self.expander = SchemaExpander(
+            root,
+            dialect_of(root),
+            max_recursion_depth=options.max_recursion_depth,
+            assert_formats=options.assert_formats,
+        )
+        # Keyed by each part's path and identity (synthetic parts share paths with real ones);
+        # the value keeps the parts alive so that identities stay unique.
+        self._memo: dict[tuple, tuple[str | None, tuple[Part, ...]]] = {}
         self._compact: SchemaTranslator | None = None if self.ws else self
 
     def translate(self, parts: tuple[Part, ...], ref_depths: RefDepths) -> str | None:
         """Regex for instances satisfying all `parts` (None: no instance does)."""
         if not parts:
             return any_value_regex(self.options.any_value_depth, self.ws)
-        key = (tuple(path for _, path in parts), ref_depths)
+        key = (tuple((path, _identity(schema)) for schema, path in parts), ref_depths)
         if key not in self._memo:
-            alternatives = self._expand_all(parts, ref_depths)
+            alternatives = self.expander.expand_all(parts, ref_depths)
             regexes = [self.alternative_regex(pieces, depths) for pieces, depths in alternatives]
-            self._memo[key] = alternation(regexes)
-        return self._memo[key]
+            self._memo[key] = (alternation(regexes), parts)
+        return self._memo[key][0]
 
     def merged(self, pieces: tuple[Part, ...]) -> MergedSchema:
-        try:
-            return merge_pieces(list(pieces))
-        except MergeConflict as conflict:
-            raise UnsupportedSchemaError(conflict.keyword, conflict.path, str(conflict)) from None
-
-    # ---- expansion of applicators into alternatives ----
-
-    def _expand_all(self, parts: tuple[Part, ...], ref_depths: RefDepths) -> list[Alternative]:
-        alternatives: list[Alternative] = [((), ref_depths)]
-        for schema, path in parts:
-            alternatives = self._product(alternatives, self._expand(schema, path, ref_depths), path)
-        return alternatives
-
-    def _expand(self, schema: object, path: str, ref_depths: RefDepths) -> list[Alternative]:
-        if schema is True:
-            return [((), ref_depths)]
-        if schema is False:
-            return []
-        check_keywords(schema, path, is_root=schema is self.root)
-        alternatives: list[Alternative] = [(((local_piece(schema, path), path),), ref_depths)]
-        if "$ref" in schema:
-            target, target_path = self.refs.resolve(schema["$ref"], f"{path}/$ref")
-            count = dict(ref_depths).get(target_path, 0)
-            if count >= self.options.max_recursion_depth:
-                return []  # recursion cut: deeper instances are not produced
-            deeper = tuple(sorted({**dict(ref_depths), target_path: count + 1}.items()))
-            alternatives = self._product(
-                alternatives, self._expand(target, target_path, deeper), path
-            )
-        for index, sub in enumerate(schema.get("allOf", [])):
-            sub_alternatives = self._expand(sub, f"{path}/allOf/{index}", ref_depths)
-            alternatives = self._product(alternatives, sub_alternatives, path)
-        if "anyOf" in schema:
-            union = []
-            for index, sub in enumerate(schema["anyOf"]):
-                union += self._expand(sub, f"{path}/anyOf/{index}", ref_depths)
-            alternatives = self._product(alternatives, union, f"{path}/anyOf")
-        if "oneOf" in schema:
-            alternatives = self._expand_one_of(schema["oneOf"], alternatives, path, ref_depths)
-        return alternatives
-
-    def _expand_one_of(
-        self, branches: list, base: list[Alternative], path: str, ref_depths: RefDepths
-    ) -> list[Alternative]:
-        """oneOf as anyOf, accepted only when no instance can match two branches."""
-        per_branch = [
-            self._product(base, self._expand(sub, f"{path}/oneOf/{index}", ref_depths), path)
-            for index, sub in enumerate(branches)
-        ]
-        merged = [
-            [self.merged(pieces) for pieces, _ in alternatives] for alternatives in per_branch
-        ]
-        for first in range(len(per_branch)):
-            for second in range(first + 1, len(per_branch)):
-                for left in merged[first]:
-                    for right in merged[second]:
-                        if not provably_disjoint(left, right):
-                            raise UnsupportedSchemaError(
-                                "oneOf",
-                                path,
-                                f"branches {first} and {second} may overlap; use anyOf if "
-                                "they are exclusive",
-                            )
-        return [alternative for alternatives in per_branch for alternative in alternatives]
-
-    def _product(
-        self, left: list[Alternative], right: list[Alternative], path: str
-    ) -> list[Alternative]:
-        if len(left) * len(right) > MAX_ALTERNATIVES:
-            raise UnsupportedSchemaError(
-                "anyOf", path, f"more than {MAX_ALTERNATIVES} alternatives after expansion"
-            )
-        result = []
-        for left_pieces, left_depths in left:
-            for right_pieces, right_depths in right:
-                depths = dict(left_depths)
-                for target, count in right_depths:
-                    depths[target] = max(depths.get(target, 0), count)
-                result.append((left_pieces + right_pieces, tuple(sorted(depths.items()))))
-        return result
+        return merge_alternative(pieces)
 
     # ---- one alternative, per JSON type ----
 
@@ -266,16 +185,22 @@ class SchemaTranslator:
 
     def merged_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         types = sorted(merged.types)
-        if "number" in merged.types:
+        if "number" in merged.types and "integer" in merged.types:
             types.remove("integer")  # the number regex already spells every integer
+        _check_excluded_containers(merged)
         return alternation(self._type_regex(name, merged, ref_depths) for name in types)
 
     def _enum_regex(self, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
         """The enum values that also satisfy every other keyword of the alternative."""
-        candidates = [v for v in merged.enum if _type_allows(merged.types, json_type(v))]
+        candidates = [
+            value
+            for value in merged.enum
+            if json_type(value) in merged.types
+            and not any(json_equal(value, excluded) for excluded in merged.excluded)
+        ]
         if not candidates:
             return None
-        rest = replace(merged, enum=None)
+        rest = replace(merged, enum=None, excluded=[])
         rest_regex = self.compact_translator().merged_regex(rest, ref_depths)
         if rest_regex is None:
             return None
@@ -286,21 +211,11 @@ class SchemaTranslator:
         return alternation(literal_regex(value, self.ws) for value in kept)
 
     def _type_regex(self, name: str, merged: MergedSchema, ref_depths: RefDepths) -> str | None:
-        if name in ("null", "boolean"):
-            return SCALAR_REGEXES[name]
-        if merged.multiple_of and name in ("integer", "number"):
-            return _multiples_regex(merged)
-        if name == "integer":
-            return integer_range_regex(*integer_bounds(merged.lower, merged.upper))
-        if name == "number":
-            if merged.lower is None and merged.upper is None:
-                return SCALAR_REGEXES["number"]
-            return number_range_regex(merged.lower, merged.upper)
-        if name == "string":
-            return string_schema_regex(merged)
         if name == "array":
             return array_schema_regex(self, merged, ref_depths)
-        return object_schema_regex(self, merged, ref_depths)
+        if name == "object":
+            return object_schema_regex(self, merged, ref_depths)
+        return scalar_regex(name, merged)
 
     def compact_translator(self) -> SchemaTranslator:
         """A translator with compact whitespace, for checking values against compact regexes."""
@@ -309,24 +224,23 @@ class SchemaTranslator:
         return self._compact
 
 
-def _multiples_regex(merged: MergedSchema) -> str | None:
-    """Numbers divisible by every multipleOf: integers, since each divisor is an integer here."""
-    path = merged.keyword_paths["multipleOf"]
-    divisor = 1
-    for step in merged.multiple_of:
-        if step.denominator != 1 and "number" in merged.types:
-            reason = "a fractional multipleOf on 'number' is not supported"
-            raise UnsupportedSchemaError("multipleOf", path, reason)
-        # An integer is a multiple of p/q (lowest terms) exactly when it is a multiple of p.
-        divisor = math.lcm(divisor, step.numerator)
-    try:
-        return integer_multiple_regex(*integer_bounds(merged.lower, merged.upper), divisor)
-    except ValueError as error:
-        raise UnsupportedSchemaError("multipleOf", path, str(error)) from None
+def _check_excluded_containers(merged: MergedSchema) -> None:
+    """A negated array/object `const` would need a regex for "any value but this one"."""
+    for value in merged.excluded:
+        if json_type(value) in ("array", "object") and json_type(value) in merged.types:
+            path = merged.keyword_paths.get(NOT_VALUES, "#")
+            reason = "excluding an array or object value (not/oneOf/if of a const or enum)"
+            raise UnsupportedSchemaError("not", path, reason)
 
 
-def _type_allows(types: frozenset[str], value_type: str) -> bool:
-    return value_type in types or (value_type == "integer" and "number" in types)
+def _identity(schema: object) -> object:
+    """A memo key for a part's schema: booleans by value, anything else by identity."""
+    return schema if isinstance(schema, bool) else id(schema)
 
 
-__all__ = ["SchemaRegexOptions", "UnsupportedSchemaError", "json_schema_to_regex"]
+__all__ = [
+    "SchemaRegexOptions",
+    "UnsatisfiableSchemaError",
+    "UnsupportedSchemaError",
+    "json_schema_to_regex",
+]

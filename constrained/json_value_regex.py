@@ -14,10 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from radixgen.constrained.json_string import STRING_UNIT, string_regex
+from radixgen.constrained.json_string import ALL_CODE_POINTS, code_point_unit
 from radixgen.constrained.regex_ranges import NUMBER
 from radixgen.constrained.regex_text import alternation, literal, optional, repeat, sequence
 
+# Strings inside "any value": every character, written raw or with the escapes JSON requires
+# (short escapes, \u00XX for control characters); other \uXXXX spellings are not produced.
+# Half the size of the all-spellings string, and a third fewer automaton states per level.
+_FREE_STRING = sequence('"', repeat(code_point_unit(ALL_CODE_POINTS), 0, None), '"')
 SCALAR_REGEXES = {"null": "null", "boolean": "(?:true|false)", "number": NUMBER}
 
 
@@ -31,11 +35,20 @@ class Member:
 
 
 def object_regex(
-    members: list[Member], extra_member: tuple[str, str | None] | None, ws: str
+    members: list[Member],
+    extra_members: list[tuple[str | None, str | None]],
+    ws: str,
+    *,
+    non_empty: bool = False,
+    most_extras: int | None = None,
+    most_members: int | None = None,
 ) -> str | None:
-    """An object with `members` in order, then any number of `extra_member` (key, value) regexes.
+    """An object with `members` in order, then up to `most_extras` additional members, each
+    matching one of the `extra_members` (key regex, value regex) pairs.
 
-    Returns None when a required member is impossible.
+    `non_empty`: at least one member. `most_members`: at most that many of `members` (for
+    closed objects; built by counting, so only for few members). Returns None when a required
+    member is impossible.
     """
     separator = f"{ws},{ws}"
     items: list[tuple[str, bool]] = []
@@ -46,11 +59,17 @@ def object_regex(
             continue
         key = literal(json.dumps(member.key, ensure_ascii=False))
         items.append((sequence(key, f"{ws}:{ws}", member.value_regex), member.required))
-    if extra_member is not None and extra_member[1] is not None:
-        one_extra = sequence(extra_member[0], f"{ws}:{ws}", extra_member[1])
-        extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, None))
+    one_extra = alternation(sequence(key, f"{ws}:{ws}", value) for key, value in extra_members)
+    if one_extra is not None and most_extras != 0:
+        more = None if most_extras is None else most_extras - 1
+        extras = sequence(one_extra, repeat(sequence(separator, one_extra), 0, more))
         items.append((extras, False))
-    body = _members_in_order(items, separator)
+    if non_empty and not items:
+        return None
+    if most_members is not None:
+        body = _members_counted(items, separator, 1 if non_empty else 0, most_members)
+    else:
+        body = _members_in_order(items, separator, at_least_one_present=non_empty)
     return sequence("\\{", ws, body, ws, "\\}")
 
 
@@ -89,6 +108,25 @@ def _members_in_order(
         return ""
     head = at_least_one if seen_required or at_least_one_present else optional(at_least_one)
     return head + rest
+
+
+def _members_counted(
+    items: list[tuple[str, bool]], separator: str, fewest: int, most: int
+) -> str | None:
+    """Members in order with between `fewest` and `most` present (each choice written out)."""
+
+    def rest(index: int, present: int) -> str | None:
+        if index == len(items):
+            return "" if fewest <= present <= most else None
+        regex, required = items[index]
+        lead = separator if present else ""
+        with_it = None if present >= most else sequence(lead, regex, rest(index + 1, present + 1))
+        without = None if required else rest(index + 1, present)
+        if with_it is None or without is None:
+            return with_it if without is None else without
+        return alternation([with_it, without])
+
+    return rest(0, 0)
 
 
 def array_regex(
@@ -135,24 +173,31 @@ def literal_regex(value: object, ws: str) -> str:
         elements = f"{ws},{ws}".join(literal_regex(element, ws) for element in value)
         return sequence("\\[", ws, elements, ws, "\\]")
     spellings = [json.dumps(value, ensure_ascii=False), json.dumps(value)]
-    if isinstance(value, float) and value.is_integer():
-        spellings.append(str(int(value)))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value):
+        spellings += [str(int(value)), f"{int(value)}.0"]  # 2, 2.0: one value
     return alternation(literal(spelling) for spelling in spellings)
 
 
 def any_value_regex(depth: int, ws: str) -> str:
     """Any JSON value with arrays/objects nested at most `depth` levels."""
-    scalars = alternation([*SCALAR_REGEXES.values(), string_regex()])
+    scalars = alternation([*SCALAR_REGEXES.values(), _FREE_STRING])
     if depth <= 0:
         return scalars
+    return alternation([scalars, any_array_regex(depth, ws), any_object_regex(depth, ws)])
+
+
+def any_array_regex(depth: int, ws: str) -> str:
+    """Any JSON array, itself one of the `depth` nesting levels (depth >= 1)."""
     inner = any_value_regex(depth - 1, ws)
-    separator = f"{ws},{ws}"
-    elements = sequence(inner, repeat(sequence(separator, inner), 0, None))
-    array = sequence("\\[", ws, optional(elements), ws, "\\]")
-    member = sequence('"', repeat(STRING_UNIT, 0, None), '"', f"{ws}:{ws}", inner)
-    members = sequence(member, repeat(sequence(separator, member), 0, None))
-    obj = sequence("\\{", ws, optional(members), ws, "\\}")
-    return alternation([scalars, array, obj])
+    elements = sequence(inner, repeat(sequence(f"{ws},{ws}", inner), 0, None))
+    return sequence("\\[", ws, optional(elements), ws, "\\]")
+
+
+def any_object_regex(depth: int, ws: str) -> str:
+    """Any JSON object, itself one of the `depth` nesting levels (depth >= 1)."""
+    member = sequence(_FREE_STRING, f"{ws}:{ws}", any_value_regex(depth - 1, ws))
+    members = sequence(member, repeat(sequence(f"{ws},{ws}", member), 0, None))
+    return sequence("\\{", ws, optional(members), ws, "\\}")
 
 
 def _minus_one(value: int | None) -> int | None:

@@ -61,18 +61,21 @@ def integer_bounds(lower: Bound | None, upper: Bound | None) -> tuple[int | None
     return lowest, highest
 
 
-def number_range_regex(lower: Bound | None, upper: Bound | None) -> str | None:
+def number_range_regex(
+    lower: Bound | None, upper: Bound | None, non_integer: bool = False
+) -> str | None:
     """Exponent-free decimals x with lower <= x <= upper (strict where the bound is exclusive).
 
     Bounds must have finite decimal expansions (every JSON number does). `-0` and `-0.0` are
-    never produced. Comparison is on the decimal value written, digit by digit.
+    never produced. Comparison is on the decimal value written, digit by digit. `non_integer`
+    keeps only numbers with a nonzero fraction digit (JSON Schema's non-integers).
     """
     # x >= 0, written without a sign: x is its own magnitude.
     if lower is None or lower.value < 0:
         positive_low = Bound(Fraction(0), False)
     else:
         positive_low = lower
-    positive = _magnitude_regex(positive_low, upper)
+    positive = _magnitude_regex(positive_low, upper, non_integer)
     # x < 0, written as "-" + m with m = -x > 0.
     negative = None
     if lower is None or lower.value < 0:
@@ -81,12 +84,12 @@ def number_range_regex(lower: Bound | None, upper: Bound | None) -> str | None:
         else:
             magnitude_low = Bound(-upper.value, upper.exclusive)
         magnitude_high = None if lower is None else Bound(-lower.value, lower.exclusive)
-        magnitudes = _magnitude_regex(magnitude_low, magnitude_high)
+        magnitudes = _magnitude_regex(magnitude_low, magnitude_high, non_integer)
         negative = sequence("-", magnitudes) if magnitudes is not None else None
     return alternation([positive, negative])
 
 
-def _magnitude_regex(lower: Bound, upper: Bound | None) -> str | None:
+def _magnitude_regex(lower: Bound, upper: Bound | None, non_integer: bool) -> str | None:
     """Unsigned decimals m = I.F within the bounds, decided on I and then on F's digits."""
     low_int, low_digits = _split_decimal(lower.value)
     if upper is None:
@@ -98,16 +101,18 @@ def _magnitude_regex(lower: Bound, upper: Bound | None) -> str | None:
     pieces = []
     # Integer parts strictly between the bounds' integer parts admit any fraction.
     whole = _natural_range(low_int + 1, None if high_int is None else high_int - 1)
+    # A non-integer's fraction is above 0: a strict lower bound where the bound is integral.
+    low_strict = lower.exclusive or (non_integer and low_digits == "")
     if whole is not None:
-        pieces.append(sequence(whole, _ANY_FRACTION))
+        pieces.append(sequence(whole, _NONZERO_FRACTION if non_integer else _ANY_FRACTION))
     if high_int is None or high_int > low_int:
-        fraction = _fraction_part(low_digits, lower.exclusive, None, False)
+        fraction = _fraction_part(low_digits, low_strict, None, False)
         pieces.append(sequence(str(low_int), fraction))
         if high_int is not None:
-            fraction = _fraction_part("", False, high_digits, upper.exclusive)
+            fraction = _fraction_part("", non_integer, high_digits, upper.exclusive)
             pieces.append(sequence(str(high_int), fraction))
     else:  # both bounds share the integer part
-        fraction = _fraction_part(low_digits, lower.exclusive, high_digits, upper.exclusive)
+        fraction = _fraction_part(low_digits, low_strict, high_digits, upper.exclusive)
         pieces.append(sequence(str(low_int), fraction))
     return alternation(pieces)
 

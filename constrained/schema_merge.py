@@ -17,8 +17,15 @@ from radixgen.constrained.regex_ranges import Bound
 from radixgen.constrained.unsupported import child_path
 
 ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
-# Piece key for the types a type-only `not` excludes (not a JSON Schema keyword, so no clash).
+# Keys of synthetic pieces (built by negation, never read from a user's schema): the types a
+# piece excludes, and the values it excludes.
 NOT_TYPES = "not:type"
+NOT_VALUES = "not:enum"
+NOT_PATTERNS = "not:pattern"
+# Marks a piece built by negation: its keywords are tests, not annotations (unevaluated*).
+NEGATION = "not:negation"
+# Piece key naming the keywords an array-form `items` came from (for error paths).
+ARRAY_KEYWORDS = "array:keywords"
 
 # A subschema still to be translated, with its JSON path for error messages.
 Part = tuple[object, str]
@@ -37,21 +44,25 @@ class MergeConflict(ValueError):
 class MergedSchema:
     """Everything one alternative of a schema demands of an instance."""
 
+    # "number" without "integer" means non-integer numbers only.
     types: frozenset[str] = ALL_TYPES
     enum: list | None = None  # the only allowed values; None: not restricted
+    excluded: list = field(default_factory=list)  # values that are not allowed
     multiple_of: list[Fraction] = field(default_factory=list)  # every divisor that applies
     lower: Bound | None = None
     upper: Bound | None = None
     min_length: int = 0
     max_length: int | None = None
-    pattern: str | None = None
+    patterns: list[str] = field(default_factory=list)  # every pattern must match
+    not_patterns: list[str] = field(default_factory=list)  # none of these may match
     format: str | None = None
     property_names: list[str] = field(default_factory=list)  # declared order
     property_parts: dict[str, list[Part]] = field(default_factory=dict)
     additional_parts: list[Part] = field(default_factory=list)  # schema for undeclared keys
     property_name_parts: list[Part] = field(default_factory=list)  # schema every key obeys
-    pattern_property: tuple[str, Part] | None = None  # the one patternProperties entry
-    object_pieces: int = 0  # pieces with properties/additionalProperties/patternProperties
+    pattern_properties: list[tuple[str, Part]] = field(default_factory=list)  # (pattern, schema)
+    # (patterns, path) of each piece whose additionalProperties constrains: it must see them all
+    additional_scopes: list[tuple[frozenset[str], str]] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
     min_properties: int = 0
     max_properties: int | None = None
@@ -60,6 +71,8 @@ class MergedSchema:
     min_items: int = 0
     max_items: int | None = None
     unique_items: bool = False
+    # (schema some items must match, fewest, most matching items; None: no limit)
+    contains: list[tuple[Part, int, int | None]] = field(default_factory=list)
     keyword_paths: dict[str, str] = field(default_factory=dict)  # keyword -> where it was set
 
 
@@ -68,6 +81,13 @@ def merge_pieces(pieces: list[Part]) -> MergedSchema:
     merged = MergedSchema()
     for piece, path in pieces:
         _merge_piece(merged, piece, path)
+    # additionalProperties applies to the keys its own piece does not declare; merged, it is
+    # applied relative to every piece's patterns, so each such piece must list them all.
+    patterns = {pattern for pattern, _ in merged.pattern_properties}
+    for scope, path in merged.additional_scopes:
+        if not patterns <= scope:
+            reason = "additionalProperties next to patternProperties of another schema"
+            raise MergeConflict("patternProperties", path, reason)
     return merged
 
 
@@ -87,9 +107,8 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
         excluded = set(piece[NOT_TYPES])
         if "number" in excluded:
             excluded.add("integer")
-        elif "integer" in excluded and "number" in merged.types:
-            raise MergeConflict("not", path, "non-integer numbers cannot be written exactly")
         merged.types = frozenset(merged.types - excluded)
+    merged.excluded.extend(piece.get(NOT_VALUES, []))
     for keyword in ("enum", "const"):
         if keyword in piece:
             values = piece["enum"] if keyword == "enum" else [piece["const"]]
@@ -99,7 +118,7 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
                 merged.enum = [v for v in merged.enum if any(json_equal(v, w) for w in values)]
     _merge_numbers(merged, piece)
     if "multipleOf" in piece:
-        merged.multiple_of.append(_exact_decimal(piece["multipleOf"]))
+        merged.multiple_of.append(exact_decimal(piece["multipleOf"]))
     merged.min_length = max(merged.min_length, piece.get("minLength", 0))
     merged.max_length = _smaller(merged.max_length, piece.get("maxLength"))
     merged.min_items = max(merged.min_items, piece.get("minItems", 0))
@@ -107,13 +126,13 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
     merged.min_properties = max(merged.min_properties, piece.get("minProperties", 0))
     merged.max_properties = _smaller(merged.max_properties, piece.get("maxProperties"))
     merged.unique_items = merged.unique_items or piece.get("uniqueItems", False) is True
-    for keyword in ("pattern", "format"):
-        if keyword in piece:
-            current = getattr(merged, keyword)
-            if current is not None and current != piece[keyword]:
-                reason = f"cannot intersect two different {keyword}s exactly"
-                raise MergeConflict(keyword, path, reason)
-            setattr(merged, keyword, piece[keyword])
+    if "pattern" in piece and piece["pattern"] not in merged.patterns:
+        merged.patterns.append(piece["pattern"])
+    merged.not_patterns.extend(piece.get(NOT_PATTERNS, []))
+    if "format" in piece:
+        if merged.format is not None and merged.format != piece["format"]:
+            raise MergeConflict("format", path, "cannot intersect two different formats exactly")
+        merged.format = piece["format"]
     for name in piece.get("required", []):
         if name not in merged.required:
             merged.required.append(name)
@@ -124,30 +143,24 @@ def _merge_piece(merged: MergedSchema, piece: dict, path: str) -> None:
 def _merge_numbers(merged: MergedSchema, piece: dict) -> None:
     for keyword, exclusive in (("minimum", False), ("exclusiveMinimum", True)):
         if keyword in piece:
-            bound = Bound(_exact_decimal(piece[keyword]), exclusive)
+            bound = Bound(exact_decimal(piece[keyword]), exclusive)
             if merged.lower is None or _tighter_lower(bound, merged.lower):
                 merged.lower = bound
     for keyword, exclusive in (("maximum", False), ("exclusiveMaximum", True)):
         if keyword in piece:
-            bound = Bound(_exact_decimal(piece[keyword]), exclusive)
+            bound = Bound(exact_decimal(piece[keyword]), exclusive)
             if merged.upper is None or _tighter_lower(_negate(bound), _negate(merged.upper)):
                 merged.upper = bound
 
 
 def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
-    if {"properties", "additionalProperties", "patternProperties"} & piece.keys():
-        merged.object_pieces += 1
-    if "patternProperties" in piece:
-        if len(piece["patternProperties"]) != 1:
-            raise MergeConflict("patternProperties", path, "only one pattern is supported")
-        [(pattern, schema)] = piece["patternProperties"].items()
-        merged.pattern_property = (
-            pattern,
-            (schema, child_path(path, "patternProperties", pattern)),
-        )
-    if merged.pattern_property is not None and merged.object_pieces > 1:
-        reason = "only in the one schema of an allOf that declares object members"
-        raise MergeConflict("patternProperties", path, reason)
+    for pattern, schema in piece.get("patternProperties", {}).items():
+        part = (schema, child_path(path, "patternProperties", pattern))
+        merged.pattern_properties.append((pattern, part))
+    additional_schema = piece.get("additionalProperties", True)
+    if not (additional_schema is True or additional_schema == {}):
+        scope = frozenset(piece.get("patternProperties", {}))
+        merged.additional_scopes.append((scope, path))
     properties = piece.get("properties", {})
     has_additional = "additionalProperties" in piece
     additional = (piece.get("additionalProperties"), f"{path}/additionalProperties")
@@ -171,18 +184,24 @@ def _merge_object_members(merged: MergedSchema, piece: dict, path: str) -> None:
 
 
 def _merge_array_items(merged: MergedSchema, piece: dict, path: str) -> None:
+    prefix_keyword, items_keyword = piece.get(ARRAY_KEYWORDS, ("prefixItems", "items"))
     prefix = piece.get("prefixItems", [])
     has_items = "items" in piece
-    items = (piece.get("items"), f"{path}/items")
+    items = (piece.get("items"), f"{path}/{items_keyword}")
     for index in range(max(len(prefix), len(merged.prefix_parts))):
         if index >= len(merged.prefix_parts):
             merged.prefix_parts.append(list(merged.items_parts))
         if index < len(prefix):
-            merged.prefix_parts[index].append((prefix[index], f"{path}/prefixItems/{index}"))
+            prefix_path = f"{path}/{prefix_keyword}/{index}"
+            merged.prefix_parts[index].append((prefix[index], prefix_path))
         elif has_items:
             merged.prefix_parts[index].append(items)
     if has_items:
         merged.items_parts.append(items)
+    if "contains" in piece:
+        contains = (piece["contains"], f"{path}/contains")
+        fewest = piece.get("minContains", 1)
+        merged.contains.append((contains, fewest, piece.get("maxContains")))
 
 
 def json_equal(left: object, right: object) -> bool:
@@ -215,7 +234,7 @@ def json_type(value: object) -> str:
     raise TypeError(f"not a JSON value: {json.dumps(value, default=repr)}")
 
 
-def _exact_decimal(number: int | float) -> Fraction:
+def exact_decimal(number: int | float) -> Fraction:
     """The decimal the schema wrote: 1.1 is 11/10, not the nearest binary float."""
     return Fraction(repr(number)) if isinstance(number, float) else Fraction(number)
 

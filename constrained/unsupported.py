@@ -1,4 +1,4 @@
-"""The error raised for schemas we cannot enforce exactly, and JSON-pointer paths for it."""
+"""The errors raised for schemas we cannot enforce exactly, and JSON-pointer paths for them."""
 
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ class UnsupportedSchemaError(ValueError):
         self.keyword = keyword
         self.path = path
         self.reason = reason
+
+
+class UnsatisfiableSchemaError(UnsupportedSchemaError):
+    """No JSON value satisfies the schema (e.g. `minimum: 10, maximum: 1`): nothing to generate.
+
+    `keyword` and `path` name the first contradiction found; `reason` says what it is.
+    """
+
+    def __init__(self, keyword: str, path: str, reason: str):
+        super().__init__(keyword, path, reason)
+        self.args = (f"no value satisfies the schema: {reason} ({keyword!r} at {path})",)
 
 
 def child_path(path: str, *tokens: object) -> str:

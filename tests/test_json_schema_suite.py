@@ -1,9 +1,9 @@
-"""JSON-Schema-Test-Suite (draft 2020-12) against json_schema_to_regex.
+"""JSON-Schema-Test-Suite (draft 2020-12, draft 7, draft 4) against json_schema_to_regex.
 
 Hard rule: for every schema the translator accepts, no `valid: false` instance matches.
-Soft rule: the share of matched `valid: true` instances stays above a measured floor (misses are
-deliberate strict subsets; see docs/constrained.md). The suite is read from
-`<repo>/../shared/data/json-schema-test-suite/draft2020-12` and the test skips without it.
+Soft rule: accepted schemas and the share of matched `valid: true` instances stay above measured
+floors (misses are deliberate strict subsets; see docs/constrained.md). The suite is read from a
+`shared/data/json-schema-test-suite/` beside or above the checkout; the tests skip without it.
 """
 
 from __future__ import annotations
@@ -16,35 +16,60 @@ import pytest
 from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, run_suite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Measured: 217 accepted schemas, 530/585 = 90.6% valid instances matched. Floors a few points
-# below, so a regression that rejects more schemas or matches fewer instances fails.
-MIN_ACCEPTED_SCHEMAS = 200
-MIN_VALID_MATCH_RATE = 0.87
+# Measured on draft 2020-12: 352 / 411 accepted (217 before exact negation, pattern automata and
+# the older-draft forms), 980 / 1057 = 92.7% valid instances matched (98.4% outside the optional
+# format files, whose misses are mostly IDNA host names). Floors a little below.
+MIN_ACCEPTED_SCHEMAS = 345
+MIN_VALID_MATCH_RATE = 0.91
 
 
-@functools.lru_cache(maxsize=1)
-def suite_report() -> SuiteReport:
-    suite_dir = find_suite_dir(REPO_ROOT)
+@functools.lru_cache(maxsize=4)
+def suite_report(dialect: str = "draft2020-12", any_value_depth: int = 1) -> SuiteReport:
+    """The suite's report; "any value" nests one level here (3x faster, same figures)."""
+    suite_dir = find_suite_dir(REPO_ROOT, dialect)
     if suite_dir is None:
         pytest.skip("JSON-Schema-Test-Suite not found beside the checkout")
-    return run_suite(suite_dir)
+    return run_suite(suite_dir, any_value_depth=any_value_depth)
 
 
 def test_no_invalid_instance_matches_an_accepted_schema():
     report = suite_report()
-    assert report.invalid_total > 300
+    assert report.invalid_total > 700
     assert report.violations == []
     assert report.invalid_rejected == report.invalid_total
 
 
 def test_valid_instances_match_at_the_measured_rate():
     report = suite_report()
-    assert report.schemas_accepted >= MIN_ACCEPTED_SCHEMAS
+    assert report.schemas_accepted >= MIN_ACCEPTED_SCHEMAS, report.refusals
     assert report.valid_match_rate >= MIN_VALID_MATCH_RATE, report.misses
 
 
 def test_rejections_name_real_keywords():
     report = suite_report()
     assert report.schemas_accepted + sum(report.rejected_keywords.values()) == report.schemas_total
-    for keyword in ("multipleOf", "not", "contains", "uniqueItems", "patternProperties"):
-        assert report.rejected_keywords[keyword] > 0
+    # Remote references stay refused; contradictory schemas get their own error.
+    assert report.rejected_keywords["$ref"] > 0
+    assert report.rejected_keywords["(no value satisfies it)"] > 0
+    for keyword in ("not", "if", "contains", "dependentRequired", "oneOf", "format", "pattern"):
+        assert report.rejected_keywords[keyword] <= 1, keyword
+
+
+def test_draft4_forms_are_exact():
+    report = suite_report("draft4")
+    assert report.violations == []
+    assert report.schemas_accepted >= 145 and report.valid_match_rate >= 0.95
+
+
+@pytest.mark.slow
+def test_engine_default_any_value_depth_is_exact_too():
+    report = suite_report(any_value_depth=2)
+    assert report.violations == []
+    assert report.schemas_accepted >= MIN_ACCEPTED_SCHEMAS
+
+
+@pytest.mark.slow
+def test_draft7_forms_are_exact():
+    report = suite_report("draft7")
+    assert report.violations == []
+    assert report.schemas_accepted >= 245 and report.valid_match_rate >= 0.89
