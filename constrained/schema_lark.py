@@ -18,6 +18,7 @@ import llguidance
 from radixgen.constrained.json_schema import json_schema_to_regex
 from radixgen.constrained.json_string import string_regex
 from radixgen.constrained.json_value_regex import SCALAR_REGEXES
+from radixgen.constrained.schema_keywords import dialect_of
 from radixgen.constrained.schema_refs import RefResolver
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
@@ -102,7 +103,7 @@ def _refs_in(node: object) -> list[str]:
 
 def _has_ref_cycle(root: dict) -> bool:
     """Whether some `$ref` target reaches itself through references."""
-    resolver = RefResolver(root)
+    resolver = RefResolver(root, dialect_of(root))
     edges: dict[str, list[str]] = {}
     pending: list[tuple[object, str]] = [(root, "#")]
     while pending:
@@ -135,7 +136,7 @@ class _LarkWriter:
 
     def __init__(self, root: dict) -> None:
         self.root = root
-        self.resolver = RefResolver(root)
+        self.resolver = RefResolver(root, dialect_of(root))
         self.rules: list[str] = []
         self._rule_by_path: dict[str, str] = {}
         self._terminal_by_regex: dict[str, str] = {}
