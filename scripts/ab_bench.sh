@@ -5,7 +5,8 @@
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
 # Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
-# serving-json (constrained vs unconstrained TPOT through `radixgen serve`).
+# serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
+# token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel).
 # JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
 set -uo pipefail
 BASE=$1
@@ -68,8 +69,17 @@ for _ in range(600):
       --output-json "$OUT/$1_serving_$dataset.json" \
       | grep -E "TPOT|duration" | tail -3
   done
+  log "$1: time to first token, never-seen schemas vs unconstrained"
+  PYTHONPATH=/tmp/client:$PYTHONPATH timeout 300 python3 scripts/bench_schema_ttft.py \
+    --num 20 | tee "$OUT/$1_schema_ttft.json"
   kill -INT $pid
   wait $pid 2>/dev/null
+}
+
+stage_sampling_bench() {
+  [ "$1" = new ] || return 0
+  log "$1: fused sampling kernel vs the torch path"
+  timeout 200 python3 -m radixgen.runtime.bench.sampling 2>&1 | tee "$OUT/sampling_bench.txt" | tail -40
 }
 
 for tree in base new; do
