@@ -164,7 +164,7 @@ def object_schema_regex(
     if _any_object(merged):  # one of the any-value nesting levels, like `{}`
         return any_object_regex(max(translator.options.any_value_depth, 1), translator.ws)
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
-    key_regex = string_excluding_keys(names) if names else string_regex()
+    key_regex = None  # the keys of extra members; built only when extras can exist
     checked_names = bool(merged.property_name_parts)
     if checked_names:
         # Keys are strings: the propertyNames schema, restricted to strings.
@@ -190,8 +190,12 @@ def object_schema_regex(
             path = merged.keyword_paths["patternProperties"]
             raise UnsupportedSchemaError("patternProperties", path, "together with propertyNames")
         extras = pattern_member_classes(translator, merged, names, ref_depths, allow_others)
-    elif key_regex is not None and allow_others:
-        extras = [(key_regex, translator.translate(tuple(merged.additional_parts), ref_depths))]
+    elif allow_others:
+        extra_value = translator.translate(tuple(merged.additional_parts), ref_depths)
+        if extra_value is not None and not checked_names:
+            # Costly for many names (a trie complement): a closed object never needs it.
+            key_regex = string_excluding_keys(names) if names else string_regex()
+        extras = [(key_regex, extra_value)]
     extras = [(key, value) for key, value in extras if key is not None and value is not None]
     if extras and checked_names and names:
         path = merged.keyword_paths["propertyNames"]
