@@ -5,16 +5,25 @@ A decode step without overlap runs: launch forward and sampling, wait for the sa
 (one sync), then append them, check finishing, build outputs, build the next batch; the
 device idles during that host work (about 3 ms a step at batch 256 on the H200, measured;
 docs/benchmarks.md). With overlap, step N+1 takes step N's sampled ids straight from the
-device as its input ids, and the host processes step N while N+1 runs.
+device as its input ids: the host launches N+1's forward, then processes step N (appends its
+tokens, advances the constraint matchers) and fills N+1's constraint bitmasks while the
+device computes the forward, and only then launches N+1's sampling, which is all that needs
+the masks:
+
+    device:  | forward N+1 ....................... | mask copy | sample N+1 | copy ids |
+    host:    launch | wait ids N, append, accept, fill masks N+1 | launch sample, copy |
 
 What keeps the outputs identical:
 - Step N+1's rows are step N's, minus requests that finish at N by length (known on the
-  host). A request that finishes at N on EOS, a stop id or a stop string still runs in N+1
-  (one wasted row); that row's result is dropped and its KV slot freed when N is processed.
-- Positions and sampling counters count the one pending (not yet processed) token.
-- Only plain requests overlap: no constraint (its mask needs the previous token), no
-  logprobs, nothing still below `min_new_tokens`. Extend batches, retraction, aborts and
-  constraint compiles first process the step in flight (everything else runs as before).
+  host). A request that finishes at N on EOS, a stop id, a stop string or a complete
+  constraint still runs in N+1 (one wasted row, its mask row left all-allowed); that row's
+  result is dropped and its KV slot freed when N is processed.
+- Positions count the one pending (not yet processed) token; sampling runs after step N is
+  processed, so its counters (seeded draws) and masks see the request's whole output.
+- Requests with logprobs, below `min_new_tokens`, or that may jump forward do not overlap
+  (a jump rewrites the output the step ahead was built on). Extend batches, retraction,
+  aborts and constraint compiles first process the step in flight (everything else runs as
+  before).
 """
 
 from __future__ import annotations
@@ -59,12 +68,9 @@ class InflightDecode:
 
 
 def can_overlap(req: Req) -> bool:
-    """Whether req's next step may be launched before its pending token is processed."""
-    return (
-        req.grammar is None
-        and not req.return_logprob
-        and len(req.output_ids) >= req.sampling_params.min_new_tokens
-    )
+    """Whether req's next step may be launched before its pending token is processed (the
+    scheduler also keeps requests that may jump forward out: `GrammarHook.may_jump_forward`)."""
+    return not req.return_logprob and len(req.output_ids) >= req.sampling_params.min_new_tokens
 
 
 def finishes_by_length_after_pending(req: Req, context_length: int) -> bool:
@@ -90,9 +96,9 @@ class OverlapDecoder:
         kv: the KV manager (one slot per row of each launched step).
         counters: forward steps are counted here.
         context_length: the model's context length (finishing by length, one token ahead).
-        results: samples (launched without a host sync, counting the pending token) and
-            appends each processed step's tokens; a request finishing there that runs in
-            the step launched after it gets that step's KV slot freed.
+        results: appends each processed step's tokens (a request finishing there that runs
+            in the step launched after it gets that step's KV slot freed), then samples the
+            launched step (constraint masks filled on the host meanwhile; no host sync).
     """
 
     def __init__(
@@ -146,11 +152,13 @@ class OverlapDecoder:
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
-        sampled = self.results.sample(next_reqs, logits, running.sampling_info, pending)
+        # While the device computes the forward: process the step in flight (it waits for
+        # that step's ids only, queued before this forward), which advances the matchers,
+        # so sampling can then fill this step's masks. Requests it finishes keep a wasted row.
+        result = None if previous is None else self._process(previous, next_reqs=next_reqs)
+        sampled = self.results.sample(next_reqs, logits, running.sampling_info)
         self.inflight = InflightDecode.launch_copy(next_reqs, sampled.next_token_ids)
-        if previous is None:
-            return None
-        return self._process(previous, next_reqs=next_reqs)
+        return result
 
     def resolve(self, running: ScheduleBatch) -> StepResult | None:
         """Processes the step in flight with nothing launched after it; `running` then holds

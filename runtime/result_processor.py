@@ -123,21 +123,21 @@ class ResultProcessor:
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
     ) -> StepResult:
         """Samples one token per request, appends it, checks finish."""
-        sampled = self.sample(reqs, logits, info, pending=0)
+        sampled = self.sample(reqs, logits, info)
         if sampled.logprobs is not None:
             record_output_logprobs(reqs, sampled.logprobs, sampled.next_token_ids)
         next_ids = sampled.next_token_ids.tolist()  # the step's one deliberate host sync
         return self.advance(reqs, next_ids, launched_next=())
 
-    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo, pending: int):
-        """Launches sampling (no host sync). `pending`: tokens of each request sampled but
-        not yet appended to its output_ids (1 under overlap), for the counter-based draw."""
+    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo):
+        """Launches sampling (no host sync); every earlier token of `reqs` is appended (their
+        matchers advanced), as the masks and the counter-based draw need."""
         self.grammar.set_vocab_mask(reqs, info)
         set_min_token_bans(reqs, info)
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
         else:
-            steps = host_ints_to_device([len(r.output_ids) + pending for r in reqs], self.device)
+            steps = host_ints_to_device([len(r.output_ids) for r in reqs], self.device)
         want_logprobs = any(r.return_logprob for r in reqs)
         sampled = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
         info.record_sampled(sampled.next_token_ids)

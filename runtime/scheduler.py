@@ -316,4 +316,8 @@ class Scheduler:
             return False
         if batches.chunked_req is not None or batches.jump_forward_reqs:
             return False
-        return all(can_overlap(r) for r in batches.running.reqs if not r.finished)
+        return all(
+            can_overlap(r) and not self.grammar.may_jump_forward(r)
+            for r in batches.running.reqs
+            if not r.finished
+        )

@@ -170,3 +170,86 @@ def test_integrity_check_mid_run_under_overlap(tiny_model_path):
         outputs += scheduler.step()
     assert sum(len(o.new_token_ids) for o in outputs) == 7  # 1 token came with the prefill
     scheduler.shutdown()
+
+
+# ---- constrained requests under the overlapped schedule -----------------------------------------
+
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+NUMBER_LIST_EBNF = 'root ::= "[" item ("," item)* "]"\nitem ::= [0-9] | [1-9] [0-9]'
+# One batch: constraints of every kind, greedy and seeded, finishing at different steps (a
+# short regex completes early: a wasted overlapped row), beside an unconstrained request
+# and a constrained one with a stop string.
+CONSTRAINED = [
+    ("Answer:", {"temperature": 0, "regex": r"(yes|no)-[0-9]{2,3}"}),
+    ("Answer:", {"temperature": 1.0, "seed": 5, "regex": r"(yes|no)-[0-9]{2,3}"}),
+    ("Person:", {"temperature": 0.9, "seed": 1, "json_schema": PERSON_SCHEMA}),
+    ("Person:", {"temperature": 0, "json_schema": PERSON_SCHEMA, "max_new_tokens": 7}),
+    ("Pick one:", {"temperature": 1.0, "seed": 2, "choices": ["red", "blue", "green"]}),
+    ("Numbers:", {"temperature": 0.8, "seed": 3, "ebnf": NUMBER_LIST_EBNF}),
+    ("Say:", {"temperature": 0.7, "seed": 4, "regex": "[a-z ]{1,30}", "stop": [" a"]}),
+    (SYSTEM + "What is a dict?", {"temperature": 0.7, "seed": 9}),
+]
+
+
+def generate_constrained(tiny_model_path, **options) -> list[tuple[list[int], dict]]:
+    with make_engine(tiny_model_path, **options) as engine:
+        prompts = [prompt for prompt, _ in CONSTRAINED]
+        params = [{"max_new_tokens": 24, **p} for _, p in CONSTRAINED]
+        if options.get("grammar_backend") == "outlines":  # EBNF needs llguidance
+            params = [p for p in params if "ebnf" not in p]
+            prompts = [q for q, p in zip(prompts, CONSTRAINED, strict=True) if "ebnf" not in p[1]]
+        outputs = engine.generate(prompts, params)
+        assert_drained_without_leaks(engine)
+    return [(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"grammar_backend": "outlines"}, {"enable_jump_forward": True}],
+    ids=["llguidance", "outlines", "jump_forward_falls_back"],
+)
+def test_constrained_outputs_equal_with_overlap_on_and_off(tiny_model_path, options):
+    """Masks are filled after the launched step's forward, from matchers advanced by the
+    step processed meanwhile: outputs must equal the non-overlapped schedule's."""
+    plain = generate_constrained(tiny_model_path, enable_overlap_schedule=False, **options)
+    overlapped = generate_constrained(tiny_model_path, enable_overlap_schedule=True, **options)
+    assert overlapped == plain
+    assert any(reason["type"] == "stop" for _, reason in plain)  # constraints completed
+
+
+def test_constrained_decode_steps_are_overlapped(tiny_model_path):
+    """A constrained request decodes with a step in flight (its mask filled while the
+    forward runs), unless it may jump forward."""
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+
+    for jump_forward in (False, True):
+        args = ServerArgs(
+            model_path=tiny_model_path,
+            dtype="float32",
+            enable_overlap_schedule=True,
+            enable_jump_forward=jump_forward,
+        )
+        scheduler = Scheduler(args)
+        params = {"max_new_tokens": 16, "temperature": 0, "json_schema": PERSON_SCHEMA}
+        request = GenerateReq(
+            rid="a", input_ids=list(range(10, 30)), sampling_params=SamplingParams.from_dict(params)
+        )
+        scheduler.add_request(request)
+        outputs, steps_in_flight = [], 0
+        while scheduler.has_work():
+            outputs += scheduler.step()
+            steps_in_flight += scheduler.inflight is not None
+        assert outputs[-1].finished
+        assert (steps_in_flight > 0) is not jump_forward
+        scheduler.check_integrity()
+        scheduler.shutdown()
