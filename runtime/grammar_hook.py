@@ -181,8 +181,9 @@ class GrammarHook:
         )
 
     def try_jump_forward(self, req: Req, context_length: int) -> bool:
-        """Appends the text the constraint forces next, to be computed in one extend step
-        (req is JUMPED then; it may finish instead, when the constraint or its budget ends).
+        """Appends the text the constraint forces next (req is JUMPED then; it may finish
+        instead, when the constraint or its budget ends). The run is computed by req's next
+        forward in the running batch, as one multi-token row beside the decode rows.
 
         Only plans that re-tokenise at most the token just sampled (not yet reported) are
         taken, so a client never sees a token change; requests with logprobs or stop

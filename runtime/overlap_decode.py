@@ -35,7 +35,7 @@ import torch
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.io_struct import SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.req import Req
+from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.result_processor import ResultProcessor, StepResult
 from radixgen.runtime.schedule_batch import ScheduleBatch
 
@@ -70,7 +70,11 @@ class InflightDecode:
 def can_overlap(req: Req) -> bool:
     """Whether req's next step may be launched before its pending token is processed (the
     scheduler also keeps requests that may jump forward out: `GrammarHook.may_jump_forward`)."""
-    return not req.return_logprob and len(req.output_ids) >= req.sampling_params.min_new_tokens
+    return (
+        req.status is ReqStatus.DECODING  # not JUMPED: a forced run needs a multi-token row
+        and not req.return_logprob
+        and len(req.output_ids) >= req.sampling_params.min_new_tokens
+    )
 
 
 def finishes_by_length_after_pending(req: Req, context_length: int) -> bool:

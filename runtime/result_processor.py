@@ -4,8 +4,8 @@ Samples one token per request (constraint masks, min-token bans, seeded draws), 
 checks finishing (EOS, stop ids, stop strings, length, a complete constraint) and
 constrained jump-forward, caches prompts after their prefill, releases finished requests'
 KV to the radix cache, and builds the `ReqOutput`s. It returns what changed as a
-`StepResult` (outputs, the requests that start decoding, the requests that need an extend);
-the scheduler owns the batches and applies it.
+`StepResult` (outputs, the requests that start decoding); the scheduler owns the batches and
+applies it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class StepResult:
     """What processing one forward's results changed."""
 
     outputs: list[ReqOutput] = field(default_factory=list)
-    to_decode: ScheduleBatch | None = None  # requests that start decoding (a batch to merge)
-    to_extend: list[Req] = field(default_factory=list)  # jump-forward appended: extend first
+    # Requests that start decoding (a batch to merge into the running one); a jump-forward
+    # may already have extended some of them (JUMPED: their next forward computes the run).
+    to_decode: ScheduleBatch | None = None
 
 
 class ResultProcessor:
@@ -102,19 +103,19 @@ class ResultProcessor:
         logits = logits[torch.tensor(sample_rows, device=logits.device)]
         decoded = self.sample_and_advance(sampled_reqs, logits, info)
         result.outputs += decoded.outputs
-        result.to_extend = decoded.to_extend
-        keep = [i for i, r in enumerate(sampled_reqs) if r.status is ReqStatus.DECODING]
+        keep = [i for i, r in enumerate(sampled_reqs) if not r.finished]
         if keep:
             result.to_decode = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
             result.to_decode.filter(keep)
         return result
 
     def process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> StepResult:
-        """Commits a decode forward; finished and jumped requests leave `batch`."""
+        """Commits a forward of the running batch (one token per request, or a jump-forward's
+        run); finished requests leave `batch`."""
         for req in batch.reqs:
-            req.kv_committed_len += 1
+            req.kv_committed_len = req.seqlen  # every token up to the sampled one has KV now
         result = self.sample_and_advance(batch.reqs, logits, batch.sampling_info)
-        keep = [i for i, r in enumerate(batch.reqs) if r.status is ReqStatus.DECODING]
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
         return result
@@ -145,7 +146,8 @@ class ResultProcessor:
 
     def advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> StepResult:
         """Appends each request's sampled token and checks finishing. A request that goes on
-        sampling is DECODING afterwards, or JUMPED (in `to_extend`) after a jump-forward.
+        sampling is DECODING afterwards, or JUMPED after a jump-forward appended a forced run
+        (computed by its next forward in the running batch).
         `launched_next`: ids of the requests in a decode step launched after this one
         (overlap), whose row of it is wasted when they finish here."""
         self.counters.generated_tokens += len(next_ids)
@@ -164,10 +166,11 @@ class ResultProcessor:
             check_finished(req, [token_id], context_length)
             if not req.finished and self.grammar.is_terminated(req):
                 req.finish({"type": "stop", "matched": None})  # the constraint is done
-            if not req.finished and self.grammar.try_jump_forward(req, context_length):
-                result.to_extend.append(req)  # JUMPED now
-            elif not req.finished and req.status is not ReqStatus.DECODING:
-                req.set_status(ReqStatus.DECODING)
+            if not req.finished:
+                if req.status is not ReqStatus.DECODING:
+                    req.set_status(ReqStatus.DECODING)  # first token, or its run is computed
+                if self.grammar.try_jump_forward(req, context_length):  # JUMPED now
+                    self.counters.jump_forward_tokens += req.num_uncommitted - 1
             if req.finished and launched_next and id(req) in launched_next:
                 self.kv.free_pending_slot(req)  # its row in the step launched after this one
             outputs.append(self.finish(req) if req.finished else make_req_output(req))

@@ -253,3 +253,70 @@ def test_constrained_decode_steps_are_overlapped(tiny_model_path):
         assert (steps_in_flight > 0) is not jump_forward
         scheduler.check_integrity()
         scheduler.shutdown()
+
+
+# ---- jump-forward: forced runs computed inside the running batch's forward ----------------------
+
+JUMP_PROMPTS = QUESTIONS[:4]
+# One constraint: one compile, so the four are admitted by one extend.
+JUMP_PARAMS = [
+    {"max_new_tokens": 30, "temperature": 0.8, "seed": seed, "json_schema": PERSON_SCHEMA}
+    for seed in range(3)
+] + [{"max_new_tokens": 30, "temperature": 0, "json_schema": PERSON_SCHEMA}]
+
+
+def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
+    """A jumped request's forced run is one multi-token row of the running batch's next
+    forward: every forward samples every running request, so no step is spent on the run."""
+    from radixgen.runtime.req import ReqStatus
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+
+    args = ServerArgs(model_path=tiny_model_path, dtype="float32", enable_jump_forward=True)
+    scheduler = Scheduler(args)
+    for i, (prompt, params) in enumerate(zip(JUMP_PROMPTS, JUMP_PARAMS, strict=True)):
+        request = GenerateReq(
+            rid=str(i),
+            input_ids=scheduler.tokenizer.encode(prompt),
+            sampling_params=SamplingParams.from_dict(params),
+        )
+        scheduler.add_request(request)
+    steps_with_a_jumped_row = 0
+    while scheduler.has_work():
+        running = {r.rid for r in scheduler.batches.running.reqs}
+        steps_with_a_jumped_row += any(
+            r.status is ReqStatus.JUMPED for r in scheduler.batches.running.reqs
+        )
+        # Every running request (jumped or not) samples in each step: none waits a step
+        # while another's forced run is computed.
+        assert running <= {output.rid for output in scheduler.step()}
+    assert steps_with_a_jumped_row > 0
+    assert scheduler.counters.jump_forward_tokens > 0
+    scheduler.check_integrity()
+    scheduler.shutdown()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_total_tokens": 44, "new_token_ratio": 0.05},
+        {"enable_mixed_chunk": True, "chunked_prefill_size": 4, "max_prefill_tokens": 4},
+    ],
+    ids=["preemption", "mixed"],
+)
+def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, options):
+    """Jumped rows beside decode rows, inside mixed chunks, and retracted then resumed."""
+    results = []
+    for engine_options in ({}, options):
+        with make_engine(tiny_model_path, enable_jump_forward=True, **engine_options) as engine:
+            outputs = engine.generate(JUMP_PROMPTS, JUMP_PARAMS)
+            stats = engine.get_stats()
+            assert stats["num_jump_forward_tokens"] > 0
+            if "max_total_tokens" in engine_options:
+                assert stats["num_retractions"] > 0
+            if "enable_mixed_chunk" in engine_options:
+                assert stats["num_mixed_steps"] > 0
+            assert_drained_without_leaks(engine)
+        results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
+    assert results[1] == results[0]
