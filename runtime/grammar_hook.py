@@ -171,14 +171,19 @@ class GrammarHook:
         return req.grammar is not None and req.grammar.is_terminated()
 
     def may_jump_forward(self, req: Req) -> bool:
-        """Whether `try_jump_forward` may ever extend req (such requests do not overlap:
-        a jump rewrites the output that the step launched ahead was built on)."""
+        """Whether `try_jump_forward` may ever extend req."""
         return (
             self.jump_forward
             and req.grammar is not None
             and not req.return_logprob
             and req.stop_checker is None
         )
+
+    def jumps_prevent_overlap(self, req: Req) -> bool:
+        """Whether req may jump forward with a plan that retracts its last token: it then does
+        not overlap (the step launched ahead computed that token's KV, and the jump would
+        rewrite it). Plans that only append (llguidance) overlap."""
+        return self.may_jump_forward(req) and req.grammar.jump_forward_may_retract
 
     def try_jump_forward(self, req: Req, context_length: int) -> bool:
         """Appends the text the constraint forces next (req is JUMPED then; it may finish

@@ -317,7 +317,7 @@ class Scheduler:
         if batches.chunked_req is not None:
             return False
         return all(
-            can_overlap(r) and not self.grammar.may_jump_forward(r)
+            can_overlap(r) and not self.grammar.jumps_prevent_overlap(r)
             for r in batches.running.reqs
             if not r.finished
         )

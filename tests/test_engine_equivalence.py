@@ -214,11 +214,12 @@ def generate_constrained(tiny_model_path, **options) -> list[tuple[list[int], di
 @pytest.mark.parametrize(
     "options",
     [{}, {"grammar_backend": "outlines"}, {"enable_jump_forward": True}],
-    ids=["llguidance", "outlines", "jump_forward_falls_back"],
+    ids=["llguidance", "outlines", "jump_forward"],
 )
 def test_constrained_outputs_equal_with_overlap_on_and_off(tiny_model_path, options):
     """Masks are filled after the launched step's forward, from matchers advanced by the
-    step processed meanwhile: outputs must equal the non-overlapped schedule's."""
+    step processed meanwhile, and a jump-forward found then drops the launched step's sample
+    and sends its run with the next one: outputs must equal the non-overlapped schedule's."""
     plain = generate_constrained(tiny_model_path, enable_overlap_schedule=False, **options)
     overlapped = generate_constrained(tiny_model_path, enable_overlap_schedule=True, **options)
     assert overlapped == plain
@@ -227,17 +228,19 @@ def test_constrained_outputs_equal_with_overlap_on_and_off(tiny_model_path, opti
 
 def test_constrained_decode_steps_are_overlapped(tiny_model_path):
     """A constrained request decodes with a step in flight (its mask filled while the
-    forward runs), unless it may jump forward."""
+    forward runs), also with jump-forward on llguidance (its plans only append); with
+    outlines' jump-forward (plans may retract the sampled token) it does not overlap."""
     from radixgen.runtime.request_schema import GenerateReq, SamplingParams
     from radixgen.runtime.scheduler import Scheduler
     from radixgen.runtime.server_args import ServerArgs
 
-    for jump_forward in (False, True):
+    for grammar_backend, jump_forward in (("llguidance", True), ("outlines", True)):
         args = ServerArgs(
             model_path=tiny_model_path,
             dtype="float32",
             enable_overlap_schedule=True,
             enable_jump_forward=jump_forward,
+            grammar_backend=grammar_backend,
         )
         scheduler = Scheduler(args)
         params = {"max_new_tokens": 16, "temperature": 0, "json_schema": PERSON_SCHEMA}
@@ -250,7 +253,7 @@ def test_constrained_decode_steps_are_overlapped(tiny_model_path):
             outputs += scheduler.step()
             steps_in_flight += scheduler.inflight is not None
         assert outputs[-1].finished
-        assert (steps_in_flight > 0) is not jump_forward
+        assert (steps_in_flight > 0) is (grammar_backend == "llguidance")
         scheduler.check_integrity()
         scheduler.shutdown()
 
@@ -302,11 +305,14 @@ def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
     [
         {"max_total_tokens": 44, "new_token_ratio": 0.05},
         {"enable_mixed_chunk": True, "chunked_prefill_size": 4, "max_prefill_tokens": 4},
+        {"enable_overlap_schedule": True},
     ],
-    ids=["preemption", "mixed"],
+    ids=["preemption", "mixed", "overlap"],
 )
 def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, options):
-    """Jumped rows beside decode rows, inside mixed chunks, and retracted then resumed."""
+    """Jumped rows beside decode rows, inside mixed chunks, retracted then resumed, and
+    found while a step was in flight (overlap: that step's sample is dropped, the run goes
+    into the next launched step beside rows whose input ids only the device has)."""
     results = []
     for engine_options in ({}, options):
         with make_engine(tiny_model_path, enable_jump_forward=True, **engine_options) as engine:
