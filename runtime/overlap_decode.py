@@ -186,7 +186,11 @@ class OverlapDecoder:
                 for row, (req, i) in enumerate(zip(next_reqs, keep, strict=True))
                 if req.status is ReqStatus.JUMPED and i not in previous.stale_rows
             )
-        sampled = self.results.sample(next_reqs, logits, running.sampling_info)
+        info = running.sampling_info
+        sampled = self.results.sample(next_reqs, logits, info)
+        if stale_rows and info.has_penalties:
+            # Counted by `sample` but dropped; and the run their jump appended is not counted.
+            info.recount_rows(sorted(stale_rows), [next_reqs[row] for row in sorted(stale_rows)])
         self.inflight = InflightDecode.launch_copy(
             next_reqs, counts, stale_rows, sampled.next_token_ids
         )

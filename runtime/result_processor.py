@@ -128,7 +128,9 @@ class ResultProcessor:
         if sampled.logprobs is not None:
             record_output_logprobs(reqs, sampled.logprobs, sampled.next_token_ids)
         next_ids = sampled.next_token_ids.tolist()  # the step's one deliberate host sync
-        return self.advance(reqs, next_ids, launched_next=())
+        result = self.advance(reqs, next_ids, launched_next=())
+        recount_jumped_rows(reqs, info)
+        return result
 
     def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo):
         """Launches sampling (no host sync); every earlier token of `reqs` is appended (their
@@ -181,6 +183,14 @@ class ResultProcessor:
         self.kv.release(req)
         self.counters.finished_reqs += 1
         return make_req_output(req)
+
+
+def recount_jumped_rows(reqs: list[Req], info: SamplingBatchInfo) -> None:
+    """Penalties count every output token: a jump-forward just appended a run (JUMPED now),
+    which `record_sampled` did not see. `reqs[i]` is row i of `info`."""
+    if info.has_penalties:
+        rows = [row for row, req in enumerate(reqs) if req.status is ReqStatus.JUMPED]
+        info.recount_rows(rows, [reqs[row] for row in rows])
 
 
 # ---- finishing -------------------------------------------------------------------------------

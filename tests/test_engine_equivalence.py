@@ -261,22 +261,26 @@ def test_constrained_decode_steps_are_overlapped(tiny_model_path):
 # ---- jump-forward: forced runs computed inside the running batch's forward ----------------------
 
 JUMP_PROMPTS = QUESTIONS[:4]
-# One constraint: one compile, so the four are admitted by one extend.
+# One constraint: one compile, so the four are admitted by one extend. Penalties count
+# the jumped runs too (as a request resumed after retraction recounts its output).
 JUMP_PARAMS = [
     {"max_new_tokens": 30, "temperature": 0.8, "seed": seed, "json_schema": PERSON_SCHEMA}
-    for seed in range(3)
-] + [{"max_new_tokens": 30, "temperature": 0, "json_schema": PERSON_SCHEMA}]
+    for seed in range(2)
+] + [
+    {"max_new_tokens": 30, "temperature": 0, "json_schema": PERSON_SCHEMA},
+    {"max_new_tokens": 30, "temperature": 0.9, "seed": 5, "json_schema": PERSON_SCHEMA,
+     "frequency_penalty": 1.5, "repetition_penalty": 1.5},
+]  # fmt: skip
 
 
-def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
-    """A jumped request's forced run is one multi-token row of the running batch's next
-    forward: every forward samples every running request, so no step is spent on the run."""
-    from radixgen.runtime.req import ReqStatus
+def make_jump_scheduler(tiny_model_path, **options):
     from radixgen.runtime.request_schema import GenerateReq, SamplingParams
     from radixgen.runtime.scheduler import Scheduler
     from radixgen.runtime.server_args import ServerArgs
 
-    args = ServerArgs(model_path=tiny_model_path, dtype="float32", enable_jump_forward=True)
+    args = ServerArgs(
+        model_path=tiny_model_path, dtype="float32", enable_jump_forward=True, **options
+    )
     scheduler = Scheduler(args)
     for i, (prompt, params) in enumerate(zip(JUMP_PROMPTS, JUMP_PARAMS, strict=True)):
         request = GenerateReq(
@@ -285,6 +289,29 @@ def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
             sampling_params=SamplingParams.from_dict(params),
         )
         scheduler.add_request(request)
+    return scheduler
+
+
+def assert_penalty_counts_follow_outputs(scheduler) -> None:
+    """The running batch's penalty counts are its outputs' token counts (jumped runs
+    included), plus the sample in flight of each row whose sample will be kept."""
+    running, inflight = scheduler.batches.running, scheduler.inflight
+    counts = running.sampling_info.output_counts
+    for row, req in enumerate(running.reqs):
+        if req.finished:
+            continue  # a wasted row
+        expected = torch.bincount(torch.tensor(req.output_ids), minlength=counts.shape[1])
+        if inflight is not None and row not in inflight.stale_rows:
+            expected[inflight.host_token_ids[row]] += 1
+        assert torch.equal(counts[row], expected.to(counts.dtype)), req.rid
+
+
+def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
+    """A jumped request's forced run is one multi-token row of the running batch's next
+    forward: every forward samples every running request, so no step is spent on the run."""
+    from radixgen.runtime.req import ReqStatus
+
+    scheduler = make_jump_scheduler(tiny_model_path)
     steps_with_a_jumped_row = 0
     while scheduler.has_work():
         running = {r.rid for r in scheduler.batches.running.reqs}
@@ -294,8 +321,25 @@ def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
         # Every running request (jumped or not) samples in each step: none waits a step
         # while another's forced run is computed.
         assert running <= {output.rid for output in scheduler.step()}
+        if scheduler.batches.running.reqs:
+            assert_penalty_counts_follow_outputs(scheduler)
     assert steps_with_a_jumped_row > 0
     assert scheduler.counters.jump_forward_tokens > 0
+    scheduler.check_integrity()
+    scheduler.shutdown()
+
+
+def test_jump_forward_under_overlap_drops_stale_samples(tiny_model_path):
+    """A jump found while a step is in flight makes that step's sample stale (dropped, and
+    not counted by the penalties); the run goes into the next launched step."""
+    scheduler = make_jump_scheduler(tiny_model_path, enable_overlap_schedule=True)
+    num_stale = 0
+    while scheduler.has_work():
+        scheduler.step()
+        if scheduler.inflight is not None:
+            num_stale += len(scheduler.inflight.stale_rows)
+            assert_penalty_counts_follow_outputs(scheduler)
+    assert num_stale > 0
     scheduler.check_integrity()
     scheduler.shutdown()
 
