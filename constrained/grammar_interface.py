@@ -37,6 +37,11 @@ class ConstraintMatcher(ABC):
     `accept_token(id)` after it. EOS ids are allowed exactly where the constraint may end.
     """
 
+    # Whether a jump-forward plan may retract the token just sampled (re-tokenising across
+    # it). Plans that only append let the engine's overlapped schedule keep the step it
+    # launched ahead: that step computed the sampled token's KV, which stays valid.
+    jump_forward_may_retract: bool = True
+
     @property
     @abstractmethod
     def output_ids(self) -> tuple[int, ...]:

@@ -142,6 +142,8 @@ class LLGuidanceGrammar(ConstraintGrammar):
 class LLGuidanceMatcher(ConstraintMatcher):
     """One request's `LLMatcher`, behind the engine's matcher interface."""
 
+    jump_forward_may_retract = False  # llguidance's forced tokens never re-tokenise the past
+
     def __init__(self, grammar: LLGuidanceGrammar, matcher: llguidance.LLMatcher) -> None:
         self.grammar = grammar
         self._matcher = matcher

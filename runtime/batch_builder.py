@@ -1,8 +1,8 @@
 """`BatchBuilder`: the scheduler's queues and how each forward's batch is formed from them.
 
-It owns where requests wait: `waiting` (policy-ordered), the `running` decode batch, the
-`chunked_req` whose prefill continues, and `jump_forward_reqs` (extended by a jump-forward,
-waiting for an extend). Each step it forms an extend batch under the budgets
+It owns where requests wait: `waiting` (policy-ordered), the `running` decode batch (with
+the requests a jump-forward extended: their forced runs are computed inside its next
+forward), and the `chunked_req` whose prefill continues. Each step it forms an extend batch under the budgets
 (`PrefillAdder`), or the running batch for a decode step, making room for decode by
 evicting, then retracting running requests (their KV goes to the cache; they wait to resume
 with the same output).
@@ -78,27 +78,25 @@ class BatchBuilder:
         self.waiting: list[Req] = []
         self.running = ScheduleBatch(ForwardMode.DECODE, [])
         self.chunked_req: Req | None = None
-        self.jump_forward_reqs: list[Req] = []  # hold KV; their jumped tokens need an extend
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running.reqs or self.chunked_req or self.jump_forward_reqs)
+        return bool(self.waiting or self.running.reqs or self.chunked_req)
 
     def holding_kv(self) -> list[Req]:
         """The requests admitted and not released (for the integrity check)."""
         chunked = [self.chunked_req] if self.chunked_req else []
-        return list(self.running.reqs) + self.jump_forward_reqs + chunked
+        return list(self.running.reqs) + chunked
 
     def num_running(self) -> int:
-        return len(self.running.reqs) + len(self.jump_forward_reqs) + (1 if self.chunked_req else 0)
+        return len(self.running.reqs) + (1 if self.chunked_req else 0)
 
     # ---- results ---------------------------------------------------------------------------
 
     def apply(self, result: StepResult, *, decoded: bool) -> None:
-        """Requests that start decoding join the running batch, jump-forward-extended ones
-        wait for an extend; after a decode step the headroom ratio decays."""
+        """Requests that start decoding join the running batch; after a decode step the
+        headroom ratio decays."""
         if result.to_decode is not None:
             self.running.merge(result.to_decode)
-        self.jump_forward_reqs += result.to_extend
         if decoded:
             base = self.server_args.new_token_ratio
             self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
@@ -114,8 +112,6 @@ class BatchBuilder:
         if self.chunked_req is not None and self.chunked_req.finished:
             removed.append(self.chunked_req)
             self.chunked_req = None
-        removed += [r for r in self.jump_forward_reqs if r.finished]
-        self.jump_forward_reqs = [r for r in self.jump_forward_reqs if not r.finished]
         keep = [i for i, req in enumerate(self.running.reqs) if not req.finished]
         if len(keep) < len(self.running.reqs):
             removed += [r for r in self.running.reqs if r.finished]
@@ -142,17 +138,20 @@ class BatchBuilder:
             return
         if batch.wants_all_logits:
             return  # per-token logits of the whole batch: keep prompt-logprob batches pure
-        needed = sum(batch.new_token_counts()) + len(self.running.reqs)
+        needed = sum(batch.new_token_counts()) + self.num_decode_tokens()
         if self.kv.available_size() >= needed:
             batch.mixed_decode_reqs = list(self.running.reqs)
             self.counters.mixed_steps += 1
 
+    def num_decode_tokens(self) -> int:
+        """Tokens the running batch's next forward computes (jump-forward runs included)."""
+        return sum(r.num_uncommitted for r in self.running.reqs)
+
     def prefill_batch(self) -> ScheduleBatch | None:
-        """The next extend batch (continuing requests first, then waiting ones by policy)."""
+        """The next extend batch (the chunked prefill in progress first, then waiting
+        requests by policy)."""
         max_running = self.max_running_requests
-        # Requests that hold KV and need an extend first: the chunked prefill in progress,
-        # then requests whose output a jump-forward extended.
-        continuing = ([self.chunked_req] if self.chunked_req else []) + self.jump_forward_reqs
+        continuing = [self.chunked_req] if self.chunked_req else []  # it holds KV
         if not continuing and (not self.waiting or len(self.running.reqs) >= max_running):
             return None
         server_args = self.server_args
@@ -181,8 +180,6 @@ class BatchBuilder:
         admitted_ids = {id(r) for r in adder.admitted}
         if self.chunked_req is None or id(self.chunked_req) in admitted_ids:
             self.chunked_req = adder.chunked_req
-        jumped_ids = {id(r) for r in self.jump_forward_reqs}
-        self.jump_forward_reqs = [r for r in self.jump_forward_reqs if id(r) not in admitted_ids]
         self.waiting = [r for r in self.waiting if id(r) not in admitted_ids]
         counters = self.counters
         for req in adder.admitted:
@@ -191,18 +188,17 @@ class BatchBuilder:
                 req.cached_tokens = req.kv_committed_len
                 counters.prompt_tokens += len(req.origin_input_ids)
                 counters.cached_tokens += req.kv_committed_len
-            if id(req) in jumped_ids:
-                counters.jump_forward_tokens += req.extend_input_len
-            else:
-                counters.computed_prefill_tokens += req.extend_input_len
+            counters.computed_prefill_tokens += req.extend_input_len
         return ScheduleBatch(ForwardMode.EXTEND, list(adder.admitted))
 
     def ensure_decode_slots(self) -> None:
-        """Makes room for one new token per running request: evict, then retract."""
-        while self.kv.available_size() < len(self.running.reqs):
+        """Makes room for the running batch's next forward (one token per request, or a
+        jump-forward's run): evict, then retract."""
+        while self.kv.available_size() < self.num_decode_tokens():
             # Candidates: every other KV holder, and running requests but the last one (one
-            # request alone always fits: longer ones are rejected up front).
-            candidates = self.jump_forward_reqs + ([self.chunked_req] if self.chunked_req else [])
+            # request alone always fits: longer ones are rejected up front, and a jump stays
+            # within max_new_tokens).
+            candidates = [self.chunked_req] if self.chunked_req else []
             if len(self.running.reqs) > 1:
                 candidates += self.running.reqs
             if not candidates:
@@ -215,8 +211,6 @@ class BatchBuilder:
     def _retract(self, victim: Req) -> None:
         if victim is self.chunked_req:
             self.chunked_req = None
-        elif victim in self.jump_forward_reqs:
-            self.jump_forward_reqs.remove(victim)
         else:
             rows = range(len(self.running.reqs))
             self.running.filter([i for i in rows if self.running.reqs[i] is not victim])
@@ -284,7 +278,7 @@ class PrefillAdder:
         whole, the waiting requests in `order_waiting()`'s order until a budget is full.
 
         Args:
-            continuing: the chunked request in progress, then jump-forward-extended ones.
+            continuing: the chunked request in progress (none or one).
             order_waiting: the ready waiting requests in policy order (called only when
                 waiting requests may join).
             sharing: in-batch prefix sharing; skips requests that should wait a batch.

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from radixgen.runtime.forward_batch import host_ints_to_device
 from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
@@ -43,6 +44,8 @@ class GrammarHook:
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
         self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
+        # Recorded after the last copy of `_bitmask` to the device (CUDA only).
+        self._bitmask_copied: torch.cuda.Event | None = None
 
     def _get_backend(self):
         if self._backend is None:
@@ -112,23 +115,42 @@ class GrammarHook:
             entry[0].cancel()
 
     def set_vocab_mask(self, reqs: list[Req], info: SamplingBatchInfo) -> None:
-        """Fills this step's bitmask for the constrained rows (the sampler's mask hook)."""
-        rows = [row for row, req in enumerate(reqs) if req.grammar is not None]
+        """Fills this step's bitmask for the constrained rows (the sampler's mask hook).
+
+        Rows of finished requests stay all-allowed: under the overlapped schedule a request
+        that its previous step finished still has a (wasted) row here, and its matcher may
+        admit nothing more. One batched fill, one asynchronous copy, no host sync: under
+        overlap this runs while the device computes the step's forward, and the copy is
+        queued on the same stream as the sampling kernel, so only sampling waits for it.
+        """
+        rows = [row for row, req in enumerate(reqs) if req.grammar is not None and not req.finished]
         if not rows:
             info.vocab_bitmask = info.vocab_bitmask_rows = None
             return
         device = info.top_ps.device
-        bitmask = self._host_bitmask(len(reqs))  # all allowed
+        bitmask = self._host_bitmask(len(reqs))  # [batch, ceil(vocab / 32)], all allowed
         # One call for the batch: llguidance fills the rows on parallel threads.
         self._get_backend().fill_bitmasks([(reqs[row].grammar, row) for row in rows], bitmask)
         info.vocab_bitmask = bitmask.to(device, non_blocking=True)
-        info.vocab_bitmask_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        if device.type == "cuda":
+            self._bitmask_copied = torch.cuda.Event()
+            self._bitmask_copied.record()
+        # From pinned memory: a pageable copy would wait for the forward in flight.
+        info.vocab_bitmask_rows = host_ints_to_device(rows, device)
 
     def _host_bitmask(self, batch_size: int) -> torch.Tensor:
-        """The first `batch_size` rows of a persistent host bitmask (pinned when CUDA exists),
-        reset to all-allowed. Reusing it is safe: the previous step's asynchronous copy to
-        the device finished before that step's sampled ids reached the host (its one sync).
+        """The first `batch_size` rows of the one persistent host bitmask (pinned when CUDA
+        exists), reset to all-allowed.
+
+        Reuse is safe because the host waits for the previous step's copy to the device
+        before overwriting the buffer (`_bitmask_copied`). Without overlap that copy is long
+        done (the step's sampled ids reached the host after it); under overlap the next fill
+        also comes after the host waited for the previous step's sampled ids, which the
+        stream orders after that copy. So the wait is a guard that costs nothing, not a stall.
         """
+        if self._bitmask_copied is not None:
+            self._bitmask_copied.synchronize()
+            self._bitmask_copied = None
         if self._bitmask is None or self._bitmask.shape[0] < batch_size:
             from radixgen.constrained import allocate_token_bitmask
 
@@ -148,17 +170,31 @@ class GrammarHook:
         """The constraint is complete and admits no further token."""
         return req.grammar is not None and req.grammar.is_terminated()
 
+    def may_jump_forward(self, req: Req) -> bool:
+        """Whether `try_jump_forward` may ever extend req."""
+        return (
+            self.jump_forward
+            and req.grammar is not None
+            and not req.return_logprob
+            and req.stop_checker is None
+        )
+
+    def jumps_prevent_overlap(self, req: Req) -> bool:
+        """Whether req may jump forward with a plan that retracts its last token: it then does
+        not overlap (the step launched ahead computed that token's KV, and the jump would
+        rewrite it). Plans that only append (llguidance) overlap."""
+        return self.may_jump_forward(req) and req.grammar.jump_forward_may_retract
+
     def try_jump_forward(self, req: Req, context_length: int) -> bool:
-        """Appends the text the constraint forces next, to be computed in one extend step
-        (req is JUMPED then; it may finish instead, when the constraint or its budget ends).
+        """Appends the text the constraint forces next (req is JUMPED then; it may finish
+        instead, when the constraint or its budget ends). The run is computed by req's next
+        forward in the running batch, as one multi-token row beside the decode rows.
 
         Only plans that re-tokenise at most the token just sampled (not yet reported) are
         taken, so a client never sees a token change; requests with logprobs or stop
         strings sample every token.
         """
-        if not self.jump_forward or req.grammar is None:
-            return False
-        if req.return_logprob or req.stop_checker is not None:
+        if not self.may_jump_forward(req):
             return False
         plan = req.grammar.find_jump_forward()
         if plan is None or not plan.append_ids or plan.retract_tokens > 1:

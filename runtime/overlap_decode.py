@@ -5,20 +5,30 @@ A decode step without overlap runs: launch forward and sampling, wait for the sa
 (one sync), then append them, check finishing, build outputs, build the next batch; the
 device idles during that host work (about 3 ms a step at batch 256 on the H200, measured;
 docs/benchmarks.md). With overlap, step N+1 takes step N's sampled ids straight from the
-device as its input ids, and the host processes step N while N+1 runs.
+device as its input ids: the host launches N+1's forward, then processes step N (appends its
+tokens, advances the constraint matchers) and fills N+1's constraint bitmasks while the
+device computes the forward, and only then launches N+1's sampling, which is all that needs
+the masks:
+
+    device:  | forward N+1 ....................... | mask copy | sample N+1 | copy ids |
+    host:    launch | wait ids N, append, accept, fill masks N+1 | launch sample, copy |
 
 What keeps the outputs identical:
 - Step N+1's rows are step N's, minus requests that finish at N by length (known on the
-  host). A request that finishes at N on EOS, a stop id or a stop string still runs in N+1
-  (one wasted row); that row's result is dropped and its KV slot freed when N is processed.
-- Positions and sampling counters count the one pending (not yet processed) token.
-- Only plain requests overlap: no constraint (its mask needs the previous token), no
-  logprobs, nothing still below `min_new_tokens`. Extend batches, retraction, aborts and
-  constraint compiles first process the step in flight (everything else runs as before).
+  host). A request that finishes at N on EOS, a stop id, a stop string or a complete
+  constraint still runs in N+1 (one wasted row, its mask row left all-allowed); that row's
+  result is dropped and its KV slot freed when N is processed.
+- Positions count the one pending (not yet processed) token; sampling runs after step N is
+  processed, so its counters (seeded draws) and masks see the request's whole output.
+- Requests with logprobs, below `min_new_tokens`, or that may jump forward do not overlap
+  (a jump rewrites the output the step ahead was built on). Extend batches, retraction,
+  aborts and constraint compiles first process the step in flight (everything else runs as
+  before).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +36,7 @@ import torch
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.io_struct import SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
-from radixgen.runtime.req import Req
+from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.result_processor import ResultProcessor, StepResult
 from radixgen.runtime.schedule_batch import ScheduleBatch
 
@@ -36,20 +46,32 @@ class InflightDecode:
     """A decode step launched on the device whose sampled ids are not processed yet."""
 
     reqs: list[Req]  # its rows, in order (the running batch's rows when it was launched)
+    new_token_counts: list[int]  # tokens each row computes: 1, or a jump-forward's run
+    # Rows whose request jumped forward after the launch (while the step before was
+    # processed): their KV is valid (the sampled token stays), their sample is not (it
+    # predicts what follows that token, where the forced run now goes): dropped.
+    stale_rows: frozenset[int]
     next_token_ids: torch.Tensor  # [batch] int64 on the device: the next step's input ids
     host_token_ids: torch.Tensor  # [batch] int64, host copy, valid once `copied` is done
     copied: torch.cuda.Event | None  # None on CPU (the copy is synchronous there)
 
     @classmethod
-    def launch_copy(cls, reqs: list[Req], next_token_ids: torch.Tensor) -> InflightDecode:
+    def launch_copy(
+        cls,
+        reqs: list[Req],
+        new_token_counts: list[int],
+        stale_rows: frozenset[int],
+        next_token_ids: torch.Tensor,
+    ) -> InflightDecode:
         """Starts the device-to-host copy of the sampled ids, without waiting for it."""
+        rows = (list(reqs), list(new_token_counts), stale_rows, next_token_ids)
         if next_token_ids.device.type != "cuda":
-            return cls(list(reqs), next_token_ids, next_token_ids.cpu(), None)
+            return cls(*rows, next_token_ids.cpu(), None)
         host = torch.empty(next_token_ids.shape, dtype=torch.int64, pin_memory=True)
         host.copy_(next_token_ids, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        return cls(list(reqs), next_token_ids, host, event)
+        return cls(*rows, host, event)
 
     def token_ids(self) -> list[int]:
         """The sampled ids on the host; waits for this step only (not for later launches)."""
@@ -59,12 +81,10 @@ class InflightDecode:
 
 
 def can_overlap(req: Req) -> bool:
-    """Whether req's next step may be launched before its pending token is processed."""
-    return (
-        req.grammar is None
-        and not req.return_logprob
-        and len(req.output_ids) >= req.sampling_params.min_new_tokens
-    )
+    """Whether req's next step may be launched before its pending token is processed (the
+    scheduler also keeps out requests whose jump-forward may retract a token:
+    `GrammarHook.jumps_prevent_overlap`)."""
+    return not req.return_logprob and len(req.output_ids) >= req.sampling_params.min_new_tokens
 
 
 def finishes_by_length_after_pending(req: Req, context_length: int) -> bool:
@@ -90,9 +110,9 @@ class OverlapDecoder:
         kv: the KV manager (one slot per row of each launched step).
         counters: forward steps are counted here.
         context_length: the model's context length (finishing by length, one token ahead).
-        results: samples (launched without a host sync, counting the pending token) and
-            appends each processed step's tokens; a request finishing there that runs in
-            the step launched after it gets that step's KV slot freed.
+        results: appends each processed step's tokens (a request finishing there that runs
+            in the step launched after it gets that step's KV slot freed), then samples the
+            launched step (constraint masks filled on the host meanwhile; no host sync).
     """
 
     def __init__(
@@ -116,41 +136,93 @@ class OverlapDecoder:
         (if any) while the device computes. Falls back to processing only, when the next
         step would need a retraction or has no row left."""
         previous = self.inflight
-        pending = 1 if previous is not None else 0
-        reqs = running.reqs
+        reqs = running.reqs  # while a step is in flight: exactly its rows
         keep = [
             i
             for i, r in enumerate(reqs)
             if not r.finished
-            and not (pending and finishes_by_length_after_pending(r, self.context_length))
+            and not (
+                previous is not None
+                and i not in previous.stale_rows  # its pending token will be appended
+                and finishes_by_length_after_pending(r, self.context_length)
+            )
         ]
-        if not keep or self.kv.available_size() < len(keep):
+        # Each kept row's new tokens: the pending sample (on the device), or the tokens the
+        # host knows and no step computes yet (a jump-forward's run; every row's last
+        # token when nothing is in flight).
+        prefix_lens, host_runs = [], []
+        for i in keep:
+            req = reqs[i]
+            prefix_len = req.kv_committed_len
+            if previous is not None:
+                prefix_len += previous.new_token_counts[i]
+            prefix_lens.append(prefix_len)
+            if previous is not None and req.status is not ReqStatus.JUMPED:
+                host_runs.append(None)
+            else:
+                host_runs.append(req.fill_slice(prefix_len, req.seqlen) or None)
+        counts = [1 if run is None else len(run) for run in host_runs]
+        if not keep or self.kv.available_size() < sum(counts):
             # Nothing to launch, or KV needs a retraction: process the step in flight; the
             # next step() decodes the usual way.
             return self.resolve(running)
         if len(keep) < len(reqs):
             running.filter(keep)
         next_reqs = running.reqs
-        out_cache_loc = self.kv.alloc_slots(len(next_reqs))
-        if previous is None:
-            input_ids = [r.output_ids[-1:] for r in next_reqs]
-        else:
-            keep_rows = host_ints_to_device(keep, self.runner.device)
-            input_ids = previous.next_token_ids[keep_rows]  # never seen by the host
-        forward_batch = self.runner.build_forward_batch(
-            mode=ForwardMode.DECODE,
-            input_ids=input_ids,
-            req_pool_indices=[r.req_pool_idx for r in next_reqs],
-            prefix_lens=[r.kv_committed_len + pending for r in next_reqs],
-            out_cache_loc=out_cache_loc,
+        forward_batch = self._build_forward_batch(
+            next_reqs, previous, keep, prefix_lens, host_runs, counts
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
-        sampled = self.results.sample(next_reqs, logits, running.sampling_info, pending)
-        self.inflight = InflightDecode.launch_copy(next_reqs, sampled.next_token_ids)
-        if previous is None:
-            return None
-        return self._process(previous, next_reqs=next_reqs)
+        # While the device computes the forward: process the step in flight (it waits for
+        # that step's ids only, queued before this forward), which advances the matchers,
+        # so sampling can then fill this step's masks. Requests it finishes keep a wasted row;
+        # requests it makes jump forward keep a row whose sample is dropped.
+        result, stale_rows = None, frozenset()
+        if previous is not None:
+            result = self._process(previous, next_reqs=next_reqs)
+            stale_rows = frozenset(
+                row
+                for row, (req, i) in enumerate(zip(next_reqs, keep, strict=True))
+                if req.status is ReqStatus.JUMPED and i not in previous.stale_rows
+            )
+        info = running.sampling_info
+        sampled = self.results.sample(next_reqs, logits, info)
+        if stale_rows and info.has_penalties:
+            # Counted by `sample` but dropped; and the run their jump appended is not counted.
+            info.recount_rows(sorted(stale_rows), [next_reqs[row] for row in sorted(stale_rows)])
+        self.inflight = InflightDecode.launch_copy(
+            next_reqs, counts, stale_rows, sampled.next_token_ids
+        )
+        return result
+
+    def _build_forward_batch(self, next_reqs, previous, keep, prefix_lens, host_runs, counts):
+        """The launched step's batch: one token per row (the CUDA-graph decode), or an extend
+        forward when a jump-forward's run is among them. Input ids that only the device has
+        (the pending samples) never go through the host."""
+        device = self.runner.device
+        device_rows = [row for row, run in enumerate(host_runs) if run is None]
+        pending_ids = None  # [len(device_rows)] int64 on the device
+        if device_rows:
+            previous_rows = host_ints_to_device([keep[row] for row in device_rows], device)
+            pending_ids = previous.next_token_ids[previous_rows]
+        is_decode = len(counts) == sum(counts)
+        if is_decode and len(device_rows) == len(counts):
+            input_ids = pending_ids
+        else:
+            input_ids = [[0] if run is None else run for run in host_runs]  # 0: placeholder
+        forward_batch = self.runner.build_forward_batch(
+            mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
+            input_ids=input_ids,
+            req_pool_indices=[r.req_pool_idx for r in next_reqs],
+            prefix_lens=prefix_lens,
+            out_cache_loc=self.kv.alloc_slots(sum(counts)),
+        )
+        if pending_ids is not None and input_ids is not pending_ids:
+            starts = list(itertools.accumulate(counts, initial=0))
+            positions = host_ints_to_device([starts[row] for row in device_rows], device)
+            forward_batch.input_ids[positions] = pending_ids
+        return forward_batch
 
     def resolve(self, running: ScheduleBatch) -> StepResult | None:
         """Processes the step in flight with nothing launched after it; `running` then holds
@@ -167,12 +239,15 @@ class OverlapDecoder:
     def _process(self, inflight: InflightDecode, next_reqs) -> StepResult:
         """Appends the in-flight step's tokens (`next_reqs`: the step launched after it)."""
         alive_reqs, alive_ids = [], []
-        for req, token_id in zip(inflight.reqs, inflight.token_ids(), strict=True):
+        rows = zip(inflight.reqs, inflight.new_token_counts, inflight.token_ids(), strict=True)
+        for row, (req, count, token_id) in enumerate(rows):
             if req.req_pool_idx is None:
                 continue  # finished at an earlier step (a wasted row): already released
-            req.kv_committed_len += 1
+            req.kv_committed_len += count
             if req.finished:
                 continue  # aborted while in flight: the scheduler releases it
+            if row in inflight.stale_rows:
+                continue  # jumped forward after the launch: its run goes in the next step
             alive_reqs.append(req)
             alive_ids.append(token_id)
         launched_next = {id(r) for r in next_reqs}

@@ -19,10 +19,12 @@ class ReqStatus(enum.Enum):
     """Where a sequence is in the scheduler."""
 
     WAITING = "waiting"  # queued: new, or retracted (its KV went to the cache) to resume
-    PREFILLING = "prefilling"  # in an extend batch: its prompt (or jumped tokens) is computed
+    PREFILLING = "prefilling"  # in an extend batch: its prompt is computed
     CHUNKED = "chunked"  # admitted, and its prefill continues in a later extend batch
     DECODING = "decoding"  # in the running batch: one token per decode step
-    JUMPED = "jumped"  # a jump-forward appended tokens that need an extend step first
+    # In the running batch; a jump-forward appended tokens that its next forward computes
+    # as one multi-token row among the decode rows (then it samples, as DECODING does).
+    JUMPED = "jumped"
     FINISHED = "finished"  # done: stop (EOS, stop id or string, constraint) or length
     ABORTED = "aborted"  # aborted by the client, or failed (e.g. its constraint)
 
@@ -31,10 +33,10 @@ _FINAL = {ReqStatus.FINISHED, ReqStatus.ABORTED}  # reachable from every other s
 # The one place where a sequence's status may change (`Req.set_status` checks it).
 ALLOWED_TRANSITIONS: dict[ReqStatus, set[ReqStatus]] = {
     ReqStatus.WAITING: {ReqStatus.PREFILLING, ReqStatus.CHUNKED} | _FINAL,
-    ReqStatus.PREFILLING: {ReqStatus.DECODING, ReqStatus.JUMPED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.PREFILLING: {ReqStatus.DECODING, ReqStatus.WAITING} | _FINAL,
     ReqStatus.CHUNKED: {ReqStatus.PREFILLING, ReqStatus.CHUNKED, ReqStatus.WAITING} | _FINAL,
     ReqStatus.DECODING: {ReqStatus.JUMPED, ReqStatus.WAITING} | _FINAL,
-    ReqStatus.JUMPED: {ReqStatus.PREFILLING, ReqStatus.CHUNKED, ReqStatus.WAITING} | _FINAL,
+    ReqStatus.JUMPED: {ReqStatus.DECODING, ReqStatus.WAITING} | _FINAL,
     ReqStatus.FINISHED: set(),
     ReqStatus.ABORTED: set(),
 }
@@ -114,6 +116,12 @@ class Req:
     @property
     def seqlen(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def num_uncommitted(self) -> int:
+        """Tokens without KV yet, all computed by its next forward in the running batch: 1
+        when decoding, more after a jump-forward (the forced run)."""
+        return self.seqlen - self.kv_committed_len
 
     def set_status(self, status: ReqStatus) -> None:
         """Moves to `status`; a transition outside `ALLOWED_TRANSITIONS` is a scheduler bug."""

@@ -4,8 +4,8 @@ Samples one token per request (constraint masks, min-token bans, seeded draws), 
 checks finishing (EOS, stop ids, stop strings, length, a complete constraint) and
 constrained jump-forward, caches prompts after their prefill, releases finished requests'
 KV to the radix cache, and builds the `ReqOutput`s. It returns what changed as a
-`StepResult` (outputs, the requests that start decoding, the requests that need an extend);
-the scheduler owns the batches and applies it.
+`StepResult` (outputs, the requests that start decoding); the scheduler owns the batches and
+applies it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class StepResult:
     """What processing one forward's results changed."""
 
     outputs: list[ReqOutput] = field(default_factory=list)
-    to_decode: ScheduleBatch | None = None  # requests that start decoding (a batch to merge)
-    to_extend: list[Req] = field(default_factory=list)  # jump-forward appended: extend first
+    # Requests that start decoding (a batch to merge into the running one); a jump-forward
+    # may already have extended some of them (JUMPED: their next forward computes the run).
+    to_decode: ScheduleBatch | None = None
 
 
 class ResultProcessor:
@@ -102,19 +103,19 @@ class ResultProcessor:
         logits = logits[torch.tensor(sample_rows, device=logits.device)]
         decoded = self.sample_and_advance(sampled_reqs, logits, info)
         result.outputs += decoded.outputs
-        result.to_extend = decoded.to_extend
-        keep = [i for i, r in enumerate(sampled_reqs) if r.status is ReqStatus.DECODING]
+        keep = [i for i, r in enumerate(sampled_reqs) if not r.finished]
         if keep:
             result.to_decode = ScheduleBatch(ForwardMode.DECODE, sampled_reqs, info)
             result.to_decode.filter(keep)
         return result
 
     def process_decode(self, batch: ScheduleBatch, logits: torch.Tensor) -> StepResult:
-        """Commits a decode forward; finished and jumped requests leave `batch`."""
+        """Commits a forward of the running batch (one token per request, or a jump-forward's
+        run); finished requests leave `batch`."""
         for req in batch.reqs:
-            req.kv_committed_len += 1
+            req.kv_committed_len = req.seqlen  # every token up to the sampled one has KV now
         result = self.sample_and_advance(batch.reqs, logits, batch.sampling_info)
-        keep = [i for i, r in enumerate(batch.reqs) if r.status is ReqStatus.DECODING]
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
         return result
@@ -123,21 +124,23 @@ class ResultProcessor:
         self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo
     ) -> StepResult:
         """Samples one token per request, appends it, checks finish."""
-        sampled = self.sample(reqs, logits, info, pending=0)
+        sampled = self.sample(reqs, logits, info)
         if sampled.logprobs is not None:
             record_output_logprobs(reqs, sampled.logprobs, sampled.next_token_ids)
         next_ids = sampled.next_token_ids.tolist()  # the step's one deliberate host sync
-        return self.advance(reqs, next_ids, launched_next=())
+        result = self.advance(reqs, next_ids, launched_next=())
+        recount_jumped_rows(reqs, info)
+        return result
 
-    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo, pending: int):
-        """Launches sampling (no host sync). `pending`: tokens of each request sampled but
-        not yet appended to its output_ids (1 under overlap), for the counter-based draw."""
+    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo):
+        """Launches sampling (no host sync); every earlier token of `reqs` is appended (their
+        matchers advanced), as the masks and the counter-based draw need."""
         self.grammar.set_vocab_mask(reqs, info)
         set_min_token_bans(reqs, info)
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
         else:
-            steps = host_ints_to_device([len(r.output_ids) + pending for r in reqs], self.device)
+            steps = host_ints_to_device([len(r.output_ids) for r in reqs], self.device)
         want_logprobs = any(r.return_logprob for r in reqs)
         sampled = self.sampler(logits, info, steps, return_logprobs=want_logprobs)
         info.record_sampled(sampled.next_token_ids)
@@ -145,7 +148,8 @@ class ResultProcessor:
 
     def advance(self, reqs: list[Req], next_ids: list[int], launched_next) -> StepResult:
         """Appends each request's sampled token and checks finishing. A request that goes on
-        sampling is DECODING afterwards, or JUMPED (in `to_extend`) after a jump-forward.
+        sampling is DECODING afterwards, or JUMPED after a jump-forward appended a forced run
+        (computed by its next forward in the running batch).
         `launched_next`: ids of the requests in a decode step launched after this one
         (overlap), whose row of it is wasted when they finish here."""
         self.counters.generated_tokens += len(next_ids)
@@ -164,10 +168,11 @@ class ResultProcessor:
             check_finished(req, [token_id], context_length)
             if not req.finished and self.grammar.is_terminated(req):
                 req.finish({"type": "stop", "matched": None})  # the constraint is done
-            if not req.finished and self.grammar.try_jump_forward(req, context_length):
-                result.to_extend.append(req)  # JUMPED now
-            elif not req.finished and req.status is not ReqStatus.DECODING:
-                req.set_status(ReqStatus.DECODING)
+            if not req.finished:
+                if req.status is not ReqStatus.DECODING:
+                    req.set_status(ReqStatus.DECODING)  # first token, or its run is computed
+                if self.grammar.try_jump_forward(req, context_length):  # JUMPED now
+                    self.counters.jump_forward_tokens += req.num_uncommitted - 1
             if req.finished and launched_next and id(req) in launched_next:
                 self.kv.free_pending_slot(req)  # its row in the step launched after this one
             outputs.append(self.finish(req) if req.finished else make_req_output(req))
@@ -178,6 +183,14 @@ class ResultProcessor:
         self.kv.release(req)
         self.counters.finished_reqs += 1
         return make_req_output(req)
+
+
+def recount_jumped_rows(reqs: list[Req], info: SamplingBatchInfo) -> None:
+    """Penalties count every output token: a jump-forward just appended a run (JUMPED now),
+    which `record_sampled` did not see. `reqs[i]` is row i of `info`."""
+    if info.has_penalties:
+        rows = [row for row, req in enumerate(reqs) if req.status is ReqStatus.JUMPED]
+        info.recount_rows(rows, [reqs[row] for row in rows])
 
 
 # ---- finishing -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from radixgen.runtime.forward_batch import host_ints_to_device
 from radixgen.runtime.request_schema import GREEDY_TEMPERATURE_EPS
 
 if TYPE_CHECKING:
@@ -94,23 +95,40 @@ class SamplingBatchInfo:
         batch = len(reqs)
         self.output_counts = torch.zeros((batch, self.vocab_size), dtype=torch.int32, device=device)
         self.seen_tokens = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=device)
+        self._count_tokens(range(batch), reqs)
+
+    def recount_rows(self, rows: list[int], reqs: list[Req]) -> None:
+        """Recounts the penalty state of `rows` from their requests' ids (`reqs[i]` is row
+        `rows[i]`): after a jump-forward changed an output by more than its sampled token,
+        which is all that `record_sampled` counts. No host sync."""
+        if self.output_counts is None or not rows:
+            return
+        index = host_ints_to_device(list(rows), self.output_counts.device)
+        self.output_counts[index] = 0
+        self.seen_tokens[index] = False
+        self._count_tokens(rows, reqs)
+
+    def _count_tokens(self, rows, reqs: list[Req]) -> None:
+        """Adds each request's output ids to the counts of its row (`rows[i]` for
+        `reqs[i]`) and marks its prompt and output ids seen."""
+        device = self.output_counts.device
         # One upload of every request's ids, then two vectorised scatters.
         output_rows, output_ids, seen_rows, seen_ids = [], [], [], []
-        for row, req in enumerate(reqs):
+        for row, req in zip(rows, reqs, strict=True):
             output_rows += [row] * len(req.output_ids)
             output_ids += req.output_ids
             seen_rows += [row] * (len(req.origin_input_ids) + len(req.output_ids))
             seen_ids += req.origin_input_ids + req.output_ids
         if output_ids:
-            rows = torch.tensor(output_rows, dtype=torch.int64, device=device)
-            ids = torch.tensor(output_ids, dtype=torch.int64, device=device)
+            row_index = host_ints_to_device(output_rows, device)
+            ids = host_ints_to_device(output_ids, device)
             self.output_counts.index_put_(
-                (rows, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True
+                (row_index, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True
             )
         if seen_ids:
-            rows = torch.tensor(seen_rows, dtype=torch.int64, device=device)
-            ids = torch.tensor(seen_ids, dtype=torch.int64, device=device)
-            self.seen_tokens[rows, ids] = True
+            row_index = host_ints_to_device(seen_rows, device)
+            ids = host_ints_to_device(seen_ids, device)
+            self.seen_tokens[row_index, ids] = True
 
     def record_sampled(self, next_token_ids: torch.Tensor) -> None:
         """Counts the tokens just sampled (next_token_ids: [batch] int64) for the penalties."""

@@ -1,7 +1,9 @@
 """`ScheduleBatch`: the requests of one forward, and how they become a `ForwardBatch`.
 
 The running decode batch is one long-lived `ScheduleBatch`: finished and retracted requests
-are filtered out, newly prefilled ones merged in; its `SamplingBatchInfo` follows.
+are filtered out, newly prefilled ones merged in; its `SamplingBatchInfo` follows. A request
+that a jump-forward extended stays in it: its next forward computes the forced run as one
+multi-token row among the one-token decode rows (the forward is then an extend forward).
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ class ScheduleBatch:
         return self.reqs + self.mixed_decode_reqs
 
     def new_token_counts(self) -> list[int]:
+        """Tokens each request of the forward computes, in row order: decode rows 1, or the
+        forced run of a jump-forward; extend rows their chunk."""
         if self.mode == ForwardMode.DECODE:
-            return [1] * len(self.reqs)
-        return [r.extend_input_len for r in self.reqs] + [1] * len(self.mixed_decode_reqs)
+            return [r.num_uncommitted for r in self.reqs]
+        decode_counts = [r.num_uncommitted for r in self.mixed_decode_reqs]
+        return [r.extend_input_len for r in self.reqs] + decode_counts
 
     def prepare_forward(self, kv: KVCacheManager, runner) -> ForwardBatch:
         """Allocates the new tokens' KV slots and packs the batch.
@@ -58,7 +63,10 @@ class ScheduleBatch:
                 f"out of KV slots for {sum(counts)} tokens; admission or retraction is wrong"
             )
         reqs = self.forward_reqs
-        if self.mode == ForwardMode.DECODE:
+        mode = self.mode
+        if mode == ForwardMode.DECODE and sum(counts) > len(counts):
+            mode = ForwardMode.EXTEND  # jump-forward runs: multi-token rows (no CUDA graph)
+        if mode == ForwardMode.DECODE:
             # The one new token of a decoding request is its last output token.
             input_ids = [req.output_ids[-1:] for req in reqs]
         else:
@@ -67,7 +75,7 @@ class ScheduleBatch:
                 for req, count in zip(reqs, counts, strict=True)
             ]
         return runner.build_forward_batch(
-            mode=self.mode,
+            mode=mode,
             input_ids=input_ids,
             req_pool_indices=[r.req_pool_idx for r in reqs],
             prefix_lens=[r.kv_committed_len for r in reqs],

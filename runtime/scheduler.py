@@ -85,7 +85,7 @@ class Scheduler:
         overlap = server_args.enable_overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
         self.counters = SchedulerCounters()
-        # The queues (waiting, running, chunked, jumped) and how batches are formed.
+        # The queues (waiting, running, chunked) and how batches are formed.
         self.batches = BatchBuilder(
             server_args,
             kv=self.kv,
@@ -245,7 +245,7 @@ class Scheduler:
 
     def _apply(self, result: StepResult | None, *, decoded: bool) -> list[ReqOutput]:
         """Applies a processed forward (None: nothing processed): requests that start
-        decoding join the running batch, jump-forward-extended ones wait for an extend."""
+        decoding join the running batch."""
         if result is None:
             return []
         self.batches.apply(result, decoded=decoded)
@@ -314,6 +314,10 @@ class Scheduler:
         batches = self.batches
         if not self.overlap or not batches.running.reqs or self._abort_pending:
             return False
-        if batches.chunked_req is not None or batches.jump_forward_reqs:
+        if batches.chunked_req is not None:
             return False
-        return all(can_overlap(r) for r in batches.running.reqs if not r.finished)
+        return all(
+            can_overlap(r) and not self.grammar.jumps_prevent_overlap(r)
+            for r in batches.running.reqs
+            if not r.finished
+        )

@@ -170,3 +170,203 @@ def test_integrity_check_mid_run_under_overlap(tiny_model_path):
         outputs += scheduler.step()
     assert sum(len(o.new_token_ids) for o in outputs) == 7  # 1 token came with the prefill
     scheduler.shutdown()
+
+
+# ---- constrained requests under the overlapped schedule -----------------------------------------
+
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+NUMBER_LIST_EBNF = 'root ::= "[" item ("," item)* "]"\nitem ::= [0-9] | [1-9] [0-9]'
+# One batch: constraints of every kind, greedy and seeded, finishing at different steps (a
+# short regex completes early: a wasted overlapped row), beside an unconstrained request
+# and a constrained one with a stop string.
+CONSTRAINED = [
+    ("Answer:", {"temperature": 0, "regex": r"(yes|no)-[0-9]{2,3}"}),
+    ("Answer:", {"temperature": 1.0, "seed": 5, "regex": r"(yes|no)-[0-9]{2,3}"}),
+    ("Person:", {"temperature": 0.9, "seed": 1, "json_schema": PERSON_SCHEMA}),
+    ("Person:", {"temperature": 0, "json_schema": PERSON_SCHEMA, "max_new_tokens": 7}),
+    ("Pick one:", {"temperature": 1.0, "seed": 2, "choices": ["red", "blue", "green"]}),
+    ("Numbers:", {"temperature": 0.8, "seed": 3, "ebnf": NUMBER_LIST_EBNF}),
+    ("Say:", {"temperature": 0.7, "seed": 4, "regex": "[a-z ]{1,30}", "stop": [" a"]}),
+    (SYSTEM + "What is a dict?", {"temperature": 0.7, "seed": 9}),
+]
+
+
+def generate_constrained(tiny_model_path, **options) -> list[tuple[list[int], dict]]:
+    with make_engine(tiny_model_path, **options) as engine:
+        prompts = [prompt for prompt, _ in CONSTRAINED]
+        params = [{"max_new_tokens": 24, **p} for _, p in CONSTRAINED]
+        if options.get("grammar_backend") == "outlines":  # EBNF needs llguidance
+            params = [p for p in params if "ebnf" not in p]
+            prompts = [q for q, p in zip(prompts, CONSTRAINED, strict=True) if "ebnf" not in p[1]]
+        outputs = engine.generate(prompts, params)
+        assert_drained_without_leaks(engine)
+    return [(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"grammar_backend": "outlines"}, {"enable_jump_forward": True}],
+    ids=["llguidance", "outlines", "jump_forward"],
+)
+def test_constrained_outputs_equal_with_overlap_on_and_off(tiny_model_path, options):
+    """Masks are filled after the launched step's forward, from matchers advanced by the
+    step processed meanwhile, and a jump-forward found then drops the launched step's sample
+    and sends its run with the next one: outputs must equal the non-overlapped schedule's."""
+    plain = generate_constrained(tiny_model_path, enable_overlap_schedule=False, **options)
+    overlapped = generate_constrained(tiny_model_path, enable_overlap_schedule=True, **options)
+    assert overlapped == plain
+    assert any(reason["type"] == "stop" for _, reason in plain)  # constraints completed
+
+
+def test_constrained_decode_steps_are_overlapped(tiny_model_path):
+    """A constrained request decodes with a step in flight (its mask filled while the
+    forward runs), also with jump-forward on llguidance (its plans only append); with
+    outlines' jump-forward (plans may retract the sampled token) it does not overlap."""
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+
+    for grammar_backend, jump_forward in (("llguidance", True), ("outlines", True)):
+        args = ServerArgs(
+            model_path=tiny_model_path,
+            dtype="float32",
+            enable_overlap_schedule=True,
+            enable_jump_forward=jump_forward,
+            grammar_backend=grammar_backend,
+        )
+        scheduler = Scheduler(args)
+        params = {"max_new_tokens": 16, "temperature": 0, "json_schema": PERSON_SCHEMA}
+        request = GenerateReq(
+            rid="a", input_ids=list(range(10, 30)), sampling_params=SamplingParams.from_dict(params)
+        )
+        scheduler.add_request(request)
+        outputs, steps_in_flight = [], 0
+        while scheduler.has_work():
+            outputs += scheduler.step()
+            steps_in_flight += scheduler.inflight is not None
+        assert outputs[-1].finished
+        assert (steps_in_flight > 0) is (grammar_backend == "llguidance")
+        scheduler.check_integrity()
+        scheduler.shutdown()
+
+
+# ---- jump-forward: forced runs computed inside the running batch's forward ----------------------
+
+JUMP_PROMPTS = QUESTIONS[:4]
+# One constraint: one compile, so the four are admitted by one extend. Penalties count
+# the jumped runs too (as a request resumed after retraction recounts its output).
+JUMP_PARAMS = [
+    {"max_new_tokens": 30, "temperature": 0.8, "seed": seed, "json_schema": PERSON_SCHEMA}
+    for seed in range(2)
+] + [
+    {"max_new_tokens": 30, "temperature": 0, "json_schema": PERSON_SCHEMA},
+    {"max_new_tokens": 30, "temperature": 0.9, "seed": 5, "json_schema": PERSON_SCHEMA,
+     "frequency_penalty": 1.5, "repetition_penalty": 1.5},
+]  # fmt: skip
+
+
+def make_jump_scheduler(tiny_model_path, **options):
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+
+    args = ServerArgs(
+        model_path=tiny_model_path, dtype="float32", enable_jump_forward=True, **options
+    )
+    scheduler = Scheduler(args)
+    for i, (prompt, params) in enumerate(zip(JUMP_PROMPTS, JUMP_PARAMS, strict=True)):
+        request = GenerateReq(
+            rid=str(i),
+            input_ids=scheduler.tokenizer.encode(prompt),
+            sampling_params=SamplingParams.from_dict(params),
+        )
+        scheduler.add_request(request)
+    return scheduler
+
+
+def assert_penalty_counts_follow_outputs(scheduler) -> None:
+    """The running batch's penalty counts are its outputs' token counts (jumped runs
+    included), plus the sample in flight of each row whose sample will be kept."""
+    running, inflight = scheduler.batches.running, scheduler.inflight
+    counts = running.sampling_info.output_counts
+    for row, req in enumerate(running.reqs):
+        if req.finished:
+            continue  # a wasted row
+        expected = torch.bincount(torch.tensor(req.output_ids), minlength=counts.shape[1])
+        if inflight is not None and row not in inflight.stale_rows:
+            expected[inflight.host_token_ids[row]] += 1
+        assert torch.equal(counts[row], expected.to(counts.dtype)), req.rid
+
+
+def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
+    """A jumped request's forced run is one multi-token row of the running batch's next
+    forward: every forward samples every running request, so no step is spent on the run."""
+    from radixgen.runtime.req import ReqStatus
+
+    scheduler = make_jump_scheduler(tiny_model_path)
+    steps_with_a_jumped_row = 0
+    while scheduler.has_work():
+        running = {r.rid for r in scheduler.batches.running.reqs}
+        steps_with_a_jumped_row += any(
+            r.status is ReqStatus.JUMPED for r in scheduler.batches.running.reqs
+        )
+        # Every running request (jumped or not) samples in each step: none waits a step
+        # while another's forced run is computed.
+        assert running <= {output.rid for output in scheduler.step()}
+        if scheduler.batches.running.reqs:
+            assert_penalty_counts_follow_outputs(scheduler)
+    assert steps_with_a_jumped_row > 0
+    assert scheduler.counters.jump_forward_tokens > 0
+    scheduler.check_integrity()
+    scheduler.shutdown()
+
+
+def test_jump_forward_under_overlap_drops_stale_samples(tiny_model_path):
+    """A jump found while a step is in flight makes that step's sample stale (dropped, and
+    not counted by the penalties); the run goes into the next launched step."""
+    scheduler = make_jump_scheduler(tiny_model_path, enable_overlap_schedule=True)
+    num_stale = 0
+    while scheduler.has_work():
+        scheduler.step()
+        if scheduler.inflight is not None:
+            num_stale += len(scheduler.inflight.stale_rows)
+            assert_penalty_counts_follow_outputs(scheduler)
+    assert num_stale > 0
+    scheduler.check_integrity()
+    scheduler.shutdown()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_total_tokens": 44, "new_token_ratio": 0.05},
+        {"enable_mixed_chunk": True, "chunked_prefill_size": 4, "max_prefill_tokens": 4},
+        {"enable_overlap_schedule": True},
+    ],
+    ids=["preemption", "mixed", "overlap"],
+)
+def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, options):
+    """Jumped rows beside decode rows, inside mixed chunks, retracted then resumed, and
+    found while a step was in flight (overlap: that step's sample is dropped, the run goes
+    into the next launched step beside rows whose input ids only the device has)."""
+    results = []
+    for engine_options in ({}, options):
+        with make_engine(tiny_model_path, enable_jump_forward=True, **engine_options) as engine:
+            outputs = engine.generate(JUMP_PROMPTS, JUMP_PARAMS)
+            stats = engine.get_stats()
+            assert stats["num_jump_forward_tokens"] > 0
+            if "max_total_tokens" in engine_options:
+                assert stats["num_retractions"] > 0
+            if "enable_mixed_chunk" in engine_options:
+                assert stats["num_mixed_steps"] > 0
+            assert_drained_without_leaks(engine)
+        results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
+    assert results[1] == results[0]
