@@ -164,7 +164,7 @@ def object_schema_regex(
     if _any_object(merged):  # one of the any-value nesting levels, like `{}`
         return any_object_regex(max(translator.options.any_value_depth, 1), translator.ws)
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
-    key_regex = string_excluding_keys(names) if names else string_regex()
+    key_regex = None  # keys of additional members, built only where they may appear
     checked_names = bool(merged.property_name_parts)
     if checked_names:
         # Keys are strings: the propertyNames schema, restricted to strings.
@@ -190,8 +190,12 @@ def object_schema_regex(
             path = merged.keyword_paths["patternProperties"]
             raise UnsupportedSchemaError("patternProperties", path, "together with propertyNames")
         extras = pattern_member_classes(translator, merged, names, ref_depths, allow_others)
-    elif key_regex is not None and allow_others:
-        extras = [(key_regex, translator.translate(tuple(merged.additional_parts), ref_depths))]
+    elif allow_others and (checked_names or not names or _extras_possible(merged)):
+        if not checked_names:
+            key_regex = string_excluding_keys(names) if names else string_regex()
+        if key_regex is not None:
+            value = translator.translate(tuple(merged.additional_parts), ref_depths)
+            extras = [(key_regex, value)]
     extras = [(key, value) for key, value in extras if key is not None and value is not None]
     if extras and checked_names and names:
         path = merged.keyword_paths["propertyNames"]
@@ -206,6 +210,11 @@ def object_schema_regex(
         most_extras=most_extras,
         most_members=most_members,
     )
+
+
+def _extras_possible(merged: MergedSchema) -> bool:
+    """False when additionalProperties is false: the excluded-keys regex is then not needed."""
+    return not any(schema is False for schema, _ in merged.additional_parts)
 
 
 def _any_object(merged: MergedSchema) -> bool:
