@@ -160,7 +160,9 @@ def object_schema_regex(
     Members come in declared order (then required-but-undeclared ones), extras after them.
     """
     if merged.max_properties == 0:  # only the empty object
-        return None if merged.required else sequence("\\{", translator.ws, "\\}")
+        if merged.required or merged.min_properties > 0:
+            return None
+        return sequence("\\{", translator.ws, "\\}")
     if _any_object(merged):  # one of the any-value nesting levels, like `{}`
         return any_object_regex(max(translator.options.any_value_depth, 1), translator.ws)
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
