@@ -64,6 +64,10 @@ def _extend(inner):
             st.sampled_from("bc"),
         ),
         st.builds(lambda a, s: {**a, "unevaluatedProperties": s}, inner, inner),
+        st.builds(lambda a, s: {**a, "unevaluatedItems": s}, inner, inner),
+        st.builds(lambda a, b: {"prefixItems": [a, b]}, inner, inner),
+        st.builds(lambda s: {"propertyNames": s}, inner),
+        st.builds(lambda s: {"items": {"enum": [1, "a", None]}, "uniqueItems": True, **s}, inner),
     )
 
 
