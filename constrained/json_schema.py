@@ -1,17 +1,20 @@
-"""JSON Schema (draft 2020-12) to a regex that matches exactly the allowed JSON texts.
+"""JSON Schema (draft 2020-12, 2019-09, 7, 6, 4) to a regex matching exactly the allowed texts.
 
-The rule: every keyword we accept is enforced exactly; any other keyword is rejected with an
-`UnsupportedSchemaError` naming it and its JSON path. Annotations (title, description, ...)
-constrain nothing and are ignored. Where several spellings of one value exist, the regex may
+The rule: every keyword we accept is enforced exactly: no value the schema forbids ever matches.
+A known assertion keyword we cannot write exactly, in the form given, is refused with an
+`UnsupportedSchemaError` naming it and its JSON path; a schema no value satisfies raises its
+subclass `UnsatisfiableSchemaError` naming the contradiction. Unknown keywords are annotations
+and are ignored, as JSON Schema says. Where several spellings of one value exist, the regex may
 allow only some of them (for example integers never as `-0` or `1.0`, object keys in one
-order), but it never allows a value the schema forbids.
+order).
 
-How it works: a schema and its applicators (`allOf`, `anyOf`, `oneOf`, `$ref`) are expanded into
-alternatives, each a list of applicator-free pieces that must all hold (`schema_merge`); each
-alternative is merged into one `MergedSchema` and written per JSON type (`json_value_regex`,
-`json_string`, `ecma_pattern`, `regex_ranges`). Subschemas are translated lazily, so recursive
-`$ref`s are cut at `max_recursion_depth` expansions of one target along an instance path (deeper
-instances are not produced).
+How it works: a schema and its applicators are expanded into alternatives, each a list of
+applicator-free pieces that must all hold (`schema_expansion`, with exact negation for `not`,
+`if`, `oneOf` in `schema_negation`); each alternative is merged into one `MergedSchema`
+(`schema_merge`) and written per JSON type (`schema_containers`, `schema_scalars`,
+`string_schema`). Subschemas are translated lazily, so recursive `$ref`s are cut at
+`max_recursion_depth` expansions of one target along an instance path (deeper instances are not
+produced).
 
 Output shape (documented for users): compact by default (no whitespace between tokens); object
 keys in declared `properties` order, then required keys not declared, then additional keys.

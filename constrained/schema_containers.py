@@ -160,11 +160,13 @@ def object_schema_regex(
     Members come in declared order (then required-but-undeclared ones), extras after them.
     """
     if merged.max_properties == 0:  # only the empty object
-        return None if merged.required else sequence("\\{", translator.ws, "\\}")
+        if merged.required or merged.min_properties > 0:
+            return None
+        return sequence("\\{", translator.ws, "\\}")
     if _any_object(merged):  # one of the any-value nesting levels, like `{}`
         return any_object_regex(max(translator.options.any_value_depth, 1), translator.ws)
     names = merged.property_names + [n for n in merged.required if n not in merged.property_parts]
-    key_regex = None  # the keys of extra members; built only when extras can exist
+    key_regex = None  # keys of additional members, built only where they may appear
     checked_names = bool(merged.property_name_parts)
     if checked_names:
         # Keys are strings: the propertyNames schema, restricted to strings.
@@ -190,12 +192,12 @@ def object_schema_regex(
             path = merged.keyword_paths["patternProperties"]
             raise UnsupportedSchemaError("patternProperties", path, "together with propertyNames")
         extras = pattern_member_classes(translator, merged, names, ref_depths, allow_others)
-    elif allow_others:
-        extra_value = translator.translate(tuple(merged.additional_parts), ref_depths)
-        if extra_value is not None and not checked_names:
-            # Costly for many names (a trie complement): a closed object never needs it.
+    elif allow_others and (checked_names or not names or _extras_possible(merged)):
+        if not checked_names:
             key_regex = string_excluding_keys(names) if names else string_regex()
-        extras = [(key_regex, extra_value)]
+        if key_regex is not None:
+            value = translator.translate(tuple(merged.additional_parts), ref_depths)
+            extras = [(key_regex, value)]
     extras = [(key, value) for key, value in extras if key is not None and value is not None]
     if extras and checked_names and names:
         path = merged.keyword_paths["propertyNames"]
@@ -210,6 +212,11 @@ def object_schema_regex(
         most_extras=most_extras,
         most_members=most_members,
     )
+
+
+def _extras_possible(merged: MergedSchema) -> bool:
+    """False when additionalProperties is false: the excluded-keys regex is then not needed."""
+    return not any(schema is False for schema, _ in merged.additional_parts)
 
 
 def _any_object(merged: MergedSchema) -> bool:

@@ -323,6 +323,9 @@ def test_min_max_properties_in_their_exact_forms():
     assert_language({"minProperties": 1}, [{"x": 1}, {"x": 1, "y": 2}, 3], [{}])
     assert_language({"maxProperties": 2}, [{}, {"x": 1, "y": 2}], [{"x": 1, "y": 2, "z": 3}])
     assert_language({"maxProperties": 0, "properties": {"a": {}}}, [{}, "x"], [{"a": 1}])
+    # Found by the schema fuzz test: an empty object is not one with at least one member.
+    not_one_of = {"not": {"oneOf": [{"type": "null"}, {"maxProperties": 0}]}}
+    assert_language(not_one_of, [None, {"a": 1}], [{}, 1, "x"], allow_undeclared_properties=True)
     closed = {"properties": {"a": {}, "b": {}}, "additionalProperties": False}
     assert_language({**closed, "minProperties": 1}, [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], [{}])
     one_of_two = {**closed, "maxProperties": 1}
