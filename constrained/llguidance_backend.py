@@ -163,13 +163,13 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def accept_token(self, token_id: int) -> bool:
         if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
             return False
+        if token_id in self._eos_ids:  # ends the output; llguidance need not see it
+            self._eos_accepted = self._matcher.is_accepting()
+            return self._eos_accepted
         # try_consume_tokens refuses without entering llguidance's sticky error state.
         if self._matcher.try_consume_tokens([token_id]) != 1:
             return False
-        if token_id in self._eos_ids:
-            self._eos_accepted = True
-        else:
-            self._output_ids.append(token_id)
+        self._output_ids.append(token_id)
         return True
 
     def is_accepting(self) -> bool:

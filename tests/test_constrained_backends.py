@@ -231,3 +231,18 @@ def test_docs_checker_example_runs():
     docs = Path(__file__).resolve().parents[1] / "docs" / "constrained.md"
     example = docs.read_text().split("### The public checker")[1].split("```python")[1]
     exec(example.split("```")[0], {})
+
+
+def test_refused_tokens_leave_the_matcher_unchanged(backend):
+    grammar = backend.compile(ConstraintSpec.regex("ab"))
+    encode = compile_constraint(regex="ab", tokenizer="tiny")._encode
+    (a_id,), (b_id,), (z_id,) = encode(b"a"), encode(b"b"), encode(b"z")
+    eos_id = grammar.vocab.eos_token_ids[0]
+    matcher = grammar.new_matcher()
+    assert not matcher.accept_token(z_id) and not matcher.accept_token(eos_id)
+    assert not matcher.accept_token(grammar.vocab_size)  # outside the vocabulary
+    assert matcher.accept_token(a_id) and not matcher.is_accepting()
+    assert not matcher.accept_token(a_id)
+    assert matcher.accept_token(b_id) and matcher.is_accepting() and matcher.is_terminated()
+    assert matcher.accept_token(eos_id) and not matcher.accept_token(eos_id)
+    assert matcher.output_ids == (a_id, b_id)
