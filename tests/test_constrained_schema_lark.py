@@ -72,13 +72,16 @@ def nested_list(depth: int) -> dict:
     return node
 
 
-def test_only_recursive_schemas_become_grammars():
-    assert json_schema_lark({"type": "object", "properties": {"a": {"type": "string"}}}) is None
+def test_which_schemas_become_grammars():
     grammar = json_schema_lark(LINKED_LIST)
     assert grammar is not None and grammar.count("LEAF") == 2  # one terminal, used once
-    # recursion through keywords written only as a flat regex: the flat regex decides
+    assert json_schema_lark({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert json_schema_lark({"type": "string", "maxLength": 3}) is None  # a leaf: the regex
+    # a $ref under keywords written only as a flat regex: the flat regex decides
     with_one_of = {**LINKED_LIST, "$defs": {"Node": {"oneOf": [{"$ref": "#/$defs/Node"}]}}}
     assert json_schema_lark(with_one_of) is None
+    embedded = {"$ref": "#/$defs/a", "$defs": {"a": {"$id": "other.json", "type": "integer"}}}
+    assert json_schema_lark(embedded) is None  # $id below the root changes resolution
 
 
 @pytest.mark.parametrize("schema", [LINKED_LIST, FILTER], ids=["list", "expression-tree"])
@@ -138,7 +141,7 @@ def test_grammar_rejects_invalid_instances():
     assert not compile_constraint(json_schema=LINKED_LIST).fullmatch('{"v":1,"next":{"v":10}}')
 
 
-def test_suite_recursive_schemas_accept_no_invalid_instance():
+def test_suite_grammar_schemas_accept_no_invalid_instance():
     """The JSON-Schema-Test-Suite's schemas that become Lark grammars, through llguidance."""
     from radixgen.constrained.backend_suite_report import run_backend_suite
     from radixgen.constrained.schema_suite_report import find_suite_dir
