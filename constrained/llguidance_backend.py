@@ -67,6 +67,15 @@ class LLGuidanceCompiler:
         for a JSON schema radixgen cannot enforce exactly."""
         grammar = llguidance_grammar(spec)
         matcher = llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0, limits=self._limits)
+        if matcher.is_error() and spec.kind == "json_schema":
+            # Not expected: the flat regex is the reference, so a Lark grammar llguidance
+            # refuses (a limit, a writer bug) must not refuse a schema the translator accepts.
+            flat = llguidance.LLMatcher.grammar_from_regex(spec.to_regex())
+            if flat != grammar:
+                grammar = flat
+                matcher = llguidance.LLMatcher(
+                    self.lltokenizer, grammar, log_level=0, limits=self._limits
+                )
         error_type = RegexError if spec.kind in ("regex", "choices") else ValueError
         if matcher.is_error():
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")

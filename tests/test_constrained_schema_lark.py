@@ -159,3 +159,15 @@ def test_suite_grammar_schemas_accept_no_invalid_instance():
     report = run_backend_suite(suite_dir, "llguidance", select=becomes_grammar)
     assert report.schemas_accepted >= 1 and report.invalid_total >= 1
     assert report.violations == []
+
+
+def test_a_grammar_llguidance_refuses_falls_back_to_the_flat_regex(monkeypatch):
+    from radixgen.constrained import llguidance_backend
+    from radixgen.constrained.checker import byte_vocabulary
+
+    monkeypatch.setattr(llguidance_backend, "json_schema_lark", lambda schema: "start: undefined")
+    compiler = llguidance_backend.LLGuidanceCompiler(byte_vocabulary())
+    grammar = compiler.compile(ConstraintSpec.json_schema(LINKED_LIST))
+    matcher = grammar.new_matcher()
+    assert all(matcher.accept_token(byte) for byte in b'{"v":1,"next":{"v":2}}')
+    assert matcher.is_accepting()
