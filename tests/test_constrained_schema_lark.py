@@ -171,3 +171,28 @@ def test_a_grammar_llguidance_refuses_falls_back_to_the_flat_regex(monkeypatch):
     matcher = grammar.new_matcher()
     assert all(matcher.accept_token(byte) for byte in b'{"v":1,"next":{"v":2}}')
     assert matcher.is_accepting()
+
+
+@pytest.mark.slow
+def test_corpus_random_walks_validate_on_llguidance():
+    """Every benchmark-corpus schema (most of them as grammars): random outputs validate."""
+    from radixgen.constrained.benchmark_schemas import realistic_schemas
+
+    backend = GrammarBackend(tiny_tokenizer_path(), grammar_backend="llguidance")
+    validated = 0
+    try:
+        for _, schema in realistic_schemas():
+            try:
+                grammar = backend.compile(ConstraintSpec.json_schema(schema))
+            except ValueError:  # refused by the translator
+                continue
+            for seed in range(3):
+                try:
+                    text = random_walk(grammar, seed)
+                except AssertionError:  # long strings past MAX_STEPS: no verdict
+                    continue
+                jsonschema.validate(json.loads(text), schema)
+                validated += 1
+    finally:
+        backend.shutdown()
+    assert validated >= 150
