@@ -78,6 +78,10 @@ def allowed_ids(matcher, bitmask) -> np.ndarray:
     return np.flatnonzero(np.unpackbits(bitmask[1].numpy().view(np.uint8), bitorder="little"))
 
 
+class WalkTooLong(Exception):
+    """A random walk that did not end within MAX_STEPS (long strings, deep nesting)."""
+
+
 def random_walk(grammar, seed: int) -> str:
     """Samples uniformly among allowed tokens (EOS half the time it is allowed) to the end."""
     generator = random.Random(seed)
@@ -96,7 +100,8 @@ def random_walk(grammar, seed: int) -> str:
             assert matcher.accept_token(eos[0])
             break
         assert matcher.accept_token(generator.choice(regular))
-    assert matcher.is_terminated(), f"no end within {MAX_STEPS} steps"
+    if not matcher.is_terminated():
+        raise WalkTooLong(f"no end within {MAX_STEPS} steps")
     return grammar.vocab.decode(list(matcher.output_ids)).decode()
 
 
