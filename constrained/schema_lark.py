@@ -102,7 +102,7 @@ _ROOT_ONLY = frozenset({"$schema", "$id"})
 
 
 class _NotStructural(Exception):
-    """A subschema on a recursive path uses keywords this module does not write."""
+    """A subschema uses keywords this module does not write (the flat regex decides)."""
 
 
 def _constraining_keys(node: dict, is_root: bool) -> set[str]:
@@ -262,8 +262,9 @@ class _LarkWriter:
 
     def _array(self, node: dict, path: str) -> str:
         min_items, max_items = node.get("minItems", 0), node.get("maxItems")
-        if not isinstance(min_items, int) or not (max_items is None or isinstance(max_items, int)):
-            raise _NotStructural(path)
+        counts = [min_items] + ([] if max_items is None else [max_items])
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            raise _NotStructural(path)  # malformed: the flat translation reports it
         if max_items is not None and max_items < min_items:
             raise _NotStructural(path)  # no array fits: the flat translation says so
         item = self.expression(node.get("items", True), f"{path}/items")
