@@ -67,6 +67,15 @@ class LLGuidanceCompiler:
         for a JSON schema radixgen cannot enforce exactly."""
         grammar = llguidance_grammar(spec)
         matcher = llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0, limits=self._limits)
+        if matcher.is_error() and spec.kind == "json_schema":
+            # Not expected: the flat regex is the reference, so a Lark grammar llguidance
+            # refuses (a limit, a writer bug) must not refuse a schema the translator accepts.
+            flat = llguidance.LLMatcher.grammar_from_regex(spec.to_regex())
+            if flat != grammar:
+                grammar = flat
+                matcher = llguidance.LLMatcher(
+                    self.lltokenizer, grammar, log_level=0, limits=self._limits
+                )
         error_type = RegexError if spec.kind in ("regex", "choices") else ValueError
         if matcher.is_error():
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
@@ -165,13 +174,13 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def accept_token(self, token_id: int) -> bool:
         if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
             return False
+        if token_id in self._eos_ids:  # ends the output; llguidance need not see it
+            self._eos_accepted = self._matcher.is_accepting()
+            return self._eos_accepted
         # try_consume_tokens refuses without entering llguidance's sticky error state.
         if self._matcher.try_consume_tokens([token_id]) != 1:
             return False
-        if token_id in self._eos_ids:
-            self._eos_accepted = True
-        else:
-            self._output_ids.append(token_id)
+        self._output_ids.append(token_id)
         return True
 
     def is_accepting(self) -> bool:

@@ -1,12 +1,18 @@
-"""JSON values as Lark grammars (llguidance backend): recursion without a depth cap.
+"""JSON schemas as Lark grammars (llguidance backend): structure as rules, leaves as regexes.
 
 A flat regex must unroll recursion: every `$ref` cycle and every "any JSON value" position
 doubles the regex per level, so `json_schema_to_regex` cuts them at a depth. A context-free
 grammar names each recursive piece once, so its size stays linear and nesting is unbounded.
+Writing the structure (objects, arrays, unions, references) as rules is also cheaper than
+translating it into one regex, so llguidance gets a grammar wherever this module covers the
+schema's structure, recursive or not.
 
 The grammar's terminals are radixgen's own regexes (the JSON string and number regexes, and
-`json_schema_to_regex` for every subschema that needs no recursion), so the texts it accepts
-are the translator's texts: compact JSON, object keys in declared order.
+`json_schema_to_regex` for every subschema whose keywords are not structural here), and the
+structure follows the translator's output shape (compact JSON, object keys in declared order,
+optional members present or absent, no undeclared members), so the texts it accepts are the
+translator's texts, except that nesting through references and any-value positions is
+unbounded.
 """
 
 from __future__ import annotations
@@ -49,23 +55,43 @@ def json_object_lark() -> str:
 
 
 def json_schema_lark(schema: object) -> str | None:
-    """A Lark grammar for a recursive `schema`; None: use `json_schema_to_regex`'s flat regex.
+    """A Lark grammar for `schema`; None: use `json_schema_to_regex`'s flat regex.
 
-    Only schemas whose `$ref`s form a cycle are translated, and only when every subschema on
-    the way to a cycle uses the structural keywords this module writes exactly (`$ref` alone,
-    `anyOf`, objects with `properties`/`required`/`additionalProperties: false`, arrays with
-    `items`/`minItems`/`maxItems`). Subschemas without any `$ref` become terminals: the
-    translator's own regex for them.
+    The structural keywords written here, exactly: `$ref` alone, `anyOf`, objects with
+    `properties`/`required`/`additionalProperties: false` (absent: no undeclared members, as the
+    translator writes them), arrays with `items`/`minItems`/`maxItems`, any-value `{}`. A
+    subschema with other keywords and no `$ref` inside becomes one terminal (the translator's
+    regex); one with a `$ref` inside, a document with embedded resources (`$id` below the root,
+    dynamic references), or a root that is itself a leaf, all give None.
 
     A subschema the translator refuses sends the whole schema to the flat translation, which
     raises `UnsupportedSchemaError` naming its full path.
     """
-    if not isinstance(schema, dict) or not _has_ref_cycle(schema):
+    if not isinstance(schema, dict) or _has_embedded_resources(schema):
         return None
     try:
         return _LarkWriter(schema).grammar()
     except _NotStructural:
         return None
+
+
+# Keys that change how `$ref`s resolve below the root: the flat translator decides.
+_RESOURCE_KEYWORDS = frozenset(
+    {"$id", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"}
+)
+
+
+def _has_embedded_resources(root: dict) -> bool:
+    stack = [value for key, value in root.items() if key not in ("$id", "$schema")]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            if _RESOURCE_KEYWORDS & current.keys():
+                return True
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return False
 
 
 # Keywords that constrain nothing, at a structural node (the translator decides elsewhere).
@@ -77,7 +103,7 @@ _ROOT_ONLY = frozenset({"$schema", "$id"})
 
 
 class _NotStructural(Exception):
-    """A subschema on a recursive path uses keywords this module does not write."""
+    """A subschema uses keywords this module does not write (the flat regex decides)."""
 
 
 def _constraining_keys(node: dict, is_root: bool) -> set[str]:
@@ -101,36 +127,6 @@ def _refs_in(node: object) -> list[str]:
     return found
 
 
-def _has_ref_cycle(root: dict) -> bool:
-    """Whether some `$ref` target reaches itself through references."""
-    resolver = RefResolver(root, dialect_of(root))
-    edges: dict[str, list[str]] = {}
-    pending: list[tuple[object, str]] = [(root, "#")]
-    while pending:
-        node, path = pending.pop()
-        if path in edges:
-            continue
-        edges[path] = []
-        for ref in _refs_in(node):
-            try:
-                target, target_path = resolver.resolve(ref, path)
-            except ValueError:  # a dangling or remote $ref: the translator reports it
-                return False
-            edges[path].append(target_path)
-            pending.append((target, target_path))
-    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
-
-    def reaches_cycle(path: str) -> bool:
-        state[path] = 1
-        for target in edges.get(path, []):
-            if state.get(target) == 1 or (state.get(target) is None and reaches_cycle(target)):
-                return True
-        state[path] = 2
-        return False
-
-    return reaches_cycle("#")
-
-
 class _LarkWriter:
     """Writes one rule per `$ref` target and one terminal per `$ref`-free subschema."""
 
@@ -145,6 +141,8 @@ class _LarkWriter:
 
     def grammar(self) -> str:
         start = self.expression(self.root, "#")
+        if start in self._terminal_by_regex.values():
+            raise _NotStructural("#")  # one terminal: the flat regex itself
         rules = [f"start: {start}", *self.rules]
         if self._uses_any_value:
             rules += any_value_rules()
@@ -265,8 +263,9 @@ class _LarkWriter:
 
     def _array(self, node: dict, path: str) -> str:
         min_items, max_items = node.get("minItems", 0), node.get("maxItems")
-        if not isinstance(min_items, int) or not (max_items is None or isinstance(max_items, int)):
-            raise _NotStructural(path)
+        counts = [min_items] + ([] if max_items is None else [max_items])
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            raise _NotStructural(path)  # malformed: the flat translation reports it
         if max_items is not None and max_items < min_items:
             raise _NotStructural(path)  # no array fits: the flat translation says so
         item = self.expression(node.get("items", True), f"{path}/items")

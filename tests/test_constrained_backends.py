@@ -78,6 +78,10 @@ def allowed_ids(matcher, bitmask) -> np.ndarray:
     return np.flatnonzero(np.unpackbits(bitmask[1].numpy().view(np.uint8), bitorder="little"))
 
 
+class WalkTooLong(Exception):
+    """A random walk that did not end within MAX_STEPS (long strings, deep nesting)."""
+
+
 def random_walk(grammar, seed: int) -> str:
     """Samples uniformly among allowed tokens (EOS half the time it is allowed) to the end."""
     generator = random.Random(seed)
@@ -96,7 +100,8 @@ def random_walk(grammar, seed: int) -> str:
             assert matcher.accept_token(eos[0])
             break
         assert matcher.accept_token(generator.choice(regular))
-    assert matcher.is_terminated(), f"no end within {MAX_STEPS} steps"
+    if not matcher.is_terminated():
+        raise WalkTooLong(f"no end within {MAX_STEPS} steps")
     return grammar.vocab.decode(list(matcher.output_ids)).decode()
 
 
@@ -233,3 +238,18 @@ def test_docs_checker_example_runs():
     docs = Path(__file__).resolve().parents[1] / "docs" / "constrained.md"
     example = docs.read_text().split("### The public checker")[1].split("```python")[1]
     exec(example.split("```")[0], {})
+
+
+def test_refused_tokens_leave_the_matcher_unchanged(backend):
+    grammar = backend.compile(ConstraintSpec.regex("ab"))
+    encode = compile_constraint(regex="ab", tokenizer="tiny")._encode
+    (a_id,), (b_id,), (z_id,) = encode(b"a"), encode(b"b"), encode(b"z")
+    eos_id = grammar.vocab.eos_token_ids[0]
+    matcher = grammar.new_matcher()
+    assert not matcher.accept_token(z_id) and not matcher.accept_token(eos_id)
+    assert not matcher.accept_token(grammar.vocab_size)  # outside the vocabulary
+    assert matcher.accept_token(a_id) and not matcher.is_accepting()
+    assert not matcher.accept_token(a_id)
+    assert matcher.accept_token(b_id) and matcher.is_accepting() and matcher.is_terminated()
+    assert matcher.accept_token(eos_id) and not matcher.accept_token(eos_id)
+    assert matcher.output_ids == (a_id, b_id)

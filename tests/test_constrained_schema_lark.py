@@ -12,7 +12,7 @@ import pytest
 from radixgen.constrained import ConstraintSpec, GrammarBackend, compile_constraint
 from radixgen.constrained.checker import tiny_tokenizer_path
 from radixgen.constrained.schema_lark import json_schema_lark
-from tests.test_constrained_backends import random_walk
+from tests.test_constrained_backends import WalkTooLong, random_walk
 
 LINKED_LIST = {
     "$defs": {
@@ -72,13 +72,16 @@ def nested_list(depth: int) -> dict:
     return node
 
 
-def test_only_recursive_schemas_become_grammars():
-    assert json_schema_lark({"type": "object", "properties": {"a": {"type": "string"}}}) is None
+def test_which_schemas_become_grammars():
     grammar = json_schema_lark(LINKED_LIST)
     assert grammar is not None and grammar.count("LEAF") == 2  # one terminal, used once
-    # recursion through keywords written only as a flat regex: the flat regex decides
+    assert json_schema_lark({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert json_schema_lark({"type": "string", "maxLength": 3}) is None  # a leaf: the regex
+    # a $ref under keywords written only as a flat regex: the flat regex decides
     with_one_of = {**LINKED_LIST, "$defs": {"Node": {"oneOf": [{"$ref": "#/$defs/Node"}]}}}
     assert json_schema_lark(with_one_of) is None
+    embedded = {"$ref": "#/$defs/a", "$defs": {"a": {"$id": "other.json", "type": "integer"}}}
+    assert json_schema_lark(embedded) is None  # $id below the root changes resolution
 
 
 @pytest.mark.parametrize("schema", [LINKED_LIST, FILTER], ids=["list", "expression-tree"])
@@ -113,7 +116,7 @@ def test_random_walks_through_the_grammar_validate(schema):
         for seed in range(40):
             try:
                 text = random_walk(grammar, seed)
-            except AssertionError:  # a walk that nests past MAX_STEPS: no verdict
+            except WalkTooLong:  # nested past MAX_STEPS: no verdict
                 continue
             jsonschema.validate(json.loads(text), schema)
             validated += 1
@@ -138,7 +141,7 @@ def test_grammar_rejects_invalid_instances():
     assert not compile_constraint(json_schema=LINKED_LIST).fullmatch('{"v":1,"next":{"v":10}}')
 
 
-def test_suite_recursive_schemas_accept_no_invalid_instance():
+def test_suite_grammar_schemas_accept_no_invalid_instance():
     """The JSON-Schema-Test-Suite's schemas that become Lark grammars, through llguidance."""
     from radixgen.constrained.backend_suite_report import run_backend_suite
     from radixgen.constrained.schema_suite_report import find_suite_dir
@@ -156,3 +159,40 @@ def test_suite_recursive_schemas_accept_no_invalid_instance():
     report = run_backend_suite(suite_dir, "llguidance", select=becomes_grammar)
     assert report.schemas_accepted >= 1 and report.invalid_total >= 1
     assert report.violations == []
+
+
+def test_a_grammar_llguidance_refuses_falls_back_to_the_flat_regex(monkeypatch):
+    from radixgen.constrained import llguidance_backend
+    from radixgen.constrained.checker import byte_vocabulary
+
+    monkeypatch.setattr(llguidance_backend, "json_schema_lark", lambda schema: "start: undefined")
+    compiler = llguidance_backend.LLGuidanceCompiler(byte_vocabulary())
+    grammar = compiler.compile(ConstraintSpec.json_schema(LINKED_LIST))
+    matcher = grammar.new_matcher()
+    assert all(matcher.accept_token(byte) for byte in b'{"v":1,"next":{"v":2}}')
+    assert matcher.is_accepting()
+
+
+@pytest.mark.slow
+def test_corpus_random_walks_validate_on_llguidance():
+    """Every benchmark-corpus schema (most of them as grammars): random outputs validate."""
+    from radixgen.constrained.benchmark_schemas import realistic_schemas
+
+    backend = GrammarBackend(tiny_tokenizer_path(), grammar_backend="llguidance")
+    validated = 0
+    try:
+        for _, schema in realistic_schemas():
+            try:
+                grammar = backend.compile(ConstraintSpec.json_schema(schema))
+            except ValueError:  # refused by the translator
+                continue
+            for seed in range(3):
+                try:
+                    text = random_walk(grammar, seed)
+                except WalkTooLong:  # long strings past MAX_STEPS: no verdict
+                    continue
+                jsonschema.validate(json.loads(text), schema)
+                validated += 1
+    finally:
+        backend.shutdown()
+    assert validated >= 150
