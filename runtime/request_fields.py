@@ -85,7 +85,14 @@ FIELD_BOUNDS: dict[str, Bound] = {
     "logprob_start_len": Bound(int, low=-1),
     "best_of": Bound(int, low=1, high=MAX_N),  # OpenAI's field (the handler maps it)
 }
-BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "return_logprob", "stream", "json_object")
+BOOL_FIELDS = (
+    "ignore_eos",
+    "skip_special_tokens",
+    "return_logprob",
+    "stream",
+    "json_object",
+    "constraint_budget",
+)
 
 
 def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
