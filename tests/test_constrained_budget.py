@@ -83,7 +83,10 @@ def test_regex_with_a_long_free_part_fullmatches_at_the_budget(backend):
 def test_outlines_distances_are_the_exact_shortest_token_paths():
     """The table against a brute-force BFS over every token of the tiny vocabulary."""
     backend = GrammarBackend(
-        tiny_tokenizer_path(), grammar_backend="outlines", jump_forward=False, constraint_budget=True
+        tiny_tokenizer_path(),
+        grammar_backend="outlines",
+        jump_forward=False,
+        constraint_budget=True,
     )
     grammar = backend.compile(ConstraintSpec.regex("[0-9]{7}(ab|c)"))
     automaton, table = grammar.automaton, grammar.completion_table
@@ -170,3 +173,18 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_dsl_gen_takes_constraint_budget(engine):
+    import radixgen as rg
+
+    @rg.function
+    def note(s, budget: bool):
+        s += "Note: " + rg.gen(
+            "json", json_schema=LONG_STRING_SCHEMA, max_tokens=12, constraint_budget=budget
+        )
+
+    kept = note.run(budget=True, backend=engine, temperature=1.0, seed=4)
+    jsonschema.validate(json.loads(kept["json"]), LONG_STRING_SCHEMA)
+    with pytest.raises(TypeError, match="constraint_budget"):
+        rg.gen("x", regex="a", constraint_budget="no")
