@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -170,6 +171,24 @@ def build_byte_automaton(pattern: str) -> TokenAutomaton:
     return TokenAutomaton(pattern=pattern, index=index, end_token=256, vocab_size=256)
 
 
+@dataclass(frozen=True)
+class ByteSpelling:
+    """What the byte tables need of a vocabulary, computed once per vocabulary (~0.25 s at
+    128k): the token spelling each byte alone, and the longest token in bytes."""
+
+    byte_token: np.ndarray  # [256] int64 token id, -1 where no token is that byte alone
+    max_token_bytes: int
+
+    @classmethod
+    def of(cls, vocab: TokenVocabulary) -> ByteSpelling:
+        byte_token = np.full(256, -1, dtype=np.int64)
+        for token_id, raw in sorted(vocab.token_bytes.items(), reverse=True):
+            if len(raw) == 1:
+                byte_token[raw[0]] = token_id  # the lowest id wins for duplicate spellings
+        longest = max((len(raw) for raw in vocab.token_bytes.values()), default=1)
+        return cls(byte_token=byte_token, max_token_bytes=longest)
+
+
 class ByteDistanceTable:
     """A sound bound on shortest completions, in tokens, from a byte automaton (llguidance).
 
@@ -184,13 +203,18 @@ class ByteDistanceTable:
         pattern: the regex llguidance enforces.
         vocab: the tokenizer's byte vocabulary.
         encode: bytes -> token ids (the tokenizer's own encoding, no special tokens).
+        spelling: `ByteSpelling.of(vocab)`, shared by every table of that vocabulary.
     """
 
     MAX_SPELLING_TOKENS = 1024
     MAX_ENCODED_STATES = 4096  # bounds compile time on huge automata (spelling stays sound)
 
     def __init__(
-        self, pattern: str, vocab: TokenVocabulary, encode: Callable[[bytes], list[int]]
+        self,
+        pattern: str,
+        vocab: TokenVocabulary,
+        encode: Callable[[bytes], list[int]],
+        spelling: ByteSpelling,
     ) -> None:
         automaton = build_byte_automaton(pattern)
         transitions = automaton.index.get_transitions()  # at most 257 edges per state
@@ -206,7 +230,9 @@ class ByteDistanceTable:
                 if byte < 256:
                     self._next[i, byte] = self._dense[target]
         self._accepting = np.array([automaton.is_accepting(s) for s in state_ids], dtype=np.bool_)
-        self._spelling = self._spelling_tokens(vocab, encode)  # [num_spelling] int64 ids
+        self._spelling = self._spelling_tokens(
+            vocab, encode, spelling.byte_token
+        )  # [num_spelling] int64 ids
         # [num_states, num_spelling] the state after each spelling token, -1: not allowed
         self._spelled_next = np.stack(
             [self._walk_all(vocab.token_bytes[t]) for t in self._spelling.tolist()], axis=1
@@ -220,9 +246,10 @@ class ByteDistanceTable:
         )  # [num_states] int32
         any_edge = np.nonzero(self._next >= 0)
         edge_sources, edge_targets = any_edge[0], self._next[any_edge]
-        max_token_bytes = max((len(raw) for raw in vocab.token_bytes.values()), default=1)
         reach = np.zeros(num_states, dtype=np.int64)
-        for _ in range(max_token_bytes):  # bounded by the longest token, not the vocabulary
+        for _ in range(
+            spelling.max_token_bytes
+        ):  # bounded by the longest token, not the vocabulary
             after = np.maximum(self.distance[edge_targets].astype(np.int64), reach[edge_targets])
             updated = reach.copy()
             np.maximum.at(updated, edge_sources, after)
@@ -241,12 +268,8 @@ class ByteDistanceTable:
             current = np.where(current >= 0, self._next[np.maximum(current, 0), byte], -1)
         return current
 
-    def _spelling_tokens(self, vocab: TokenVocabulary, encode) -> np.ndarray:
+    def _spelling_tokens(self, vocab: TokenVocabulary, encode, byte_token) -> np.ndarray:
         """Single-byte tokens plus the encodings of each state's shortest byte completion."""
-        byte_token = np.full(256, -1, dtype=np.int64)  # the token spelling each byte alone
-        for token_id, raw in sorted(vocab.token_bytes.items(), reverse=True):
-            if len(raw) == 1:
-                byte_token[raw[0]] = token_id
         spellable = (self._next >= 0) & (byte_token >= 0)[None, :]  # [num_states, 256]
         sources, bytes_ = np.nonzero(spellable)
         byte_distance = shortest_distances(

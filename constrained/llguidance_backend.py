@@ -17,12 +17,13 @@ What is compiled (the language is radixgen's own, whichever backend runs it):
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import llguidance
 
-from radixgen.constrained.completion_budget import ByteDistanceTable
+from radixgen.constrained.completion_budget import ByteDistanceTable, ByteSpelling
 from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar_interface import (
     ConstraintGrammar,
@@ -82,11 +83,16 @@ class LLGuidanceCompiler:
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
         table = None
         if self._constraint_budget and pattern is not None:
-            table = ByteDistanceTable(pattern, self.vocab, self._encode)
+            table = ByteDistanceTable(pattern, self.vocab, self._encode, self._byte_spelling)
         compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), table)
         if not compiled.can_start():
             raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
         return compiled
+
+    @functools.cached_property
+    def _byte_spelling(self) -> ByteSpelling:
+        # On the first budgeted compile (a worker thread), not when the engine starts.
+        return ByteSpelling.of(self.vocab)
 
     def fill_bitmasks(self, matchers: list[tuple[LLGuidanceMatcher, int]], bitmask) -> None:
         """Writes each matcher's next-step mask into its row of `bitmask`, in parallel.
