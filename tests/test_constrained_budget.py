@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -188,3 +189,9 @@ def test_dsl_gen_takes_constraint_budget(engine):
     jsonschema.validate(json.loads(kept["json"]), LONG_STRING_SCHEMA)
     with pytest.raises(TypeError, match="constraint_budget"):
         rg.gen("x", regex="a", constraint_budget="no")
+
+
+def test_docs_budget_example_runs():
+    docs = Path(__file__).resolve().parents[1] / "docs" / "constrained.md"
+    section = docs.read_text().split("## Valid at the token budget")[1]
+    exec(section.split("```python")[1].split("```")[0], {})
