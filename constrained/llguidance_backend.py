@@ -207,8 +207,13 @@ class LLGuidanceMatcher(ConstraintMatcher):
         if self._token_budget is None or table is None:
             return
         restriction = table.budget_mask(self._byte_states[-1], self._token_budget)
-        if restriction is not None:
-            bitmask[row] &= restriction
+        if restriction is None:
+            return
+        restricted = bitmask[row] & restriction  # [num_words] int32
+        # Both describe one regex, so a spelling path is always in llguidance's mask; should
+        # they ever disagree, the plain mask beats an empty row (which would sample garbage).
+        if bool(restricted.any()):
+            bitmask[row] = restricted
 
     def set_token_budget(self, remaining: int | None) -> None:
         self._token_budget = remaining
