@@ -46,6 +46,9 @@ class GrammarBackend:
         char_fsm_timeout_s: outlines only: budget of the background character-automaton build
             (a separate process, so its pure-Python work never holds this process's GIL); past
             it, that grammar simply has no jump-forward.
+        constraint_budget: builds each grammar's shortest-completion table, so matchers told
+            their token budget (`set_token_budget`) keep a complete output within reach
+            (`completion_budget`); off for tools that never generate (checker, benchmarks).
 
     Raises:
         ValueError: `grammar_backend` names no backend.
@@ -63,6 +66,7 @@ class GrammarBackend:
         max_workers: int = 2,
         jump_forward: bool = True,
         char_fsm_timeout_s: float = 120.0,
+        constraint_budget: bool = False,
     ) -> None:
         self.grammar_backend = check_grammar_backend_name(grammar_backend)
         if isinstance(tokenizer, TokenVocabulary):  # bytes only: no re-tokenising, no jump-forward
@@ -79,7 +83,9 @@ class GrammarBackend:
         if self.grammar_backend == "llguidance":
             from radixgen.constrained.llguidance_backend import LLGuidanceCompiler
 
-            self._compiler = LLGuidanceCompiler(self.vocab, tokenizer)
+            self._compiler = LLGuidanceCompiler(
+                self.vocab, tokenizer, constraint_budget=constraint_budget
+            )
         else:
             from radixgen.constrained.outlines_backend import OutlinesCompiler
 
@@ -89,6 +95,7 @@ class GrammarBackend:
                 disk_cache=DiskCache(cache_dir) if cache_dir is not None else None,
                 char_fsm_timeout_s=char_fsm_timeout_s,
                 run_in_background=self._cache.run_in_background,
+                constraint_budget=constraint_budget,
             )
         self.jump_forward = jump_forward
 

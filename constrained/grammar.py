@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from radixgen.constrained.char_automaton import CharAutomaton
+from radixgen.constrained.completion_budget import TokenDistanceTable
 from radixgen.constrained.grammar_interface import ConstraintGrammar
 from radixgen.constrained.regex_index import TokenAutomaton
 from radixgen.constrained.retokenize import BoundaryTokenizer
@@ -39,6 +40,8 @@ class CompiledGrammar(ConstraintGrammar):
         vocab: the tokenizer's byte vocabulary (EOS ids, sizes).
         boundary_tokenizer: re-tokenises jump-forward boundaries; None disables jump-forward.
         source: a short description of the constraint, for errors and logs.
+        completion_table: shortest completions in tokens for budget-aware masks, or None
+            (built by the backend unless the constraint budget is disabled).
         char_automaton: the character-level FSM for jump-forward; None until
             `build_char_automaton()` has run (the backend runs it in the background, so a
             grammar is usable for masking before jump-forward is).
@@ -48,6 +51,7 @@ class CompiledGrammar(ConstraintGrammar):
     vocab: TokenVocabulary
     boundary_tokenizer: BoundaryTokenizer | None = None
     source: str = ""
+    completion_table: TokenDistanceTable | None = None
     char_automaton: CharAutomaton | None = field(default=None, init=False)
     _mask_by_state: dict = field(default_factory=dict, repr=False)
     _terminal_by_state: dict = field(default_factory=dict, repr=False)

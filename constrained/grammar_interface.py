@@ -69,6 +69,20 @@ class ConstraintMatcher(ABC):
         """Whether generation must stop: EOS accepted, or complete with no possible extension."""
 
     @abstractmethod
+    def min_completion_tokens(self) -> int | None:
+        """Tokens of the shortest completion from here (0: complete now); None when this
+        grammar has no budget table (see `completion_budget`). llguidance gives a bound."""
+
+    @abstractmethod
+    def min_completion_tokens_after(self, plan) -> int | None:
+        """`min_completion_tokens()` once the `JumpForward` `plan` were applied (no change)."""
+
+    @abstractmethod
+    def set_token_budget(self, remaining: int | None) -> None:
+        """Tells the matcher how many tokens it may still generate (this step's included);
+        the masks it fills then keep a complete output within reach. None: no budget."""
+
+    @abstractmethod
     def find_jump_forward(self):
         """A `JumpForward` the engine may apply now, or None (then sample as usual)."""
 

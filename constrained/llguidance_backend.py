@@ -17,11 +17,13 @@ What is compiled (the language is radixgen's own, whichever backend runs it):
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import llguidance
 
+from radixgen.constrained.completion_budget import ByteDistanceTable, ByteSpelling
 from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar_interface import (
     ConstraintGrammar,
@@ -48,16 +50,25 @@ class LLGuidanceCompiler:
         tokenizer: the tokenizer `vocab` came from (a `tokenizers.Tokenizer` or a transformers
             tokenizer); llguidance encodes forced text with it, so forced positions allow the
             tokenizer's own tokens. None: a greedy longest-match encoder over `vocab`.
+        constraint_budget: builds a byte-automaton completion bound for regular constraints
+            (regex, choices, non-recursive JSON schemas), for budget-aware masks.
     """
 
     def __init__(
-        self, vocab: TokenVocabulary, tokenizer: Any = None, *, mask_threads: int | None = None
+        self,
+        vocab: TokenVocabulary,
+        tokenizer: Any = None,
+        *,
+        mask_threads: int | None = None,
+        constraint_budget: bool = False,
     ) -> None:
         self.vocab = vocab
+        self._constraint_budget = constraint_budget
         self._limits = llguidance.LLParserLimits(**_PARSER_LIMITS)
         # Fills a batch's masks in parallel Rust threads with the GIL released.
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
-        wrapper = llguidance.TokenizerWrapper(_TokenizerAdapter(vocab, _encoder(vocab, tokenizer)))
+        self._encode = _encoder(vocab, tokenizer)
+        wrapper = llguidance.TokenizerWrapper(_TokenizerAdapter(vocab, self._encode))
         self.lltokenizer = llguidance.LLTokenizer(
             wrapper, n_vocab=vocab.vocab_size, eos_token=list(vocab.eos_token_ids)
         )
@@ -65,7 +76,7 @@ class LLGuidanceCompiler:
     def compile(self, spec: ConstraintSpec) -> LLGuidanceGrammar:
         """Raises: `RegexError`/`ValueError` for an invalid constraint, `UnsupportedSchemaError`
         for a JSON schema radixgen cannot enforce exactly."""
-        grammar = llguidance_grammar(spec)
+        grammar, pattern = llguidance_grammar_and_regex(spec)
         matcher = llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0, limits=self._limits)
         if matcher.is_error() and spec.kind == "json_schema":
             # Not expected: the flat regex is the reference, so a Lark grammar llguidance
@@ -79,10 +90,18 @@ class LLGuidanceCompiler:
         error_type = RegexError if spec.kind in ("regex", "choices") else ValueError
         if matcher.is_error():
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
-        compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe())
+        table = None
+        if self._constraint_budget and pattern is not None:
+            table = ByteDistanceTable(pattern, self.vocab, self._encode, self._byte_spelling)
+        compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), table)
         if not compiled.can_start():
             raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
         return compiled
+
+    @functools.cached_property
+    def _byte_spelling(self) -> ByteSpelling:
+        # On the first budgeted compile (a worker thread), not when the engine starts.
+        return ByteSpelling.of(self.vocab)
 
     def fill_bitmasks(self, matchers: list[tuple[LLGuidanceMatcher, int]], bitmask) -> None:
         """Writes each matcher's next-step mask into its row of `bitmask`, in parallel.
@@ -100,38 +119,55 @@ class LLGuidanceCompiler:
         self._executor.unsafe_compute_mask_ptr(
             pairs, bitmask.data_ptr(), num_words * 4, bitmask.shape[0]
         )
+        for matcher, row in matchers:
+            matcher.restrict_to_budget(bitmask, row)
 
 
 def llguidance_grammar(spec: ConstraintSpec) -> str:
     """The llguidance grammar (its JSON text) that enforces `spec`."""
+    return llguidance_grammar_and_regex(spec)[0]
+
+
+def llguidance_grammar_and_regex(spec: ConstraintSpec) -> tuple[str, str | None]:
+    """The llguidance grammar that enforces `spec`, and the regex it was built from (None for
+    grammars that are not one regex: Lark, EBNF, json_object, recursive schemas)."""
     if spec.kind in ("regex", "choices"):
         pattern = spec.to_regex()
         validate_regex(pattern)  # one regex dialect for both backends
-        return llguidance.LLMatcher.grammar_from_regex(pattern)
+        return llguidance.LLMatcher.grammar_from_regex(pattern), pattern
     if spec.kind == "json_schema":
         lark = json_schema_lark(json.loads(spec.spec))
         if lark is not None:
-            return llguidance.LLMatcher.grammar_from_lark(lark)
-        return llguidance.LLMatcher.grammar_from_regex(spec.to_regex())
+            return llguidance.LLMatcher.grammar_from_lark(lark), None
+        pattern = spec.to_regex()
+        return llguidance.LLMatcher.grammar_from_regex(pattern), pattern
     if spec.kind == "json_object":
-        return llguidance.LLMatcher.grammar_from_lark(json_object_lark())
+        return llguidance.LLMatcher.grammar_from_lark(json_object_lark()), None
     if spec.kind == "ebnf":
         try:
-            return llguidance.grammar_from("gbnf", spec.spec)
+            return llguidance.grammar_from("gbnf", spec.spec), None
         except ValueError as error:
             raise ValueError(f"ebnf grammar is invalid: {error}") from error
     if spec.kind == "lark":
-        return llguidance.LLMatcher.grammar_from_lark(spec.spec)
+        return llguidance.LLMatcher.grammar_from_lark(spec.spec), None
     raise ValueError(f"the llguidance backend cannot compile kind={spec.kind!r}")
 
 
 class LLGuidanceGrammar(ConstraintGrammar):
-    """A compiled llguidance grammar: a pristine `LLMatcher` that each request copies."""
+    """A compiled llguidance grammar: a pristine `LLMatcher` that each request copies, and
+    the completion bound of its regex (None: not regular, or the budget is disabled)."""
 
-    def __init__(self, pristine: llguidance.LLMatcher, vocab: TokenVocabulary, source: str):
+    def __init__(
+        self,
+        pristine: llguidance.LLMatcher,
+        vocab: TokenVocabulary,
+        source: str,
+        completion_table: ByteDistanceTable | None = None,
+    ):
         self._pristine = pristine
         self.vocab = vocab
         self.source = source
+        self.completion_table = completion_table
         self.num_words = (vocab.vocab_size + 31) // 32
 
     @property
@@ -159,6 +195,10 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._output_ids: list[int] = []
         self._eos_ids = frozenset(grammar.vocab.eos_token_ids)
         self._eos_accepted = False
+        self._token_budget: int | None = None  # tokens left, this step's included
+        table = grammar.completion_table
+        # _byte_states[i]: the byte-automaton state after i output tokens (None: unknown)
+        self._byte_states: list[int | None] = [None if table is None else table.initial_state]
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -170,6 +210,36 @@ class LLGuidanceMatcher(ConstraintMatcher):
             raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
         target = bitmask[row]  # [num_words] int32, written in place by Rust
         self._matcher.unsafe_compute_mask_ptr(target.data_ptr(), self.grammar.num_words * 4)
+        self.restrict_to_budget(bitmask, row)
+
+    def restrict_to_budget(self, bitmask, row: int) -> None:
+        """ANDs the budget's restriction into `bitmask[row]` (after llguidance wrote it)."""
+        table = self.grammar.completion_table
+        if self._token_budget is None or table is None:
+            return
+        restriction = table.budget_mask(self._byte_states[-1], self._token_budget)
+        if restriction is None:
+            return
+        restricted = bitmask[row] & restriction  # [num_words] int32
+        # Both describe one regex, so a spelling path is always in llguidance's mask; should
+        # they ever disagree, the plain mask beats an empty row (which would sample garbage).
+        if bool(restricted.any()):
+            bitmask[row] = restricted
+
+    def set_token_budget(self, remaining: int | None) -> None:
+        self._token_budget = remaining
+
+    def min_completion_tokens(self) -> int | None:
+        table = self.grammar.completion_table
+        return None if table is None else table.min_tokens(self._byte_states[-1])
+
+    def min_completion_tokens_after(self, plan: JumpForward) -> int | None:
+        table = self.grammar.completion_table
+        keep = len(self._output_ids) - plan.retract_tokens
+        if table is None or not 0 <= keep <= len(self._output_ids):
+            return None
+        appended = self.grammar.vocab.decode(list(plan.append_ids))
+        return table.min_tokens(table.step(self._byte_states[keep], appended))
 
     def accept_token(self, token_id: int) -> bool:
         if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
@@ -180,8 +250,15 @@ class LLGuidanceMatcher(ConstraintMatcher):
         # try_consume_tokens refuses without entering llguidance's sticky error state.
         if self._matcher.try_consume_tokens([token_id]) != 1:
             return False
-        self._output_ids.append(token_id)
+        self._append(token_id)
         return True
+
+    def _append(self, token_id: int) -> None:
+        self._output_ids.append(token_id)
+        table = self.grammar.completion_table
+        if table is not None:  # a few bytes per token: no vocabulary-sized work
+            raw = self.grammar.vocab.token_bytes.get(token_id, b"")
+            self._byte_states.append(table.step(self._byte_states[-1], raw))
 
     def is_accepting(self) -> bool:
         return not self._eos_accepted and self._matcher.is_accepting()
@@ -210,8 +287,9 @@ class LLGuidanceMatcher(ConstraintMatcher):
         if trial.try_consume_tokens(list(plan.append_ids)) != len(plan.append_ids):
             raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
         self._matcher = trial
-        del self._output_ids[keep:]
-        self._output_ids.extend(plan.append_ids)
+        del self._output_ids[keep:], self._byte_states[keep + 1 :]
+        for token_id in plan.append_ids:
+            self._append(token_id)
 
 
 class _TokenizerAdapter:

@@ -30,6 +30,7 @@ class Matcher(ConstraintMatcher):
         self._eos_accepted = False
         # An outlines-core Guide kept in step with _states: it writes a new state's mask in Rust.
         self._guide = self._new_guide()
+        self._token_budget: int | None = None  # tokens left, this step's included
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -44,9 +45,32 @@ class Matcher(ConstraintMatcher):
             row: this request's row.
         """
         check_bitmask_row(bitmask, row, bitmask_num_words(self.grammar.vocab_size))
-        bitmask[row].copy_(
-            self.grammar.token_mask(self._states[-1], self._guide), non_blocking=True
-        )
+        state, table = self._states[-1], self.grammar.completion_table
+        mask = None
+        if self._token_budget is not None and table is not None:
+            mask = table.budget_mask(state, self._token_budget)  # a subset of the plain mask
+        if mask is None:
+            mask = self.grammar.token_mask(state, self._guide)
+        bitmask[row].copy_(mask, non_blocking=True)
+
+    def set_token_budget(self, remaining: int | None) -> None:
+        self._token_budget = remaining
+
+    def min_completion_tokens(self) -> int | None:
+        table = self.grammar.completion_table
+        return None if table is None else table.min_tokens(self._states[-1])
+
+    def min_completion_tokens_after(self, plan: JumpForward) -> int | None:
+        table = self.grammar.completion_table
+        keep = len(self._output_ids) - plan.retract_tokens
+        if table is None or not 0 <= keep <= len(self._output_ids):
+            return None
+        state = self._states[keep]
+        for token_id in plan.append_ids:
+            state = self.grammar.automaton.next_state(state, token_id)
+            if state is None:
+                return None
+        return table.min_tokens(state)
 
     def accept_token(self, token_id: int) -> bool:
         """Advances on the sampled token; False (and no change) if the token is not allowed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from radixgen.constrained.compile_cache import DiskCache
+from radixgen.constrained.completion_budget import TokenDistanceTable
 from radixgen.constrained.constraint_spec import ConstraintSpec
 from radixgen.constrained.grammar import CompiledGrammar
 from radixgen.constrained.regex_index import build_index_vocabulary, compile_regex
@@ -29,6 +30,7 @@ class OutlinesCompiler:
         disk_cache: where compiled indexes are stored across restarts, or None.
         char_fsm_timeout_s: budget of the background character-automaton build.
         run_in_background: runs a callable on the compile pool (the jump-forward FSM build).
+        constraint_budget: builds each grammar's shortest-completion table (budget-aware masks).
     """
 
     def __init__(
@@ -39,12 +41,14 @@ class OutlinesCompiler:
         disk_cache: DiskCache | None,
         char_fsm_timeout_s: float,
         run_in_background: Callable[[Callable[[], object]], object],
+        constraint_budget: bool = False,
     ) -> None:
         self.vocab = vocab
         self._boundary_tokenizer = boundary_tokenizer
         self._disk_cache = disk_cache
         self._char_fsm_timeout_s = char_fsm_timeout_s
         self._run_in_background = run_in_background
+        self._constraint_budget = constraint_budget
         self._index_vocabulary = build_index_vocabulary(vocab)
 
     def compile(self, spec: ConstraintSpec) -> CompiledGrammar:
@@ -65,6 +69,11 @@ class OutlinesCompiler:
             vocab=self.vocab,
             boundary_tokenizer=self._boundary_tokenizer,
             source=spec.describe(),
+            completion_table=(
+                TokenDistanceTable(automaton, self.vocab.eos_token_ids)
+                if self._constraint_budget
+                else None
+            ),
         )
         if self._boundary_tokenizer is not None:
             # Masks work without it; jump-forward starts once this background build finishes.

@@ -82,7 +82,8 @@ def run_example(backend, max_new_tokens: int = 64) -> list[dict]:
         if state.error is not None:
             raise state.error
         if _finish_type(state.get_meta_info("facts")["finish_reason"]) == "length":
-            # Constrained output is valid JSON only once complete; a cut-off object is not.
+            # Cut by the budget the JSON is still valid (budget-aware masks closed it in
+            # time), but its values were shortened to fit: ask for more tokens.
             raise SystemExit(
                 f"the JSON for {source.splitlines()[0]!r} was cut off at {max_new_tokens} "
                 "tokens: raise --max-new-tokens"

@@ -44,6 +44,7 @@ def gen(
     choices: list[str] | None = None,
     ebnf: str | None = None,
     lark: str | None = None,
+    constraint_budget: bool | None = None,
     return_logprob: bool | None = None,
     top_logprobs_num: int | None = None,
 ) -> Gen:
@@ -54,7 +55,8 @@ def gen(
     pydantic model class), `choices` (decoding constrained to one of the strings; for
     likelihood scoring without sampling use `rg.select`), `ebnf` (a GBNF-style grammar whose
     start rule is `root`) or `lark` (a Lark grammar whose start rule is `start`); grammars
-    need the llguidance grammar backend (the default).
+    need the llguidance grammar backend (the default). A constrained output cut by
+    `max_tokens` still ends as a complete match unless `constraint_budget=False`.
 
     Raises:
         TypeError / ValueError naming the bad argument.
@@ -80,6 +82,7 @@ def gen(
         choices=choices,
         ebnf=ebnf,
         lark=lark,
+        constraint_budget=constraint_budget,
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
     )

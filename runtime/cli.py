@@ -47,6 +47,8 @@ _FLAG_HELP = {
     "grammar_backend": "who compiles constraints and computes token masks (llguidance also "
     "takes EBNF/Lark grammars)",
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
+    "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
+    "they end as a complete match)",
     "seed": "seed of the dummy weights and of unseeded sampling",
     "max_queued_requests": "requests waiting beyond this get HTTP 503",
     "disable_radix_cache": "turn the prefix cache off",

@@ -5,6 +5,11 @@ is compiled (on the backend's worker threads, off the scheduler's critical path)
 step its matcher fills the request's row of a packed vocab bitmask, which the sampler
 applies, and it advances on every sampled token. A failed or timed-out compile fails that
 request alone.
+
+Budget: unless disabled (server flag or the request's `constraint_budget=False`), each
+matcher is told its remaining token budget before it fills its row, so an output cut by
+`max_new_tokens` or the context is still a complete match (constrained/completion_budget.py);
+a request whose budget cannot hold the shortest match is refused once its grammar is ready.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class GrammarHook:
         jump_forward: bool,
         cache_dir: str | None = None,
         grammar_backend: str = "llguidance",
+        context_length: int | None = None,
+        constraint_budget: bool = True,
     ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -41,6 +48,8 @@ class GrammarHook:
         self.jump_forward = jump_forward
         self.cache_dir = cache_dir
         self.grammar_backend = grammar_backend  # "llguidance" or "outlines"
+        self.context_length = context_length  # None: only max_new_tokens bounds outputs
+        self.constraint_budget = constraint_budget  # the server's switch; requests may opt out
         self._backend = None  # built on the first constrained request (it indexes the vocab)
         self._pending: dict[int, tuple[Any, float]] = {}  # id(req) -> (future, started_s)
         self._bitmask: torch.Tensor | None = None  # [capacity, ceil(vocab / 32)] int32, host
@@ -58,6 +67,7 @@ class GrammarHook:
                 jump_forward=self.jump_forward,
                 cache_dir=self.cache_dir,
                 grammar_backend=self.grammar_backend,
+                constraint_budget=self.constraint_budget,
             )
         return self._backend
 
@@ -102,9 +112,41 @@ class GrammarHook:
         # A request resumed after retraction replays its output through the fresh matcher.
         for token_id in req.output_ids:
             matcher.accept_token(token_id)
+        error = self._check_budget(req, matcher)
+        if error is not None:
+            return error
         req.grammar = matcher
         req.grammar_ready = True
         return None
+
+    def _budget_enforced(self, req: Req) -> bool:
+        return self.constraint_budget and req.sampling_params.constraint_budget
+
+    def remaining_tokens(self, req: Req) -> int:
+        """Tokens req may still generate, this step's included (max_new_tokens and context)."""
+        remaining = req.sampling_params.max_new_tokens - len(req.output_ids)
+        if self.context_length is not None:
+            remaining = min(remaining, self.context_length - req.seqlen)
+        return remaining
+
+    def _check_budget(self, req: Req, matcher) -> str | None:
+        """The refusal of a request whose budget is below its constraint's shortest match."""
+        if not self._budget_enforced(req):
+            return None
+        needed = matcher.min_completion_tokens()
+        remaining = self.remaining_tokens(req)
+        if needed is None or needed <= remaining:
+            return None
+        limit = (
+            "max_new_tokens"
+            if remaining == req.sampling_params.max_new_tokens
+            else ("the room left in the context")
+        )
+        return (
+            f"max_new_tokens too small for the constraint: its shortest match needs {needed} "
+            f"tokens, {limit} allows {remaining} (raise max_new_tokens, or set "
+            "constraint_budget=false to accept a truncated output)"
+        )
 
     def has_pending_compiles(self) -> bool:
         return bool(self._pending)
@@ -129,6 +171,10 @@ class GrammarHook:
             return
         device = info.top_ps.device
         bitmask = self._host_bitmask(len(reqs))  # [batch, ceil(vocab / 32)], all allowed
+        for row in rows:
+            req = reqs[row]
+            enforced = self._budget_enforced(req)
+            req.grammar.set_token_budget(self.remaining_tokens(req) if enforced else None)
         # One call for the batch: llguidance fills the rows on parallel threads.
         self._get_backend().fill_bitmasks([(reqs[row].grammar, row) for row in rows], bitmask)
         info.vocab_bitmask = bitmask.to(device, non_blocking=True)
@@ -204,6 +250,15 @@ class GrammarHook:
             return False
         if len(req.origin_input_ids) + new_len >= context_length:
             return False
+        has_table = req.grammar.min_completion_tokens() is not None
+        if has_table and self._budget_enforced(req):  # leave room for a complete match
+            needed = req.grammar.min_completion_tokens_after(plan)
+            left = min(
+                req.sampling_params.max_new_tokens - new_len,
+                context_length - len(req.origin_input_ids) - new_len,
+            )
+            if needed is None or needed > left:
+                return False
         req.grammar.apply_jump_forward(plan)
         del req.output_ids[len(req.output_ids) - plan.retract_tokens :]
         req.output_ids.extend(plan.append_ids)

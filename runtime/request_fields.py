@@ -85,7 +85,14 @@ FIELD_BOUNDS: dict[str, Bound] = {
     "logprob_start_len": Bound(int, low=-1),
     "best_of": Bound(int, low=1, high=MAX_N),  # OpenAI's field (the handler maps it)
 }
-BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "return_logprob", "stream", "json_object")
+BOOL_FIELDS = (
+    "ignore_eos",
+    "skip_special_tokens",
+    "return_logprob",
+    "stream",
+    "json_object",
+    "constraint_budget",
+)
 
 
 def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
@@ -128,7 +135,8 @@ def _stop_token_id_list(value: Any) -> list[int]:
 
 def _choice_list(value: Any) -> list[str]:
     # No cap of its own: the compiled constraint's size is bounded where it compiles.
-    choices = _list_of("choices", value, _is_str, "a list of strings", len(value or ()))
+    uncapped = len(value) if isinstance(value, (list, tuple)) else 0  # `choices: 1` is a 400
+    choices = _list_of("choices", value, _is_str, "a list of strings", uncapped)
     if not choices:
         raise RequestFieldError("choices", "choices must not be empty")
     return choices

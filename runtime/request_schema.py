@@ -80,6 +80,8 @@ class SamplingParams:
     share the prompt's KV; with a `seed`, sample i uses `seed + i`. `regex`, `json_schema`,
     `choices`, `ebnf` (GBNF-style, as SGLang takes it), `lark` (a Lark grammar) and
     `json_object` (any JSON object) constrain the output (at most one of them).
+    `constraint_budget` (default on) keeps a constrained output that runs out of
+    `max_new_tokens` or context a complete match; False truncates it raw.
     """
 
     max_new_tokens: int = 128
@@ -103,6 +105,7 @@ class SamplingParams:
     ebnf: str | None = None
     lark: str | None = None
     json_object: bool = False
+    constraint_budget: bool = True
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any] | SamplingParams | None) -> SamplingParams:

@@ -77,6 +77,8 @@ class Scheduler:
             jump_forward=server_args.enable_jump_forward,
             cache_dir=server_args.constrained_cache_dir,
             grammar_backend=server_args.grammar_backend,
+            context_length=self.context_length,
+            constraint_budget=not server_args.disable_constraint_budget,
         )
         self.seed_rng = random.Random(server_args.seed)  # seeds of unseeded requests
         self.reqs_by_rid: dict[str, list[Req]] = {}

@@ -75,6 +75,9 @@ class ServerArgs:
     # Compiled constraint indexes are also stored in this folder and reused across restarts
     # (constrained/compile_cache.py, DiskCache). None: in memory only.
     constrained_cache_dir: str | None = None
+    # Budget-aware masks keep constrained outputs cut by max_new_tokens a complete match
+    # (constrained/completion_budget.py); disabling skips their per-grammar table build too.
+    disable_constraint_budget: bool = False
 
     # Server
     host: str = "127.0.0.1"

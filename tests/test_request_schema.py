@@ -63,6 +63,8 @@ def refused(field_name: str, match: str, **options) -> None:
         ({"return_logprob": 1}, "return_logprob", "return_logprob must be a bool"),
         ({"ignore_eos": "true"}, "ignore_eos", "ignore_eos must be a bool"),
         ({"regex": "a", "choices": ["a"]}, "choices", "at most one of regex"),
+        ({"choices": 1}, "choices", "choices must be a list of strings"),
+        ({"constraint_budget": "no"}, "constraint_budget", "constraint_budget must be a bool"),
         ({"tempreature": 0.5}, "tempreature", "unknown sampling parameter"),
     ],
 )

@@ -322,6 +322,23 @@ def test_ebnf_and_lark_through_generate_and_the_openai_extra_body(http, oai):
     assert re.fullmatch("(yes|no) because [a-z]+", chat.choices[0].message.content)
 
 
+def test_a_budget_below_the_shortest_match_is_a_400_unless_opted_out(http, oai):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    response = http.post(
+        "/generate",
+        json={"text": "x", "sampling_params": {"max_new_tokens": 2, "json_schema": schema}},
+    )
+    assert response.status_code == 400, response.text
+    assert re.search(r"max_new_tokens.*needs \d+ tokens", response.json()["error"]["message"])
+    raw = oai.completions.create(
+        model="tiny",
+        prompt="x",
+        max_tokens=2,
+        extra_body={"json_schema": schema, "constraint_budget": False},
+    )
+    assert raw.choices[0].finish_reason == "length"
+
+
 def test_json_object_response_format_is_json(oai):
     reply = oai.chat.completions.create(
         model="tiny",
@@ -356,7 +373,7 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
         ("/generate", {"text": "hi", "sampling_params": {"json_schema": "{not json"}}),
         ("/generate", {"text": "hi", "sampling_params": {"regex": "a", "choices": ["a"]}}),
         ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= ("}}),
-        ("/generate", {"text": "hi", "sampling_params": {"lark": "start: (\"a\""}}),
+        ("/generate", {"text": "hi", "sampling_params": {"lark": 'start: ("a"'}}),
         ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= 'a'", "regex": "a"}}),
         ("/generate", {"text": "hi", "input_ids": [1]}),
         ("/generate", {"input_ids": [10**9]}),

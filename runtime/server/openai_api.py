@@ -61,7 +61,13 @@ def _reject_unsupported(body: SamplingExtras) -> None:
 
 def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
     """The constraint fields from `response_format` and the extra body (validated later)."""
-    fields = {"regex": body.regex, "choices": body.choices, "ebnf": body.ebnf, "lark": body.lark}
+    fields = {
+        "regex": body.regex,
+        "choices": body.choices,
+        "ebnf": body.ebnf,
+        "lark": body.lark,
+        "constraint_budget": body.constraint_budget,
+    }
     response_format = body.response_format
     if response_format is None or response_format.type == "text":
         return {**fields, "json_schema": body.json_schema}

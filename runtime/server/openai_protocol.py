@@ -112,6 +112,7 @@ class SamplingExtras(_Request):
     choices: list[str] | None = None
     ebnf: str | None = None  # SGLang's GBNF-style grammar (start rule `root`)
     lark: str | None = None  # a Lark grammar (start rule `start`)
+    constraint_budget: StrictBool = True  # False: a constrained output is truncated raw
     response_format: ResponseFormat | None = None
     cache_salt: str | None = None  # prefix cache namespace (vLLM's extra)
 
