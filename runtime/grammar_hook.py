@@ -137,15 +137,11 @@ class GrammarHook:
         remaining = self.remaining_tokens(req)
         if needed is None or needed <= remaining:
             return None
-        limit = (
-            "max_new_tokens"
-            if remaining == req.sampling_params.max_new_tokens
-            else ("the room left in the context")
-        )
         return (
             f"max_new_tokens too small for the constraint: its shortest match needs {needed} "
-            f"tokens, {limit} allows {remaining} (raise max_new_tokens, or set "
-            "constraint_budget=false to accept a truncated output)"
+            f"tokens, only {remaining} remain (max_new_tokens="
+            f"{req.sampling_params.max_new_tokens}); raise max_new_tokens, or set "
+            "constraint_budget=false to accept a truncated output"
         )
 
     def has_pending_compiles(self) -> bool:

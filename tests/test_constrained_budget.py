@@ -195,3 +195,22 @@ def test_docs_budget_example_runs():
     docs = Path(__file__).resolve().parents[1] / "docs" / "constrained.md"
     section = docs.read_text().split("## Valid at the token budget")[1]
     exec(section.split("```python")[1].split("```")[0], {})
+
+
+@pytest.mark.parametrize("backend_name", ["outlines", "llguidance"])
+def test_jump_forward_predicts_the_completion_left_after_it(backend_name):
+    """The hook takes a jump only if a completion still fits after it: the prediction must
+    equal the distance once the jump is applied."""
+    backend = GrammarBackend(
+        tiny_tokenizer_path(), grammar_backend=backend_name, constraint_budget=True
+    )
+    grammar = backend.compile(ConstraintSpec.json_schema(json.dumps(LONG_STRING_SCHEMA)))
+    if backend_name == "outlines":
+        grammar.build_char_automaton()  # normally built in the background
+    matcher = grammar.new_matcher()
+    plan = matcher.find_jump_forward()  # '{"note":"' is forced at the start
+    assert plan is not None and plan.append_ids
+    predicted = matcher.min_completion_tokens_after(plan)
+    matcher.apply_jump_forward(plan)
+    assert predicted == matcher.min_completion_tokens() and predicted > 0
+    backend.shutdown()
