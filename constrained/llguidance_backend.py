@@ -91,6 +91,8 @@ class LLGuidanceCompiler:
         if matcher.is_error():
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
         table = None
+        if self._constraint_budget and pattern is None:
+            pattern = _budget_regex(spec)
         if self._constraint_budget and pattern is not None:
             table = ByteDistanceTable(pattern, self.vocab, self._encode, self._byte_spelling)
         compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), table)
@@ -151,6 +153,21 @@ def llguidance_grammar_and_regex(spec: ConstraintSpec) -> tuple[str, str | None]
     if spec.kind == "lark":
         return llguidance.LLMatcher.grammar_from_lark(spec.spec), None
     raise ValueError(f"the llguidance backend cannot compile kind={spec.kind!r}")
+
+
+def _budget_regex(spec: ConstraintSpec) -> str | None:
+    """The flat regex of a schema that llguidance enforces as a Lark grammar, for the token
+    budget's distance table only; None where the two could differ (any `$ref`: recursion).
+
+    Where the flat regex caps any-value nesting the Lark grammar does not, the table tracks a
+    subset: near the budget it steers into that subset (still valid); off it, no bound.
+    """
+    if spec.kind != "json_schema" or "$ref" in spec.spec:
+        return None
+    try:
+        return spec.to_regex()
+    except ValueError:  # UnsupportedSchemaError is one
+        return None
 
 
 class LLGuidanceGrammar(ConstraintGrammar):

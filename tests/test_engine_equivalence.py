@@ -191,7 +191,21 @@ CONSTRAINED = [
     ("Answer:", {"temperature": 0, "regex": r"(yes|no)-[0-9]{2,3}"}),
     ("Answer:", {"temperature": 1.0, "seed": 5, "regex": r"(yes|no)-[0-9]{2,3}"}),
     ("Person:", {"temperature": 0.9, "seed": 1, "json_schema": PERSON_SCHEMA}),
-    ("Person:", {"temperature": 0, "json_schema": PERSON_SCHEMA, "max_new_tokens": 7}),
+    # Cut by its budget: raw truncation (opted out), and steered to a complete match (12
+    # tokens, just above the shortest match) under the budget-aware mask.
+    (
+        "Person:",
+        {
+            "temperature": 0,
+            "json_schema": PERSON_SCHEMA,
+            "max_new_tokens": 7,
+            "constraint_budget": False,
+        },
+    ),
+    (
+        "Person:",
+        {"temperature": 0.7, "seed": 3, "json_schema": PERSON_SCHEMA, "max_new_tokens": 12},
+    ),
     ("Pick one:", {"temperature": 1.0, "seed": 2, "choices": ["red", "blue", "green"]}),
     ("Numbers:", {"temperature": 0.8, "seed": 3, "ebnf": NUMBER_LIST_EBNF}),
     ("Say:", {"temperature": 0.7, "seed": 4, "regex": "[a-z ]{1,30}", "stop": [" a"]}),
