@@ -170,7 +170,12 @@ class OverlapDecoder:
             running.filter(keep)
         next_reqs = running.reqs
         forward_batch = self._build_forward_batch(
-            next_reqs, previous, keep, prefix_lens, host_runs, counts
+            next_reqs,
+            previous=previous,
+            previous_rows=keep,
+            prefix_lens=prefix_lens,
+            host_runs=host_runs,
+            counts=counts,
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
@@ -196,16 +201,32 @@ class OverlapDecoder:
         )
         return result
 
-    def _build_forward_batch(self, next_reqs, previous, keep, prefix_lens, host_runs, counts):
+    def _build_forward_batch(
+        self,
+        next_reqs: list[Req],
+        *,
+        previous: InflightDecode | None,
+        previous_rows: list[int],
+        prefix_lens: list[int],
+        host_runs: list[list[int] | None],
+        counts: list[int],
+    ):
         """The launched step's batch: one token per row (the CUDA-graph decode), or an extend
         forward when a jump-forward's run is among them. Input ids that only the device has
-        (the pending samples) never go through the host."""
+        (the pending samples, `host_runs[row]` None) never go through the host.
+
+        Args:
+            next_reqs: its rows; row j was row `previous_rows[j]` of `previous`.
+            prefix_lens: tokens of each row with KV computed or in flight.
+            host_runs: each row's new tokens known on the host, or None for its pending sample.
+            counts: each row's new tokens (1 for a pending sample).
+        """
         device = self.runner.device
         device_rows = [row for row, run in enumerate(host_runs) if run is None]
         pending_ids = None  # [len(device_rows)] int64 on the device
         if device_rows:
-            previous_rows = host_ints_to_device([keep[row] for row in device_rows], device)
-            pending_ids = previous.next_token_ids[previous_rows]
+            rows = host_ints_to_device([previous_rows[row] for row in device_rows], device)
+            pending_ids = previous.next_token_ids[rows]
         is_decode = len(counts) == sum(counts)
         if is_decode and len(device_rows) == len(counts):
             input_ids = pending_ids

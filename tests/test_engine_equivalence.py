@@ -8,6 +8,8 @@ leaks no KV slot once drained.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import transformers
@@ -261,7 +263,7 @@ def test_constrained_decode_steps_are_overlapped(tiny_model_path):
 # ---- jump-forward: forced runs computed inside the running batch's forward ----------------------
 
 JUMP_PROMPTS = QUESTIONS[:4]
-# One constraint: one compile, so the four are admitted by one extend. Penalties count
+# Penalties count
 # the jumped runs too (as a request resumed after retraction recounts its output).
 JUMP_PARAMS = [
     {"max_new_tokens": 30, "temperature": 0.8, "seed": seed, "json_schema": PERSON_SCHEMA}
@@ -289,6 +291,12 @@ def make_jump_scheduler(tiny_model_path, **options):
             sampling_params=SamplingParams.from_dict(params),
         )
         scheduler.add_request(request)
+    # Compiled before the first step, so one extend admits all four.
+    waiting = list(scheduler.batches.waiting)
+    while not all(req.grammar_ready for req in waiting):
+        for req in waiting:
+            assert scheduler.grammar.poll(req) is None
+        time.sleep(0.01)
     return scheduler
 
 
