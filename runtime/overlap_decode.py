@@ -20,10 +20,13 @@ What keeps the outputs identical:
   result is dropped and its KV slot freed when N is processed.
 - Positions count the one pending (not yet processed) token; sampling runs after step N is
   processed, so its counters (seeded draws) and masks see the request's whole output.
-- Requests with logprobs, below `min_new_tokens`, or that may jump forward do not overlap
-  (a jump rewrites the output the step ahead was built on). Extend batches, retraction,
-  aborts and constraint compiles first process the step in flight (everything else runs as
-  before).
+- A jump-forward found while processing N (llguidance: it only appends) leaves N+1's row
+  with a valid KV but a stale sample: dropped, and the run goes into the step after as one
+  multi-token row (an extend forward whose other rows' ids are patched in on the device).
+- Requests with logprobs, below `min_new_tokens`, or whose jump-forward may retract the
+  sampled token (outlines) do not overlap. Extend batches, retraction and
+  aborts first process the step in flight (everything else runs as before); a constraint
+  compiling for a waiting request does not.
 """
 
 from __future__ import annotations

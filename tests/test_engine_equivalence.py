@@ -378,3 +378,50 @@ def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, opt
             assert_drained_without_leaks(engine)
         results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
     assert results[1] == results[0]
+
+
+def test_a_compiling_constraint_does_not_stop_the_overlap(tiny_model_path, monkeypatch):
+    """While a waiting request's constraint compiles (here: until the test says so), the
+    running constrained request keeps decoding with a step in flight; a failed compile fails
+    that request alone."""
+    from concurrent.futures import Future
+
+    from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+
+    args = ServerArgs(model_path=tiny_model_path, dtype="float32", enable_overlap_schedule=True)
+    scheduler = Scheduler(args)
+    params = {"max_new_tokens": 40, "temperature": 0, "regex": "[0-9]{30}"}
+    scheduler.add_request(
+        GenerateReq(rid="a", input_ids=[5, 6, 7], sampling_params=SamplingParams.from_dict(params))
+    )
+    while scheduler.inflight is None:
+        scheduler.step()
+    compile_future: Future = Future()  # fault injection: a compile that runs until we end it
+    backend = scheduler.grammar._get_backend()
+    monkeypatch.setattr(backend, "compile_async", lambda spec, timeout_s: compile_future)
+    params = {"max_new_tokens": 4, "regex": "[a-z]+"}
+    scheduler.add_request(
+        GenerateReq(rid="b", input_ids=[8, 9], sampling_params=SamplingParams.from_dict(params))
+    )
+    decoder, resolved = scheduler.overlap_decoder, []
+    real_resolve = decoder.resolve
+    monkeypatch.setattr(
+        decoder,
+        "resolve",
+        lambda running: resolved.append(decoder.inflight) or real_resolve(running),
+    )
+    for _ in range(3):
+        assert scheduler.step() and scheduler.inflight is not None
+    compile_future.set_exception(ValueError("no such grammar"))
+    outputs = scheduler.step()
+    assert scheduler.inflight is not None
+    assert not any(resolved)  # no step in flight was processed without a launch after it
+    failed = [o for o in outputs if o.rid == "b"]
+    assert failed and failed[0].finished and "no such grammar" in failed[0].error
+    while scheduler.has_work():
+        outputs += scheduler.step()
+    assert outputs[-1].rid == "a" and outputs[-1].finished
+    scheduler.check_integrity()
+    scheduler.shutdown()
