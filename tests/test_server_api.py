@@ -356,7 +356,7 @@ LONG_PROMPT = [5] * (CONTEXT_LENGTH + 10)
         ("/generate", {"text": "hi", "sampling_params": {"json_schema": "{not json"}}),
         ("/generate", {"text": "hi", "sampling_params": {"regex": "a", "choices": ["a"]}}),
         ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= ("}}),
-        ("/generate", {"text": "hi", "sampling_params": {"lark": 'start: ("a"'}}),
+        ("/generate", {"text": "hi", "sampling_params": {"lark": "start: (\"a\""}}),
         ("/generate", {"text": "hi", "sampling_params": {"ebnf": "root ::= 'a'", "regex": "a"}}),
         ("/generate", {"text": "hi", "input_ids": [1]}),
         ("/generate", {"input_ids": [10**9]}),
