@@ -2,10 +2,10 @@
 
 It owns where requests wait: `waiting` (policy-ordered), the `running` decode batch (with
 the requests a jump-forward extended: their forced runs are computed inside its next
-forward), and the `chunked_req` whose prefill continues. Each step it forms an extend batch under the budgets
-(`PrefillAdder`), or the running batch for a decode step, making room for decode by
-evicting, then retracting running requests (their KV goes to the cache; they wait to resume
-with the same output).
+forward), and the `chunked_req` whose prefill continues. Each step it forms an extend batch
+under the budgets (`PrefillAdder`), or the running batch for a decode step, making room for
+decode by evicting, then retracting running requests (their KV goes to the cache; they wait
+to resume with the same output).
 
 Extend budgets, per batch:
 - KV: new tokens plus decode headroom must fit in the obtainable slots (free + evictable).
