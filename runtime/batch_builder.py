@@ -2,10 +2,10 @@
 
 It owns where requests wait: `waiting` (policy-ordered), the `running` decode batch (with
 the requests a jump-forward extended: their forced runs are computed inside its next
-forward), and the `chunked_req` whose prefill continues. Each step it forms an extend batch under the budgets
-(`PrefillAdder`), or the running batch for a decode step, making room for decode by
-evicting, then retracting running requests (their KV goes to the cache; they wait to resume
-with the same output).
+forward), and the `chunked_req` whose prefill continues. Each step it forms an extend batch
+under the budgets (`PrefillAdder`), or the running batch for a decode step, making room for
+decode by evicting, then retracting running requests (their KV goes to the cache; they wait
+to resume with the same output).
 
 Extend budgets, per batch:
 - KV: new tokens plus decode headroom must fit in the obtainable slots (free + evictable).
@@ -101,14 +101,19 @@ class BatchBuilder:
             base = self.server_args.new_token_ratio
             self.new_token_ratio = max(base, self.new_token_ratio - RATIO_DECAY)
 
-    def remove_finished(self, keep_waiting: Callable[[Req], bool]) -> list[Req]:
-        """Takes finished (aborted or failed) requests out of every queue and returns them;
-        `keep_waiting(req)` decides for each waiting request (it may finish it first)."""
+    def remove_finished(
+        self, keep_waiting: Callable[[Req], bool], *, waiting_only: bool = False
+    ) -> list[Req]:
+        """Takes finished (aborted or failed) requests out of every queue (only the waiting
+        one with `waiting_only`) and returns them; `keep_waiting(req)` decides for each
+        waiting request (it may finish it first)."""
         removed = []
         still_waiting = []
         for req in self.waiting:
             (still_waiting if keep_waiting(req) else removed).append(req)
         self.waiting = still_waiting
+        if waiting_only:
+            return removed
         if self.chunked_req is not None and self.chunked_req.finished:
             removed.append(self.chunked_req)
             self.chunked_req = None

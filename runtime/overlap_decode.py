@@ -20,10 +20,13 @@ What keeps the outputs identical:
   result is dropped and its KV slot freed when N is processed.
 - Positions count the one pending (not yet processed) token; sampling runs after step N is
   processed, so its counters (seeded draws) and masks see the request's whole output.
-- Requests with logprobs, below `min_new_tokens`, or that may jump forward do not overlap
-  (a jump rewrites the output the step ahead was built on). Extend batches, retraction,
-  aborts and constraint compiles first process the step in flight (everything else runs as
-  before).
+- A jump-forward found while processing N (llguidance: it only appends) leaves N+1's row
+  with a valid KV but a stale sample: dropped, and the run goes into the step after as one
+  multi-token row (an extend forward whose other rows' ids are patched in on the device).
+- Requests with logprobs, below `min_new_tokens`, or whose jump-forward may retract the
+  sampled token (outlines) do not overlap. Extend batches, retraction and
+  aborts first process the step in flight (everything else runs as before); a constraint
+  compiling for a waiting request does not.
 """
 
 from __future__ import annotations
@@ -170,7 +173,12 @@ class OverlapDecoder:
             running.filter(keep)
         next_reqs = running.reqs
         forward_batch = self._build_forward_batch(
-            next_reqs, previous, keep, prefix_lens, host_runs, counts
+            next_reqs,
+            previous=previous,
+            previous_rows=keep,
+            prefix_lens=prefix_lens,
+            host_runs=host_runs,
+            counts=counts,
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
@@ -196,16 +204,32 @@ class OverlapDecoder:
         )
         return result
 
-    def _build_forward_batch(self, next_reqs, previous, keep, prefix_lens, host_runs, counts):
+    def _build_forward_batch(
+        self,
+        next_reqs: list[Req],
+        *,
+        previous: InflightDecode | None,
+        previous_rows: list[int],
+        prefix_lens: list[int],
+        host_runs: list[list[int] | None],
+        counts: list[int],
+    ):
         """The launched step's batch: one token per row (the CUDA-graph decode), or an extend
         forward when a jump-forward's run is among them. Input ids that only the device has
-        (the pending samples) never go through the host."""
+        (the pending samples, `host_runs[row]` None) never go through the host.
+
+        Args:
+            next_reqs: its rows; row j was row `previous_rows[j]` of `previous`.
+            prefix_lens: tokens of each row with KV computed or in flight.
+            host_runs: each row's new tokens known on the host, or None for its pending sample.
+            counts: each row's new tokens (1 for a pending sample).
+        """
         device = self.runner.device
         device_rows = [row for row, run in enumerate(host_runs) if run is None]
         pending_ids = None  # [len(device_rows)] int64 on the device
         if device_rows:
-            previous_rows = host_ints_to_device([keep[row] for row in device_rows], device)
-            pending_ids = previous.next_token_ids[previous_rows]
+            rows = host_ints_to_device([previous_rows[row] for row in device_rows], device)
+            pending_ids = previous.next_token_ids[rows]
         is_decode = len(counts) == sum(counts)
         if is_decode and len(device_rows) == len(counts):
             input_ids = pending_ids

@@ -210,9 +210,7 @@ class Scheduler:
     def _step(self) -> list[ReqOutput]:
         outputs, self.pending_outputs = self.pending_outputs, []
         overlap, batches = self.overlap_decoder, self.batches
-        if self.inflight is not None and (
-            self._abort_pending or self.grammar.has_pending_compiles()
-        ):
+        if self.inflight is not None and self._abort_pending:
             outputs += self._apply(overlap.resolve(batches.running), decoded=True)
         outputs += self._drop_aborted_and_failed()
         batch = None
@@ -296,8 +294,11 @@ class Scheduler:
         # the scans (O(requests) each step) when neither can have happened.
         if not self._abort_pending and not self.grammar.has_pending_compiles():
             return []
+        # A compile finishes only waiting requests: the running batch, which may hold the
+        # rows of a step in flight, is scanned only after an abort (which resolved that step).
+        waiting_only = not self._abort_pending
         self._abort_pending = False
-        removed = self.batches.remove_finished(self._keep_waiting)
+        removed = self.batches.remove_finished(self._keep_waiting, waiting_only=waiting_only)
         return [self.results.finish(req) for req in removed]
 
     def _keep_waiting(self, req: Req) -> bool:

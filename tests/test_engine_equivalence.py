@@ -272,115 +272,48 @@ def test_constrained_decode_steps_are_overlapped(tiny_model_path):
         scheduler.shutdown()
 
 
-# ---- jump-forward: forced runs computed inside the running batch's forward ----------------------
+def test_a_compiling_constraint_does_not_stop_the_overlap(tiny_model_path, monkeypatch):
+    """While a waiting request's constraint compiles (here: until the test says so), the
+    running constrained request keeps decoding with a step in flight; a failed compile fails
+    that request alone."""
+    from concurrent.futures import Future
 
-JUMP_PROMPTS = QUESTIONS[:4]
-# One constraint: one compile, so the four are admitted by one extend. Penalties count
-# the jumped runs too (as a request resumed after retraction recounts its output).
-JUMP_PARAMS = [
-    {"max_new_tokens": 30, "temperature": 0.8, "seed": seed, "json_schema": PERSON_SCHEMA}
-    for seed in range(2)
-] + [
-    {"max_new_tokens": 30, "temperature": 0, "json_schema": PERSON_SCHEMA},
-    {"max_new_tokens": 30, "temperature": 0.9, "seed": 5, "json_schema": PERSON_SCHEMA,
-     "frequency_penalty": 1.5, "repetition_penalty": 1.5},
-]  # fmt: skip
-
-
-def make_jump_scheduler(tiny_model_path, **options):
     from radixgen.runtime.request_schema import GenerateReq, SamplingParams
     from radixgen.runtime.scheduler import Scheduler
     from radixgen.runtime.server_args import ServerArgs
 
-    args = ServerArgs(
-        model_path=tiny_model_path, dtype="float32", enable_jump_forward=True, **options
-    )
+    args = ServerArgs(model_path=tiny_model_path, dtype="float32", enable_overlap_schedule=True)
     scheduler = Scheduler(args)
-    for i, (prompt, params) in enumerate(zip(JUMP_PROMPTS, JUMP_PARAMS, strict=True)):
-        request = GenerateReq(
-            rid=str(i),
-            input_ids=scheduler.tokenizer.encode(prompt),
-            sampling_params=SamplingParams.from_dict(params),
-        )
-        scheduler.add_request(request)
-    return scheduler
-
-
-def assert_penalty_counts_follow_outputs(scheduler) -> None:
-    """The running batch's penalty counts are its outputs' token counts (jumped runs
-    included), plus the sample in flight of each row whose sample will be kept."""
-    running, inflight = scheduler.batches.running, scheduler.inflight
-    counts = running.sampling_info.output_counts
-    for row, req in enumerate(running.reqs):
-        if req.finished:
-            continue  # a wasted row
-        expected = torch.bincount(torch.tensor(req.output_ids), minlength=counts.shape[1])
-        if inflight is not None and row not in inflight.stale_rows:
-            expected[inflight.host_token_ids[row]] += 1
-        assert torch.equal(counts[row], expected.to(counts.dtype)), req.rid
-
-
-def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
-    """A jumped request's forced run is one multi-token row of the running batch's next
-    forward: every forward samples every running request, so no step is spent on the run."""
-    from radixgen.runtime.req import ReqStatus
-
-    scheduler = make_jump_scheduler(tiny_model_path)
-    steps_with_a_jumped_row = 0
-    while scheduler.has_work():
-        running = {r.rid for r in scheduler.batches.running.reqs}
-        steps_with_a_jumped_row += any(
-            r.status is ReqStatus.JUMPED for r in scheduler.batches.running.reqs
-        )
-        # Every running request (jumped or not) samples in each step: none waits a step
-        # while another's forced run is computed.
-        assert running <= {output.rid for output in scheduler.step()}
-        if scheduler.batches.running.reqs:
-            assert_penalty_counts_follow_outputs(scheduler)
-    assert steps_with_a_jumped_row > 0
-    assert scheduler.counters.jump_forward_tokens > 0
-    scheduler.check_integrity()
-    scheduler.shutdown()
-
-
-def test_jump_forward_under_overlap_drops_stale_samples(tiny_model_path):
-    """A jump found while a step is in flight makes that step's sample stale (dropped, and
-    not counted by the penalties); the run goes into the next launched step."""
-    scheduler = make_jump_scheduler(tiny_model_path, enable_overlap_schedule=True)
-    num_stale = 0
-    while scheduler.has_work():
+    params = {"max_new_tokens": 40, "temperature": 0, "regex": "[0-9]{30}"}
+    scheduler.add_request(
+        GenerateReq(rid="a", input_ids=[5, 6, 7], sampling_params=SamplingParams.from_dict(params))
+    )
+    while scheduler.inflight is None:
         scheduler.step()
-        if scheduler.inflight is not None:
-            num_stale += len(scheduler.inflight.stale_rows)
-            assert_penalty_counts_follow_outputs(scheduler)
-    assert num_stale > 0
+    compile_future: Future = Future()  # fault injection: a compile that runs until we end it
+    backend = scheduler.grammar._get_backend()
+    monkeypatch.setattr(backend, "compile_async", lambda spec, timeout_s: compile_future)
+    params = {"max_new_tokens": 4, "regex": "[a-z]+"}
+    scheduler.add_request(
+        GenerateReq(rid="b", input_ids=[8, 9], sampling_params=SamplingParams.from_dict(params))
+    )
+    decoder, resolved = scheduler.overlap_decoder, []
+    real_resolve = decoder.resolve
+    monkeypatch.setattr(
+        decoder,
+        "resolve",
+        lambda running: resolved.append(decoder.inflight) or real_resolve(running),
+    )
+    for _ in range(3):
+        assert scheduler.step() and scheduler.inflight is not None
+    compile_future.set_exception(ValueError("no such grammar"))
+    outputs = scheduler.step()
+    assert scheduler.inflight is not None
+    assert not any(resolved)  # no step in flight was processed without a launch after it
+    failed = [o for o in outputs if o.rid == "b"]
+    assert failed and failed[0].finished and "no such grammar" in failed[0].error
+    while scheduler.has_work():
+        outputs += scheduler.step()
+    assert outputs[-1].rid == "a" and outputs[-1].finished
     scheduler.check_integrity()
     scheduler.shutdown()
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"max_total_tokens": 44, "new_token_ratio": 0.05},
-        {"enable_mixed_chunk": True, "chunked_prefill_size": 4, "max_prefill_tokens": 4},
-        {"enable_overlap_schedule": True},
-    ],
-    ids=["preemption", "mixed", "overlap"],
-)
-def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, options):
-    """Jumped rows beside decode rows, inside mixed chunks, retracted then resumed, and
-    found while a step was in flight (overlap: that step's sample is dropped, the run goes
-    into the next launched step beside rows whose input ids only the device has)."""
-    results = []
-    for engine_options in ({}, options):
-        with make_engine(tiny_model_path, enable_jump_forward=True, **engine_options) as engine:
-            outputs = engine.generate(JUMP_PROMPTS, JUMP_PARAMS)
-            stats = engine.get_stats()
-            assert stats["num_jump_forward_tokens"] > 0
-            if "max_total_tokens" in engine_options:
-                assert stats["num_retractions"] > 0
-            if "enable_mixed_chunk" in engine_options:
-                assert stats["num_mixed_steps"] > 0
-            assert_drained_without_leaks(engine)
-        results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
-    assert results[1] == results[0]
