@@ -191,6 +191,16 @@ def test_pattern_with_lengths_matches_search_semantics(pattern_text, min_length,
             assert bool(pattern.fullmatch(compact(value))) == expected, (schema, value)
 
 
+def test_lookaheads_after_a_leading_caret_are_intersections():
+    password = {"type": "string", "pattern": "^(?=.*[0-9])(?=.*[a-z]).{8,}$"}
+    assert_language(password, ["abcdefg1", "1234567x"], ["abcdefgh", "12345678", "a1"])
+    slug = {"type": "string", "pattern": "^(?=.{3,8}$)[a-z]+(-[a-z]+)*$"}
+    assert_language(slug, ["abc", "ab-cd", "a-b-c-d"], ["ab", "abcdefghi", "ab-"])
+    assert_language({"pattern": "^(?!admin$)[a-z]+$"}, ["admins", "bob"], ["admin", "Bob"])
+    with pytest.raises(UnsupportedSchemaError, match="right after a leading"):
+        json_schema_to_regex({"pattern": "a(?=b)"})
+
+
 def test_pattern_outside_the_lengths_leaves_other_types():
     assert_language({"pattern": "^abc$", "maxLength": 2}, [1, None, [1]], ["abc", "ab"])
 
@@ -521,7 +531,7 @@ def test_whitespace_option():
             "#",
         ),
         ({"if": {"format": "date"}, "then": {"maxLength": 3}}, "format", "#/if"),
-        ({"pattern": "^(?=a)"}, "pattern", "#"),
+        ({"pattern": "x(?=a)"}, "pattern", "#"),
         ({"contains": {"type": "null"}, "unevaluatedItems": False}, "unevaluatedItems", "#"),
         (
             {
