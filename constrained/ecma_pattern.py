@@ -8,17 +8,25 @@ our regex must match the whole encoded literal. So the pattern is parsed into a 
 
 Supported: literals, escapes (\\d \\D \\w \\W \\s \\S \\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\u{H..}
 and escaped punctuation), classes with ranges and negation, `.`, groups (plain, `(?:`, named),
-`|`, greedy and lazy quantifiers, `^`/`$` at the ends of top-level alternatives, and lookaheads
-right after a leading `^` (also ending in `$`). Code points are matched as Unicode code points
-(the `u` flag semantics). Rejected: other lookaround, backreferences, word boundaries, `\\p{..}`,
-`\\cX`, anchors elsewhere.
+`|`, greedy and lazy quantifiers, `^`/`$` anywhere (mid-pattern ones, as in `(^|\\.)example$`,
+are read by the automaton), and lookaheads right after a leading `^` (also ending in `$`). Code
+points are matched as Unicode code points (the `u` flag semantics). Rejected: other lookaround,
+backreferences, word boundaries, `\\p{..}`, `\\cX`.
 """
 
 from __future__ import annotations
 
 from radixgen.constrained.pattern_automaton import And, Leaf, Not, language_tree
 from radixgen.constrained.pattern_length import PatternError
-from radixgen.constrained.pattern_tree import ANY_TEXT, CodePoints, Concat, Ranges, Repeat, Union
+from radixgen.constrained.pattern_tree import (
+    ANY_TEXT,
+    Anchor,
+    CodePoints,
+    Concat,
+    Ranges,
+    Repeat,
+    Union,
+)
 from radixgen.constrained.regex_text import complement_ranges, normalize_ranges
 
 __all__ = ["PatternError", "parse_pattern"]
@@ -56,13 +64,14 @@ def parse_pattern(pattern: str) -> object:
         languages.append(parts[0] if len(parts) == 1 else And(tuple(parts)))
     if plain:
         trees = [language.tree for language in languages]
-        return trees[0] if len(trees) == 1 else Union(tuple(trees))
+        tree = trees[0] if len(trees) == 1 else Union(tuple(trees))
+        if not parser.has_anchors:
+            return tree
+        languages = [Leaf(tree)]  # anchors mid-pattern: the automaton removes them
     # A or B = not (not A and not B): the language algebra has only And and Not.
     either = languages[0] if len(languages) == 1 else Not(And(tuple(Not(x) for x in languages)))
     tree = language_tree(either)
-    if tree is None:
-        raise PatternError(f"pattern {pattern!r} matches no string")
-    return tree
+    return CodePoints(()) if tree is None else tree  # an empty class: no string matches
 
 
 class _Parser:
@@ -71,6 +80,7 @@ class _Parser:
     def __init__(self, pattern: str):
         self.pattern = pattern
         self.index = 0
+        self.has_anchors = False  # `^`/`$` inside the pattern, not only at its ends
 
     def parse_top_level(self) -> list[tuple[bool, list, object, bool]]:
         """(anchored at the start, lookaheads, body, anchored at the end) per alternative."""
@@ -116,9 +126,14 @@ class _Parser:
                 at_end = self.index == len(self.pattern) or self._peek() in "|" + closing
                 if top_level and at_end:
                     return Concat(tuple(items)), True
-                self._fail("'$' is only supported at the end of the pattern")
+                items.append(Anchor(at_start=False))  # mid-pattern: read by the automaton
+                self.has_anchors = True
+                continue
             if self._peek() == "^":
-                self._fail("'^' is only supported at the start of the pattern")
+                self.index += 1
+                items.append(Anchor(at_start=True))
+                self.has_anchors = True
+                continue
             items.append(self._parse_quantified())
         return Concat(tuple(items)), False
 

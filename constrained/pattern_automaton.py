@@ -16,7 +16,7 @@ import bisect
 from dataclasses import dataclass
 
 from radixgen.constrained.pattern_length import PatternError
-from radixgen.constrained.pattern_tree import CodePoints, Concat, Ranges, Repeat, Union
+from radixgen.constrained.pattern_tree import Anchor, CodePoints, Concat, Ranges, Repeat, Union
 from radixgen.constrained.regex_text import MAX_CODE_POINT, normalize_ranges
 
 MAX_NFA_STATES = 20_000
@@ -118,12 +118,15 @@ class _Nfa:
     def __init__(self) -> None:
         self.edges: list[list[tuple[frozenset[int], int]]] = []
         self.epsilon: list[list[int]] = []
+        # Zero-width moves allowed only before the first character (`^`) or after the last (`$`).
+        self.at_start: list[list[int]] = []
+        self.at_end: list[list[int]] = []
 
     def new_state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
             raise PatternError("pattern combination too large to build an automaton for")
-        self.edges.append([])
-        self.epsilon.append([])
+        for table in (self.edges, self.epsilon, self.at_start, self.at_end):
+            table.append([])
         return len(self.edges) - 1
 
     def add(self, node: object, start: int, starts: list[int]) -> int:
@@ -136,6 +139,10 @@ class _Nfa:
             for item in node.items:
                 start = self.add(item, start, starts)
             return start
+        if isinstance(node, Anchor):
+            end = self.new_state()
+            (self.at_start if node.at_start else self.at_end)[start].append(end)
+            return end
         if isinstance(node, Union):
             end = self.new_state()
             for option in node.options:
@@ -155,10 +162,12 @@ class _Nfa:
             self.epsilon[start].append(end)
         return end
 
-    def closure(self, states) -> frozenset[int]:
+    def closure(self, states, anchors: list[list[int]] | None = None) -> frozenset[int]:
+        """States reachable by empty moves (and by the zero-width `anchors` moves, if given)."""
         seen, stack = set(states), list(states)
         while stack:
-            for nxt in self.epsilon[stack.pop()]:
+            state = stack.pop()
+            for nxt in self.epsilon[state] + (anchors[state] if anchors else []):
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append(nxt)
@@ -169,7 +178,7 @@ def _tree_dfa(tree: object, starts: list[int]) -> _Dfa:
     nfa = _Nfa()
     start = nfa.new_state()
     end = nfa.add(tree, start, starts)
-    initial = nfa.closure([start])
+    initial = nfa.closure([start], nfa.at_start)
     index = {initial: 0}
     order = [initial]
     transitions: list[list[int]] = []
@@ -192,7 +201,7 @@ def _tree_dfa(tree: object, starts: list[int]) -> _Dfa:
                 order.append(target)
             row.append(index[target])
         transitions.append(row)
-    accepting = {number for state, number in index.items() if end in state}
+    accepting = {number for state, number in index.items() if end in nfa.closure(state, nfa.at_end)}
     return _Dfa(transitions, accepting)
 
 

@@ -201,6 +201,15 @@ def test_lookaheads_after_a_leading_caret_are_intersections():
         json_schema_to_regex({"pattern": "a(?=b)"})
 
 
+def test_anchors_mid_pattern():
+    domain = {"type": "string", "pattern": "(^|\\.)example\\.com$"}
+    assert_language(domain, ["example.com", "a.example.com"], ["aexample.com", "example.com.x"])
+    assert_language({"pattern": "x($|y)"}, ["x", "xy", "axyz"], ["xz", "y"])
+    assert_language({"pattern": "a$b"}, [1, None], ["ab", "a", ""])  # no string matches
+    with pytest.raises(UnsatisfiableSchemaError):
+        json_schema_to_regex({"type": "string", "pattern": "a$b"})
+
+
 def test_pattern_outside_the_lengths_leaves_other_types():
     assert_language({"pattern": "^abc$", "maxLength": 2}, [1, None, [1]], ["abc", "ab"])
 
@@ -218,7 +227,7 @@ def test_variable_repetition_with_length_gets_a_capped_subset():
         )
 
 
-@pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}", "a^b"])
+@pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}"])
 def test_unsupported_pattern_syntax_is_rejected(pattern_text):
     with pytest.raises(UnsupportedSchemaError) as error:
         json_schema_to_regex({"properties": {"p": {"pattern": pattern_text}}})
