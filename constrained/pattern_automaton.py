@@ -384,26 +384,10 @@ def _size(tree: object) -> int:
     return count
 
 
-def decimal_multiples_tree(divisor: int, with_zero: bool) -> object | None:
-    """Canonical positive decimal integers (and "0" if `with_zero`) divisible by `divisor`.
-
-    The remainder automaton reads digits left to right (r -> (10 r + digit) mod divisor), so
-    divisibility by any integer is regular; written back as a tree by state elimination.
+def dfa_tree(transitions: list[list[int]], accepting: set[int], starts: list[int]) -> object | None:
+    """A tree for a complete DFA given as a table over the intervals beginning at `starts`.
 
     Raises:
-        PatternError: the written tree would be too large (large divisors).
+        PatternError: the written tree would be too large.
     """
-    digits = [ord(str(digit)) for digit in range(10)]
-    starts = sorted({0, *digits, digits[-1] + 1})  # each digit its own interval
-    symbol_of = {chr(code): starts.index(code) for code in digits}
-    start, zero, dead, first_residue = 0, 1, 2, 3
-    transitions = [[dead] * len(starts) for _ in range(first_residue + divisor)]
-    transitions[start][symbol_of["0"]] = zero
-    for digit in range(1, 10):
-        transitions[start][symbol_of[str(digit)]] = first_residue + digit % divisor
-    for residue in range(divisor):
-        for digit in range(10):
-            target = first_residue + (10 * residue + digit) % divisor
-            transitions[first_residue + residue][symbol_of[str(digit)]] = target
-    accepting = {first_residue} | ({zero} if with_zero else set())
     return _to_tree(_minimise(_Dfa(transitions, accepting)), starts)
