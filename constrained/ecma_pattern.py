@@ -53,8 +53,12 @@ def parse_pattern(pattern: str) -> object:
     the result is then computed by automaton (`pattern_automaton`), still exactly.
     """
     parser = _Parser(pattern)
+    try:
+        alternatives = parser.parse_top_level()
+    except IndexError:  # the pattern ended inside a construct
+        raise PatternError(f"pattern {pattern!r} ends too early") from None
     languages, plain = [], True
-    for anchored_start, lookaheads, body, anchored_end in parser.parse_top_level():
+    for anchored_start, lookaheads, body, anchored_end in alternatives:
         items = (
             ([] if anchored_start else [ANY_TEXT]) + [body] + ([] if anchored_end else [ANY_TEXT])
         )
@@ -188,7 +192,10 @@ class _Parser:
         if self.pattern.startswith("?:", self.index):
             self.index += 2
         elif self.pattern.startswith("?<", self.index) and self.pattern[self.index + 2] not in "=!":
-            self.index = self.pattern.index(">", self.index) + 1
+            close = self.pattern.find(">", self.index)
+            if close == -1:
+                self._fail("a group name without '>'")
+            self.index = close + 1
         elif self._peek() == "?":
             self._fail("lookaround is supported only right after a leading '^'")
         inner = self._parse_alternation()

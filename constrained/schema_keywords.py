@@ -169,7 +169,8 @@ def _check_values(schema: dict, path: str) -> None:
             malformed("multipleOf", "a positive number")
     if "pattern" in schema and not isinstance(schema["pattern"], str):
         malformed("pattern", "a string")
-    for keyword in ("properties", "patternProperties", "dependentRequired", "dependentSchemas"):
+    maps = ("properties", "patternProperties", "dependentRequired", "dependentSchemas")
+    for keyword in (*maps, "dependencies"):
         if keyword in schema and not isinstance(schema[keyword], dict):
             malformed(keyword, "an object")
     for keyword in ("required",):

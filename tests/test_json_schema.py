@@ -809,3 +809,20 @@ def test_contradictions_name_the_keyword_and_path(schema, keyword, path, reason)
     assert str(error.value).startswith("no value satisfies the schema: ")
     assert reason in str(error.value)
     assert isinstance(error.value, UnsupportedSchemaError)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"patternProperties": {"(": {"type": "string"}}},
+        {"pattern": "(?<n"},
+        {"pattern": "[a"},
+        {"dependencies": 3},
+        {"properties": [1]},
+        {"anyOf": [3]},
+        {"if": 3, "then": {}},
+    ],
+)
+def test_malformed_schemas_raise_value_errors(schema):
+    with pytest.raises(ValueError):  # UnsupportedSchemaError is one too: a 400, never a 500
+        json_schema_to_regex(schema)
