@@ -259,6 +259,7 @@ def test_format_with_length_and_unknown_format():
     assert_language(url, ["https://example.com/a/b?c=d#e", "urn:x"], [long_url, ""])
     # An unknown format is an annotation (JSON Schema's rule): any string.
     assert_language({"type": "string", "format": "int64"}, ["x", ""], [1])
+    assert_language({"type": "string", "format": ["not", "a", "name"]}, ["x"], [1])
 
 
 # ---- objects ----
