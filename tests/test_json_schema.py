@@ -388,6 +388,16 @@ def test_unique_items_when_trivial_or_finitely_many_values():
     )
     with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #/items"):
         json_schema_to_regex({"items": {"type": "array", "uniqueItems": True}})
+    # Counted sets (pydantic conset(Enum, min_length=2, max_length=3)): each choice written out.
+    counted = {"items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True}
+    counted.update(minItems=2, maxItems=3)
+    assert_language(
+        counted, [["a", "b"], ["b", "c", "d"]], [["a"], ["a", "a"], ["a", "b", "c", "d"]]
+    )
+    with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #: with minItems > 1"):
+        json_schema_to_regex(
+            {"items": {"enum": list(range(9))}, "uniqueItems": True, "minItems": 2}
+        )
 
 
 # ---- enum, const, combinators ----
