@@ -8,15 +8,25 @@ our regex must match the whole encoded literal. So the pattern is parsed into a 
 
 Supported: literals, escapes (\\d \\D \\w \\W \\s \\S \\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\u{H..}
 and escaped punctuation), classes with ranges and negation, `.`, groups (plain, `(?:`, named),
-`|`, greedy and lazy quantifiers, and `^`/`$` at the ends of top-level alternatives. Code points
-are matched as Unicode code points (the `u` flag semantics). Rejected: lookaround, backreferences,
-word boundaries, `\\p{..}`, `\\cX`, anchors elsewhere.
+`|`, greedy and lazy quantifiers, `^`/`$` anywhere (mid-pattern ones, as in `(^|\\.)example$`,
+are read by the automaton), and lookaheads right after a leading `^` (also ending in `$`). Code
+points are matched as Unicode code points (the `u` flag semantics). Rejected: other lookaround,
+backreferences, word boundaries, `\\p{..}`, `\\cX`.
 """
 
 from __future__ import annotations
 
+from radixgen.constrained.pattern_automaton import And, Leaf, Not, language_tree
 from radixgen.constrained.pattern_length import PatternError
-from radixgen.constrained.pattern_tree import ANY_TEXT, CodePoints, Concat, Ranges, Repeat, Union
+from radixgen.constrained.pattern_tree import (
+    ANY_TEXT,
+    Anchor,
+    CodePoints,
+    Concat,
+    Ranges,
+    Repeat,
+    Union,
+)
 from radixgen.constrained.regex_text import complement_ranges, normalize_ranges
 
 __all__ = ["PatternError", "parse_pattern"]
@@ -36,15 +46,36 @@ _SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
 
 
 def parse_pattern(pattern: str) -> object:
-    """The search semantics of `pattern` as a whole-string tree."""
+    """The search semantics of `pattern` as a whole-string tree.
+
+    Lookaheads right after a leading `^` (`^(?=.*[0-9])(?!.*admin).{8,}$`, the usual password
+    rules) assert something about the whole string, so they are intersections of languages:
+    the result is then computed by automaton (`pattern_automaton`), still exactly.
+    """
     parser = _Parser(pattern)
-    options = []
-    for anchored_start, body, anchored_end in parser.parse_top_level():
+    try:
+        alternatives = parser.parse_top_level()
+    except IndexError:  # the pattern ended inside a construct
+        raise PatternError(f"pattern {pattern!r} ends too early") from None
+    languages, plain = [], True
+    for anchored_start, lookaheads, body, anchored_end in alternatives:
         items = (
             ([] if anchored_start else [ANY_TEXT]) + [body] + ([] if anchored_end else [ANY_TEXT])
         )
-        options.append(Concat(tuple(items)))
-    return options[0] if len(options) == 1 else Union(tuple(options))
+        parts = [Leaf(Concat(tuple(items)))]
+        parts += [Leaf(tree) if positive else Not(Leaf(tree)) for positive, tree in lookaheads]
+        plain = plain and not lookaheads
+        languages.append(parts[0] if len(parts) == 1 else And(tuple(parts)))
+    if plain:
+        trees = [language.tree for language in languages]
+        tree = trees[0] if len(trees) == 1 else Union(tuple(trees))
+        if not parser.has_anchors:
+            return tree
+        languages = [Leaf(tree)]  # anchors mid-pattern: the automaton removes them
+    # A or B = not (not A and not B): the language algebra has only And and Not.
+    either = languages[0] if len(languages) == 1 else Not(And(tuple(Not(x) for x in languages)))
+    tree = language_tree(either)
+    return CodePoints(()) if tree is None else tree  # an empty class: no string matches
 
 
 class _Parser:
@@ -53,18 +84,37 @@ class _Parser:
     def __init__(self, pattern: str):
         self.pattern = pattern
         self.index = 0
+        self.has_anchors = False  # `^`/`$` inside the pattern, not only at its ends
 
-    def parse_top_level(self) -> list[tuple[bool, object, bool]]:
+    def parse_top_level(self) -> list[tuple[bool, list, object, bool]]:
+        """(anchored at the start, lookaheads, body, anchored at the end) per alternative."""
         alternatives = []
         while True:
             anchored_start = self._take("^")
+            lookaheads = []
+            while anchored_start and self.pattern.startswith(("(?=", "(?!"), self.index):
+                lookaheads.append(self._parse_lookahead())
             body, anchored_end = self._parse_sequence(top_level=True)
-            alternatives.append((anchored_start, body, anchored_end))
+            alternatives.append((anchored_start, lookaheads, body, anchored_end))
             if not self._take("|"):
                 break
         if self.index != len(self.pattern):
             self._fail("unbalanced ')'")
         return alternatives
+
+    def _parse_lookahead(self) -> tuple[bool, object]:
+        """(positive, the strings from here that satisfy it) for `(?=...)` or `(?!...)`."""
+        positive = self.pattern[self.index + 2] == "="
+        self.index += 3
+        options = []
+        while True:
+            body, anchored_end = self._parse_sequence(top_level=True, closing=")")
+            options.append(body if anchored_end else Concat((body, ANY_TEXT)))
+            if not self._take("|"):
+                break
+        if not self._take(")"):
+            self._fail("missing ')' after a lookahead")
+        return positive, options[0] if len(options) == 1 else Union(tuple(options))
 
     def _parse_alternation(self) -> object:
         options = [self._parse_sequence(top_level=False)[0]]
@@ -72,17 +122,22 @@ class _Parser:
             options.append(self._parse_sequence(top_level=False)[0])
         return options[0] if len(options) == 1 else Union(tuple(options))
 
-    def _parse_sequence(self, top_level: bool) -> tuple[object, bool]:
+    def _parse_sequence(self, top_level: bool, closing: str = "") -> tuple[object, bool]:
         items = []
         while self.index < len(self.pattern) and self._peek() not in "|)":
             if self._peek() == "$":
                 self.index += 1
-                at_end = self.index == len(self.pattern) or self._peek() in "|"
+                at_end = self.index == len(self.pattern) or self._peek() in "|" + closing
                 if top_level and at_end:
                     return Concat(tuple(items)), True
-                self._fail("'$' is only supported at the end of the pattern")
+                items.append(Anchor(at_start=False))  # mid-pattern: read by the automaton
+                self.has_anchors = True
+                continue
             if self._peek() == "^":
-                self._fail("'^' is only supported at the start of the pattern")
+                self.index += 1
+                items.append(Anchor(at_start=True))
+                self.has_anchors = True
+                continue
             items.append(self._parse_quantified())
         return Concat(tuple(items)), False
 
@@ -137,9 +192,12 @@ class _Parser:
         if self.pattern.startswith("?:", self.index):
             self.index += 2
         elif self.pattern.startswith("?<", self.index) and self.pattern[self.index + 2] not in "=!":
-            self.index = self.pattern.index(">", self.index) + 1
+            close = self.pattern.find(">", self.index)
+            if close == -1:
+                self._fail("a group name without '>'")
+            self.index = close + 1
         elif self._peek() == "?":
-            self._fail("lookaround and other '(?' groups are not supported")
+            self._fail("lookaround is supported only right after a leading '^'")
         inner = self._parse_alternation()
         if not self._take(")"):
             self._fail("missing ')'")

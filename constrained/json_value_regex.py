@@ -73,15 +73,21 @@ def object_regex(
     return sequence("\\{", ws, body, ws, "\\}")
 
 
-def distinct_values_array_regex(values: list, non_empty: bool, ws: str) -> str | None:
-    """An array holding each of `values` at most once, in the order given (uniqueItems).
+def distinct_values_array_regex(values: list, fewest: int, most: int | None, ws: str) -> str | None:
+    """An array holding each of `values` at most once, in the order given (uniqueItems), with
+    `fewest` to `most` elements.
 
-    Other orders are valid too but never produced; `non_empty` requires at least one element.
+    Other orders are valid too but never produced. Counts other than "any" or "at least one"
+    write out each choice (`_members_counted`): the caller keeps `values` few for those.
     """
     items = [(literal_regex(value, ws), False) for value in values]
-    if non_empty and not items:
+    separator = f"{ws},{ws}"
+    if fewest > 1 or (most is not None and most < len(items)):
+        body = _members_counted(items, separator, fewest, len(items) if most is None else most)
+    elif fewest == 1 and not items:
         return None
-    body = _members_in_order(items, f"{ws},{ws}", at_least_one_present=non_empty)
+    else:
+        body = _members_in_order(items, separator, at_least_one_present=fewest == 1)
     return sequence("\\[", ws, body, ws, "\\]")
 
 

@@ -16,7 +16,7 @@ import bisect
 from dataclasses import dataclass
 
 from radixgen.constrained.pattern_length import PatternError
-from radixgen.constrained.pattern_tree import CodePoints, Concat, Ranges, Repeat, Union
+from radixgen.constrained.pattern_tree import Anchor, CodePoints, Concat, Ranges, Repeat, Union
 from radixgen.constrained.regex_text import MAX_CODE_POINT, normalize_ranges
 
 MAX_NFA_STATES = 20_000
@@ -118,12 +118,15 @@ class _Nfa:
     def __init__(self) -> None:
         self.edges: list[list[tuple[frozenset[int], int]]] = []
         self.epsilon: list[list[int]] = []
+        # Zero-width moves allowed only before the first character (`^`) or after the last (`$`).
+        self.at_start: list[list[int]] = []
+        self.at_end: list[list[int]] = []
 
     def new_state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
             raise PatternError("pattern combination too large to build an automaton for")
-        self.edges.append([])
-        self.epsilon.append([])
+        for table in (self.edges, self.epsilon, self.at_start, self.at_end):
+            table.append([])
         return len(self.edges) - 1
 
     def add(self, node: object, start: int, starts: list[int]) -> int:
@@ -136,6 +139,10 @@ class _Nfa:
             for item in node.items:
                 start = self.add(item, start, starts)
             return start
+        if isinstance(node, Anchor):
+            end = self.new_state()
+            (self.at_start if node.at_start else self.at_end)[start].append(end)
+            return end
         if isinstance(node, Union):
             end = self.new_state()
             for option in node.options:
@@ -155,10 +162,12 @@ class _Nfa:
             self.epsilon[start].append(end)
         return end
 
-    def closure(self, states) -> frozenset[int]:
+    def closure(self, states, anchors: list[list[int]] | None = None) -> frozenset[int]:
+        """States reachable by empty moves (and by the zero-width `anchors` moves, if given)."""
         seen, stack = set(states), list(states)
         while stack:
-            for nxt in self.epsilon[stack.pop()]:
+            state = stack.pop()
+            for nxt in self.epsilon[state] + (anchors[state] if anchors else []):
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append(nxt)
@@ -169,7 +178,7 @@ def _tree_dfa(tree: object, starts: list[int]) -> _Dfa:
     nfa = _Nfa()
     start = nfa.new_state()
     end = nfa.add(tree, start, starts)
-    initial = nfa.closure([start])
+    initial = nfa.closure([start], nfa.at_start)
     index = {initial: 0}
     order = [initial]
     transitions: list[list[int]] = []
@@ -192,7 +201,7 @@ def _tree_dfa(tree: object, starts: list[int]) -> _Dfa:
                 order.append(target)
             row.append(index[target])
         transitions.append(row)
-    accepting = {number for state, number in index.items() if end in state}
+    accepting = {number for state, number in index.items() if end in nfa.closure(state, nfa.at_end)}
     return _Dfa(transitions, accepting)
 
 
@@ -375,26 +384,10 @@ def _size(tree: object) -> int:
     return count
 
 
-def decimal_multiples_tree(divisor: int, with_zero: bool) -> object | None:
-    """Canonical positive decimal integers (and "0" if `with_zero`) divisible by `divisor`.
-
-    The remainder automaton reads digits left to right (r -> (10 r + digit) mod divisor), so
-    divisibility by any integer is regular; written back as a tree by state elimination.
+def dfa_tree(transitions: list[list[int]], accepting: set[int], starts: list[int]) -> object | None:
+    """A tree for a complete DFA given as a table over the intervals beginning at `starts`.
 
     Raises:
-        PatternError: the written tree would be too large (large divisors).
+        PatternError: the written tree would be too large.
     """
-    digits = [ord(str(digit)) for digit in range(10)]
-    starts = sorted({0, *digits, digits[-1] + 1})  # each digit its own interval
-    symbol_of = {chr(code): starts.index(code) for code in digits}
-    start, zero, dead, first_residue = 0, 1, 2, 3
-    transitions = [[dead] * len(starts) for _ in range(first_residue + divisor)]
-    transitions[start][symbol_of["0"]] = zero
-    for digit in range(1, 10):
-        transitions[start][symbol_of[str(digit)]] = first_residue + digit % divisor
-    for residue in range(divisor):
-        for digit in range(10):
-            target = first_residue + (10 * residue + digit) % divisor
-            transitions[first_residue + residue][symbol_of[str(digit)]] = target
-    accepting = {first_residue} | ({zero} if with_zero else set())
     return _to_tree(_minimise(_Dfa(transitions, accepting)), starts)

@@ -45,6 +45,13 @@ class Repeat:
     max_count: int | None
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """`^` (at_start) or `$` inside a pattern: zero-width, only the automaton reads it."""
+
+    at_start: bool
+
+
 ANY_TEXT = Repeat(CodePoints(ALL_CODE_POINTS), 0, None)
 
 

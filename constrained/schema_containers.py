@@ -120,10 +120,14 @@ def _unique_array_regex(
         reason = "only for items limited to enum/const/boolean/null values, without prefixItems"
         raise UnsupportedSchemaError("uniqueItems", path, reason)
     max_items = merged.max_items
-    if merged.min_items > 1 or (max_items is not None and max_items < len(values)):
-        reason = "with minItems > 1 or maxItems below the number of distinct values"
+    counted = merged.min_items > 1 or (max_items is not None and max_items < len(values))
+    if counted and len(values) > _MAX_COUNTED_MEMBERS:
+        reason = (
+            f"with minItems > 1 or maxItems below the number of distinct values, over more than"
+            f" {_MAX_COUNTED_MEMBERS} values"
+        )
         raise UnsupportedSchemaError("uniqueItems", path, reason)
-    return distinct_values_array_regex(values, merged.min_items == 1, translator.ws)
+    return distinct_values_array_regex(values, merged.min_items, max_items, translator.ws)
 
 
 def _finite_values(

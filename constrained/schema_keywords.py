@@ -113,7 +113,8 @@ def local_piece(schema: dict, path: str, assert_formats: bool = True) -> dict:
             piece[keyword] = int(piece[keyword])
     if piece.get("uniqueItems") is False:
         del piece["uniqueItems"]
-    if "format" in piece and (not assert_formats or piece["format"] not in FORMAT_REGEXES):
+    known_format = isinstance(piece.get("format"), str) and piece["format"] in FORMAT_REGEXES
+    if "format" in piece and (not assert_formats or not known_format):
         del piece["format"]  # an unknown format is an annotation
     for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if isinstance(piece.get(exclusive), bool):  # draft 4: a flag on minimum/maximum
@@ -169,7 +170,8 @@ def _check_values(schema: dict, path: str) -> None:
             malformed("multipleOf", "a positive number")
     if "pattern" in schema and not isinstance(schema["pattern"], str):
         malformed("pattern", "a string")
-    for keyword in ("properties", "patternProperties", "dependentRequired", "dependentSchemas"):
+    maps = ("properties", "patternProperties", "dependentRequired", "dependentSchemas")
+    for keyword in (*maps, "dependencies"):
         if keyword in schema and not isinstance(schema[keyword], dict):
             malformed(keyword, "an object")
     for keyword in ("required",):

@@ -16,12 +16,7 @@ from fractions import Fraction
 from radixgen.constrained.ecma_pattern import parse_pattern
 from radixgen.constrained.json_string import string_excluding_keys
 from radixgen.constrained.json_value_regex import SCALAR_REGEXES
-from radixgen.constrained.pattern_automaton import (
-    And,
-    Leaf,
-    decimal_multiples_tree,
-    language_tree,
-)
+from radixgen.constrained.pattern_automaton import And, Leaf, dfa_tree, language_tree
 from radixgen.constrained.pattern_length import PatternError
 from radixgen.constrained.pattern_tree import emit
 from radixgen.constrained.regex_ranges import (
@@ -222,3 +217,25 @@ def _string_regex(merged: MergedSchema) -> str | None:
     if plain and merged.min_length == 0 and merged.max_length is None:
         return string_excluding_keys(hits)  # every spelling of every other string
     return string_schema_regex(merged, hits)
+
+
+def decimal_multiples_tree(divisor: int, with_zero: bool) -> object | None:
+    """Canonical positive decimal integers (and "0" if `with_zero`) divisible by `divisor`.
+
+    The remainder automaton reads digits left to right (r -> (10 r + digit) mod divisor), so
+    divisibility by any integer is regular; written back as a tree by state elimination.
+    """
+    digits = [ord(str(digit)) for digit in range(10)]
+    starts = sorted({0, *digits, digits[-1] + 1})  # each digit its own interval
+    symbol_of = {chr(code): starts.index(code) for code in digits}
+    start, zero, dead, first_residue = 0, 1, 2, 3
+    transitions = [[dead] * len(starts) for _ in range(first_residue + divisor)]
+    transitions[start][symbol_of["0"]] = zero
+    for digit in range(1, 10):
+        transitions[start][symbol_of[str(digit)]] = first_residue + digit % divisor
+    for residue in range(divisor):
+        for digit in range(10):
+            target = first_residue + (10 * residue + digit) % divisor
+            transitions[first_residue + residue][symbol_of[str(digit)]] = target
+    accepting = {first_residue} | ({zero} if with_zero else set())
+    return dfa_tree(transitions, accepting, starts)

@@ -191,6 +191,25 @@ def test_pattern_with_lengths_matches_search_semantics(pattern_text, min_length,
             assert bool(pattern.fullmatch(compact(value))) == expected, (schema, value)
 
 
+def test_lookaheads_after_a_leading_caret_are_intersections():
+    password = {"type": "string", "pattern": "^(?=.*[0-9])(?=.*[a-z]).{8,}$"}
+    assert_language(password, ["abcdefg1", "1234567x"], ["abcdefgh", "12345678", "a1"])
+    slug = {"type": "string", "pattern": "^(?=.{3,8}$)[a-z]+(-[a-z]+)*$"}
+    assert_language(slug, ["abc", "ab-cd", "a-b-c-d"], ["ab", "abcdefghi", "ab-"])
+    assert_language({"pattern": "^(?!admin$)[a-z]+$"}, ["admins", "bob"], ["admin", "Bob"])
+    with pytest.raises(UnsupportedSchemaError, match="right after a leading"):
+        json_schema_to_regex({"pattern": "a(?=b)"})
+
+
+def test_anchors_mid_pattern():
+    domain = {"type": "string", "pattern": "(^|\\.)example\\.com$"}
+    assert_language(domain, ["example.com", "a.example.com"], ["aexample.com", "example.com.x"])
+    assert_language({"pattern": "x($|y)"}, ["x", "xy", "axyz"], ["xz", "y"])
+    assert_language({"pattern": "a$b"}, [1, None], ["ab", "a", ""])  # no string matches
+    with pytest.raises(UnsatisfiableSchemaError):
+        json_schema_to_regex({"type": "string", "pattern": "a$b"})
+
+
 def test_pattern_outside_the_lengths_leaves_other_types():
     assert_language({"pattern": "^abc$", "maxLength": 2}, [1, None, [1]], ["abc", "ab"])
 
@@ -208,7 +227,7 @@ def test_variable_repetition_with_length_gets_a_capped_subset():
         )
 
 
-@pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}", "a^b"])
+@pytest.mark.parametrize("pattern_text", ["(a)\\1", "a(?=b)", "\\bword", "\\p{L}"])
 def test_unsupported_pattern_syntax_is_rejected(pattern_text):
     with pytest.raises(UnsupportedSchemaError) as error:
         json_schema_to_regex({"properties": {"p": {"pattern": pattern_text}}})
@@ -240,6 +259,7 @@ def test_format_with_length_and_unknown_format():
     assert_language(url, ["https://example.com/a/b?c=d#e", "urn:x"], [long_url, ""])
     # An unknown format is an annotation (JSON Schema's rule): any string.
     assert_language({"type": "string", "format": "int64"}, ["x", ""], [1])
+    assert_language({"type": "string", "format": ["not", "a", "name"]}, ["x"], [1])
 
 
 # ---- objects ----
@@ -368,6 +388,16 @@ def test_unique_items_when_trivial_or_finitely_many_values():
     )
     with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #/items"):
         json_schema_to_regex({"items": {"type": "array", "uniqueItems": True}})
+    # Counted sets (pydantic conset(Enum, min_length=2, max_length=3)): each choice written out.
+    counted = {"items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True}
+    counted.update(minItems=2, maxItems=3)
+    assert_language(
+        counted, [["a", "b"], ["b", "c", "d"]], [["a"], ["a", "a"], ["a", "b", "c", "d"]]
+    )
+    with pytest.raises(UnsupportedSchemaError, match="'uniqueItems' at #: with minItems > 1"):
+        json_schema_to_regex(
+            {"items": {"enum": list(range(9))}, "uniqueItems": True, "minItems": 2}
+        )
 
 
 # ---- enum, const, combinators ----
@@ -521,7 +551,7 @@ def test_whitespace_option():
             "#",
         ),
         ({"if": {"format": "date"}, "then": {"maxLength": 3}}, "format", "#/if"),
-        ({"pattern": "^(?=a)"}, "pattern", "#"),
+        ({"pattern": "x(?=a)"}, "pattern", "#"),
         ({"contains": {"type": "null"}, "unevaluatedItems": False}, "unevaluatedItems", "#"),
         (
             {
@@ -790,3 +820,20 @@ def test_contradictions_name_the_keyword_and_path(schema, keyword, path, reason)
     assert str(error.value).startswith("no value satisfies the schema: ")
     assert reason in str(error.value)
     assert isinstance(error.value, UnsupportedSchemaError)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"patternProperties": {"(": {"type": "string"}}},
+        {"pattern": "(?<n"},
+        {"pattern": "[a"},
+        {"dependencies": 3},
+        {"properties": [1]},
+        {"anyOf": [3]},
+        {"if": 3, "then": {}},
+    ],
+)
+def test_malformed_schemas_raise_value_errors(schema):
+    with pytest.raises(ValueError):  # UnsupportedSchemaError is one too: a 400, never a 500
+        json_schema_to_regex(schema)

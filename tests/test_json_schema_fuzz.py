@@ -29,7 +29,10 @@ _LEAF_SCHEMAS = st.one_of(
     st.builds(lambda m: {"exclusiveMaximum": m}, st.sampled_from([0, 2, 2.5])),
     st.builds(lambda n: {"maxLength": n}, st.integers(0, 3)),
     st.builds(lambda n: {"minLength": n}, st.integers(0, 3)),
-    st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b", "^(a|b)*$", "c$"])),
+    st.builds(
+        lambda p: {"pattern": p},
+        st.sampled_from(["^a", "b", "^(a|b)*$", "c$", "(^|b)a$", "^(?=.*b)a", "^(?!ab$)"]),
+    ),
     st.builds(lambda n: {"minItems": n}, st.integers(0, 2)),
     st.builds(lambda n: {"maxItems": n}, st.integers(0, 2)),
     st.builds(
