@@ -70,7 +70,9 @@ def python_blocks(markdown: Path) -> list[str]:
     return [block.code for block in code_blocks(markdown)]
 
 
-def run_block(code: str, namespace: dict | None = None, name: str = "doc_example") -> tuple[dict, str]:
+def run_block(
+    code: str, namespace: dict | None = None, name: str = "doc_example"
+) -> tuple[dict, str]:
     """Runs a documentation code block as written (in `namespace`, a fresh one if None); returns
     its globals and what it printed."""
     namespace = {"__name__": "doc_example"} if namespace is None else namespace

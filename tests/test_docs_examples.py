@@ -1,31 +1,42 @@
-"""Every ```python block of README.md and docs/*.md runs, as written, on CPU with `tiny`.
+"""Every ```python block of README.md and docs/*.md runs, as written, on CPU with `tiny`; so do
+the `curl` commands of the ```bash blocks.
 
 A block that cannot run here says so in the docs, with `<!-- not run: REASON -->` right before
 its fence (doc_blocks.py); every other block runs, so nothing is skipped silently. Two things
 are substituted in the code before it runs, and only these: the docs' server address
-(`http://127.0.0.1:30000`) becomes the address of one `radixgen serve --model-path tiny` started
-for this module, and the docs' example checkpoint folder becomes tiny's own Hugging Face folder.
-The `curl` commands of the ```bash blocks run against the same server.
+(127.0.0.1:30000 or localhost:30000) becomes the address of one `radixgen serve --model-path
+tiny` started for this module, and the docs' example checkpoint folder becomes tiny's own
+Hugging Face folder.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import shlex
 import subprocess
 
 import pytest
+from doc_blocks import DocBlock, code_blocks, documentation_files, run_block
 
 import radixgen as rg
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
-from doc_blocks import DocBlock, code_blocks, documentation_files, run_block
-
-DOCS_SERVER_URL = "http://127.0.0.1:30000"
+DOCS_SERVER_ADDRESS = re.compile(r"(?:127\.0\.0\.1|localhost):30000")
 DOCS_CHECKPOINT_FOLDER = "/models/Llama-3.1-8B-Instruct"
 
 PYTHON_BLOCKS = [block for file in documentation_files() for block in code_blocks(file)]
 BASH_BLOCKS = [block for file in documentation_files() for block in code_blocks(file, "bash")]
+
+# Blocks that another test runs with stronger checks, by that test's module and name: running
+# them twice would only cost time (the perplexity example takes seconds on 2 cores).
+RUN_ELSEWHERE = {
+    "docs/model.md[2]": (
+        "test_tiny_quality",
+        "test_heldout_perplexity_matches_transformers_and_stays_low",
+    )
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +59,9 @@ def namespaces():
 
 def runnable_code(block: DocBlock, request: pytest.FixtureRequest) -> str:
     code = block.code
-    if DOCS_SERVER_URL in code:
-        code = code.replace(DOCS_SERVER_URL, request.getfixturevalue("server").base_url)
+    if DOCS_SERVER_ADDRESS.search(code):
+        address = request.getfixturevalue("server").base_url.removeprefix("http://")
+        code = DOCS_SERVER_ADDRESS.sub(address, code)
     if DOCS_CHECKPOINT_FOLDER in code:
         code = code.replace(DOCS_CHECKPOINT_FOLDER, request.getfixturevalue("tiny_model_path"))
     return code
@@ -78,8 +90,13 @@ def check_readme_lead_example(namespace: dict, printed: str) -> None:
     assert all(state["body"] for state in namespace["states"])
 
 
+def check_openai_reply(namespace: dict, printed: str) -> None:
+    usage = namespace["reply"].usage
+    assert 0 < usage.completion_tokens <= 16 and printed.strip()
+
+
 # What some blocks must have computed, beyond running without an error.
-CHECKS = {"README.md[0]": check_readme_lead_example}
+CHECKS = {"README.md[0]": check_readme_lead_example, "README.md[2]": check_openai_reply}
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[block.id for block in PYTHON_BLOCKS])
@@ -88,13 +105,61 @@ def test_python_block_runs(block, request, namespaces):
     if reason is not None:
         assert len(reason) > 10, f"{block.id}: say why the block cannot run here"
         compile(block.code, block.id, "exec")  # still valid Python
-        pytest.skip(f"{block.id}: {reason}")
+        pytest.skip(f"not run: {reason}")
     assert not block.note or block.continues_previous, f"{block.id}: unknown note {block.note!r}"
+    if block.id in RUN_ELSEWHERE:
+        module, test = RUN_ELSEWHERE[block.id]
+        assert callable(getattr(importlib.import_module(module), test, None)), (module, test)
+        pytest.skip(f"run by {module}.py::{test}")
     namespace, printed = run_doc_block(block, request, namespaces)
     if block.id in CHECKS:
         CHECKS[block.id](namespace, printed)
 
 
+def curl_commands(block: DocBlock) -> list[list[str]]:
+    """The block's `curl` commands as argument lists (a command may span lines in quotes)."""
+    commands, pending = [], ""
+    for line in block.code.splitlines():
+        pending += line + "\n"
+        try:
+            words = shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        pending = ""
+        if words and words[0] == "curl":
+            commands.append(words)
+    assert not pending, f"{block.id}: unbalanced quotes"
+    return commands
+
+
+CURL_COMMANDS = [(block, words) for block in BASH_BLOCKS for words in curl_commands(block)]
+
+
+@pytest.mark.parametrize(
+    "block,words",
+    CURL_COMMANDS,
+    ids=[f"{block.id}:{' '.join(words)[:40]}" for block, words in CURL_COMMANDS],
+)
+def test_bash_curl_command_runs(block, words, server):
+    address = server.base_url.removeprefix("http://")
+    argv = [DOCS_SERVER_ADDRESS.sub(address, word) for word in words]
+    assert argv != words, f"{block.id}: curl not aimed at the docs' server address"
+    done = subprocess.run(
+        [*argv, "--fail-with-body", "--max-time", "60"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    if "--data" in argv or "-d" in argv:
+        body = json.loads(argv[argv.index("-d" if "-d" in argv else "--data") + 1])
+        if body.get("stream"):
+            events = [line for line in done.stdout.splitlines() if line.startswith("data: ")]
+            assert events[-1] == "data: [DONE]" and len(events) > 1, done.stdout
+            return
+    reply = json.loads(done.stdout)
+    assert "error" not in reply, reply
+
+
 def test_every_documentation_file_is_scanned():
     files = {block.file for block in PYTHON_BLOCKS}
     assert {"README.md", "docs/server.md", "docs/engine.md", "docs/dsl.md"} <= files
+    assert len(CURL_COMMANDS) >= 4
+    assert set(RUN_ELSEWHERE) <= {block.id for block in PYTHON_BLOCKS}
