@@ -99,7 +99,13 @@ def check_openai_reply(namespace: dict, printed: str) -> None:
 CHECKS = {"README.md[0]": check_readme_lead_example, "README.md[2]": check_openai_reply}
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[block.id for block in PYTHON_BLOCKS])
+def python_block_param(block: DocBlock):
+    # A block that starts a server of its own costs a server start-up (~10-25 s on 2 cores).
+    marks = [pytest.mark.slow] if "ServerProcess(" in block.code else []
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+@pytest.mark.parametrize("block", [python_block_param(block) for block in PYTHON_BLOCKS])
 def test_python_block_runs(block, request, namespaces):
     reason = block.not_run_reason
     if reason is not None:
@@ -159,6 +165,10 @@ def test_bash_curl_command_runs(block, words, server):
 
 
 def test_every_documentation_file_is_scanned():
+    # A block under another language name (```py, ```sh, ```console) would escape the test.
+    for file in documentation_files():
+        languages = set(re.findall(r"^```(\w+)", file.read_text(), flags=re.MULTILINE))
+        assert languages <= {"python", "bash"}, (file, languages)
     files = {block.file for block in PYTHON_BLOCKS}
     assert {"README.md", "docs/server.md", "docs/engine.md", "docs/dsl.md"} <= files
     assert len(CURL_COMMANDS) >= 4
