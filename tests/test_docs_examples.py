@@ -2,11 +2,13 @@
 the `curl` commands of the ```bash blocks.
 
 A block that cannot run here says so in the docs, with `<!-- not run: REASON -->` right before
-its fence (doc_blocks.py); every other block runs, so nothing is skipped silently. Two things
-are substituted in the code before it runs, and only these: the docs' server address
-(127.0.0.1:30000 or localhost:30000) becomes the address of one `radixgen serve --model-path
-tiny` started for this module, and the docs' example checkpoint folder becomes tiny's own
-Hugging Face folder.
+its fence (doc_blocks.py), and must still compile; a fragment that uses the objects of the block
+before it says `<!-- continues the previous block -->`. Every other block runs here, except the
+ones in RUN_ELSEWHERE, which another named test runs with stronger checks: nothing is skipped
+silently. Two things are substituted in the code before it runs, and only these: the docs'
+server address (127.0.0.1:30000 or localhost:30000) becomes the address of one `radixgen serve
+--model-path tiny` started for this module, and the docs' example checkpoint folder becomes
+tiny's own Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def check_readme_lead_example(namespace: dict, printed: str) -> None:
 
 def check_openai_reply(namespace: dict, printed: str) -> None:
     usage = namespace["reply"].usage
-    assert 0 < usage.completion_tokens <= 16 and printed.strip()
+    assert 0 < usage.completion_tokens <= 16, usage  # sampled: the text itself may be anything
 
 
 # What some blocks must have computed, beyond running without an error.
