@@ -75,6 +75,7 @@ def run_doc_block(block: DocBlock, request, namespaces: dict) -> tuple[dict, str
     if block.continues_previous:
         assert block.index > 0, f"{block.id} continues a block, but is its file's first"
         previous = PYTHON_BLOCKS[PYTHON_BLOCKS.index(block) - 1]
+        assert previous.not_run_reason is None, f"{block.id} continues a block that is not run"
         if previous.id not in namespaces:
             run_doc_block(previous, request, namespaces)
         namespace = namespaces[previous.id]
