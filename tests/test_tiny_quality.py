@@ -1,6 +1,6 @@
-"""The trained `tiny` model's quality: held-out perplexity (radixgen against transformers on
-the same checkpoint), `select` between code continuations on clear cases, and the code
-examples of docs/model.md and the README that show it.
+"""The trained `tiny` model's quality: held-out perplexity (radixgen, through docs/model.md's
+example, against transformers on the same checkpoint) and `select` between code continuations
+on clear cases. The README's lead example is checked by tests/test_docs_examples.py.
 
 The CI slice is 4 windows of 1024 tokens from held-out stdlib files that training never saw
 (runtime/tiny_assets/corpus.py); docs/model.md gives the figure over the whole held-out split.
@@ -8,20 +8,15 @@ The CI slice is 4 windows of 1024 tokens from held-out stdlib files that trainin
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from doc_blocks import REPO, python_blocks, run_block
 
 import radixgen as rg
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_WINDOWS, EVAL_WINDOW, load_ci_slice
-
-REPO = Path(__file__).resolve().parent.parent
 
 # The trained checkpoint scores 13.24 on the CI slice in float32 (its 4 windows are harder
 # than the held-out split's average, 7.31); a model that lost what it learned (a wrong weight,
@@ -40,20 +35,6 @@ def ci_windows() -> list[list[int]]:
     windows = load_ci_slice()
     assert windows.dtype == np.uint16 and windows.shape == (CI_SLICE_WINDOWS, EVAL_WINDOW)
     return windows.astype(np.int64).tolist()
-
-
-def python_blocks(markdown: Path) -> list[str]:
-    """The ```python code blocks of a markdown file, in order."""
-    return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
-
-
-def run_block(code: str) -> tuple[dict, str]:
-    """Runs a documentation code block as written; returns its globals and what it printed."""
-    namespace: dict = {"__name__": "doc_example"}
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(code, "doc_example", "exec"), namespace)
-    return namespace, printed.getvalue()
 
 
 def transformers_perplexity(model_path: str, windows: list[list[int]]) -> float:
@@ -104,16 +85,3 @@ SELECT_CASES = [
 def test_select_picks_the_plausible_continuation(engine, code, options, expected):
     state = pick_continuation.run(code=code, options=options, backend=engine)
     assert state["next"] == expected, state.get_meta_info("next")["scores"]
-
-
-def test_readme_lead_example():
-    namespace, printed = run_block(python_blocks(REPO / "README.md")[0])
-    try:
-        assert namespace["state"].text().startswith("def read_lines(path):")
-        assert len(namespace["state"]["body"]) > 0
-        assert printed.splitlines()[-1] == "print(i)"
-        pairs = zip(namespace["states"], namespace["stubs"], strict=True)
-        assert all(state.text().startswith(stub) for state, stub in pairs)
-        assert all(s["body"] for s in namespace["states"])
-    finally:
-        namespace["engine"].shutdown()
