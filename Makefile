@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # tests/conftest.py runs Triton kernels through the interpreter (TRITON_INTERPRET=1).
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test test-slow lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,8 +19,12 @@ venv: $(VENV)/.installed
 demo: $(VENV)/.installed
 	OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 $(PY) examples/quickstart.py
 
+# The CI suite; `@pytest.mark.slow` tests (long fuzzing, a second server) run with test-slow.
 test: $(VENV)/.installed
-	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+test-slow: $(VENV)/.installed
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m slow tests
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check lang runtime radix_cache constrained kernels tests examples

@@ -70,8 +70,8 @@ for _ in range(600):
       | grep -E "TPOT|duration" | tail -3
   done
   log "$1: time to first token, never-seen schemas vs unconstrained"
-  PYTHONPATH=/tmp/client:$PYTHONPATH timeout 300 python3 scripts/bench_schema_ttft.py \
-    --num 20 | tee "$OUT/$1_schema_ttft.json"
+  PYTHONPATH=/tmp/client:$PYTHONPATH timeout 150 python3 scripts/bench_schema_ttft.py \
+    --num 10 | tee "$OUT/$1_schema_ttft.json"
   kill -INT $pid
   wait $pid 2>/dev/null
 }
