@@ -95,7 +95,10 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
         if not info.all_greedy and steps is None:
             raise ValueError("steps is required when some row samples (not greedy)")
-        mask_here = info.vocab_bitmask is not None and self.fused_sample is None
+        # min-p batches take the torch path: the fused kernel's min-p variant fails to compile
+        # on the H200 (Triton 3.6, TritonGPUCoalesce pass; measured 2026-12-01).
+        fused = self.fused_sample is not None and not info.need_min_p
+        mask_here = info.vocab_bitmask is not None and not fused
         modifies = mask_here or info.banned_rows is not None or info.has_penalties
         # The model's logits are not ours to change in place: copy only when we must.
         processed = logits.clone() if modifies else logits
@@ -106,7 +109,7 @@ class Sampler:
             processed[info.banned_rows, info.banned_token_ids] = float("-inf")
         if info.has_penalties:
             apply_penalties(processed, info)
-        if self.fused_sample is not None:
+        if fused:
             next_ids = self._sample_fused(processed, info, steps)
             return SampleOutput(next_token_ids=next_ids, logprobs=logprobs)
         greedy_ids = processed.argmax(dim=-1)

@@ -50,10 +50,18 @@ stage_gpu_tests() {
   python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -8
 }
 
-stage_serving_json() {
+stage_serving_json_outlines() {  # this tree with the outlines grammar backend
+  [ "$1" = new ] || return 0
+  stage_serving_json new-outlines --grammar-backend outlines
+}
+
+stage_serving_json() {  # $1: name; more: server flags
+  local name=$1
+  shift
+  set -- "$name" "$@"
   log "$1: serving, json vs random-ids at 64 concurrent"
   python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
-    --log-level warning >"$OUT/$1_server.log" 2>&1 &
+    --log-level warning "${@:2}" >"$OUT/$1_server.log" 2>&1 &
   local pid=$!
   python3 -c "
 import time, httpx
@@ -67,7 +75,7 @@ for _ in range(600):
     PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
       --max-concurrency 64 --random-input-len 64 --random-output-len 48 --json-array-items 24 \
       --output-json "$OUT/$1_serving_$dataset.json" \
-      | grep -E "TPOT|duration" | tail -3
+      | grep -E "tpot|duration" | tail -4
   done
   log "$1: time to first token, never-seen schemas vs unconstrained"
   PYTHONPATH=/tmp/client:$PYTHONPATH timeout 150 python3 scripts/bench_schema_ttft.py \
@@ -76,10 +84,16 @@ for _ in range(600):
   wait $pid 2>/dev/null
 }
 
+stage_gpu_sampling() {  # the fused sampling kernel's GPU tests only
+  [ "$1" = new ] || return 0
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fused_sampling.py \
+    tests/test_sampler.py 2>&1 | tail -4
+}
+
 stage_sampling_bench() {
   [ "$1" = new ] || return 0
   log "$1: fused sampling kernel vs the torch path"
-  timeout 200 python3 -m radixgen.runtime.bench.sampling 2>&1 | tee "$OUT/sampling_bench.txt" | tail -40
+  timeout 200 python3 -m radixgen.runtime.bench.sampling ${SAMPLING_BENCH_FLAGS:-} 2>&1 | tee "$OUT/sampling_bench.txt" | tail -40
 }
 
 for tree in base new; do
@@ -89,3 +103,29 @@ for tree in base new; do
     "stage_${stage//-/_}" $tree
   done
 done
+
+# At most 8 files come back from the device: one summary of every JSON, the rest in one archive.
+python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+keys = ("duration_s", "total_output_tokens", "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
+        "median_ttft_ms", "output_token_throughput", "extra_ms_median", "new_schema_ms_median",
+        "unconstrained_ms_median", "decode_ms_per_step_median", "prefill_ms")
+summary = {}
+for path in sorted(out.glob("*.json")):
+    text = path.read_text().strip()
+    try:
+        data = json.loads(text)
+    except ValueError:  # a log with the JSON on its last line
+        try:
+            data = json.loads(text.splitlines()[-1])
+        except (ValueError, IndexError):
+            continue
+    if isinstance(data, dict) and "results" in data:
+        data = data["results"][0]
+    summary[path.stem] = {k: data[k] for k in keys if isinstance(data, dict) and k in data}
+(out / "summary.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps(summary, indent=1))
+PY
+tar -czf "$OUT/raw.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v -e summary.json -e raw.tgz) 2>/dev/null
+(cd "$OUT" && ls | grep -v -e summary.json -e raw.tgz -e ab.log -e gpu_tests.log | xargs -r rm -f)
