@@ -95,9 +95,16 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
         if not info.all_greedy and steps is None:
             raise ValueError("steps is required when some row samples (not greedy)")
-        # min-p batches take the torch path: the fused kernel's min-p variant fails to compile
-        # on the H200 (Triton 3.6, TritonGPUCoalesce pass; measured 2026-12-01).
-        fused = self.fused_sample is not None and not info.need_min_p
+        # The fused kernel only where the H200 measured it faster (2026-12-01, batch 64, 128k
+        # vocabulary, docs/benchmarks.md): sampled rows with or without a mask (2.2-2.7x).
+        # Greedy batches (0.44x) and top-k/top-p (0.6x) stay on torch, and so does min-p: its
+        # kernel variant fails to compile there (Triton 3.6, TritonGPUCoalesce pass).
+        fused = (
+            self.fused_sample is not None
+            and not info.all_greedy
+            and not info.need_top_k_or_p
+            and not info.need_min_p
+        )
         mask_here = info.vocab_bitmask is not None and not fused
         modifies = mask_here or info.banned_rows is not None or info.has_penalties
         # The model's logits are not ours to change in place: copy only when we must.
