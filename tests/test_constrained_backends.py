@@ -8,7 +8,6 @@ import json
 import random
 import re
 import typing
-from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -232,12 +231,6 @@ def test_batched_fill_equals_one_row_at_a_time(backend_name):
             backend.fill_bitmasks([(matchers[0], 9)], batched)
     finally:
         backend.shutdown()
-
-
-def test_docs_checker_example_runs():
-    docs = Path(__file__).resolve().parents[1] / "docs" / "constrained.md"
-    example = docs.read_text().split("### The public checker")[1].split("```python")[1]
-    exec(example.split("```")[0], {})
 
 
 def test_refused_tokens_leave_the_matcher_unchanged(backend):

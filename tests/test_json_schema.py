@@ -6,7 +6,6 @@ import functools
 import itertools
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -760,16 +759,6 @@ def test_random_objects_never_match_when_invalid(schema_index, value):
     schema = SOUNDNESS_OBJECT_SCHEMAS[schema_index]
     if bool(matcher(schema, allow_undeclared_properties=True).fullmatch(compact(value))):
         assert jsonschema.Draft202012Validator(schema).is_valid(value), (schema, value)
-
-
-def test_docs_examples_run():
-    """The Python examples of docs/constrained.md's JSON-schema section run as written."""
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "constrained.md").read_text()
-    section = docs[docs.index("## JSON schema to regex") :]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, "docs/constrained.md", "exec"), {})
 
 
 def test_exponential_or_too_deep_schemas_are_refused_at_once():
