@@ -271,8 +271,18 @@ def mismatch_is_a_tie(logits, args, row, token, tolerance=1e-6) -> bool:
     return bool(probs[token] > 0) and abs(boundary - target) < tolerance * cdf[-1]
 
 
+# The min-p variant fails to compile on the H200 (Triton 3.6, TritonGPUCoalesce pass,
+# 2026-12-01): the runtime sampler sends min-p batches to torch until it is fixed.
+MIN_P_COMPILE_FAILURE = pytest.mark.xfail(
+    reason="min-p kernel variant fails to compile on the H200"
+)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("filters", ["none", "min_p", "top_k_top_p", "all"])
+@pytest.mark.parametrize(
+    "filters",
+    ["none", pytest.param("min_p", marks=MIN_P_COMPILE_FAILURE), "top_k_top_p", "all"],
+)
 def test_fused_sample_matches_reference_bf16_128k_gpu(filters):
     batch, vocab = 64, 128256
     gen = torch.Generator().manual_seed(5)
