@@ -105,6 +105,11 @@ class ConstraintGrammar(ABC):
     def new_matcher(self) -> ConstraintMatcher:
         """A fresh per-request matcher at the start of the output."""
 
+    def budget_table_ready(self) -> bool:
+        """Whether the token-budget table (if any) is built; a backend may build it in the
+        background after the compile, so that requests without a budget start at once."""
+        return True
+
 
 def check_bitmask_row(bitmask, row: int, num_words: int) -> None:
     """Raises ValueError naming the argument if `bitmask[row]` is not a mask row of `num_words`."""

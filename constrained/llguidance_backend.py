@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import llguidance
@@ -94,11 +95,19 @@ class LLGuidanceCompiler:
         if self._constraint_budget and pattern is None:
             pattern = _budget_regex(spec)
         if self._constraint_budget and pattern is not None:
-            table = ByteDistanceTable(pattern, self.vocab, self._encode, self._byte_spelling)
+            # ~0.1 s at 128k: built in the background so that requests without a budget (and
+            # the first steps of those with one) do not wait for it.
+            table = self._table_builder.submit(
+                ByteDistanceTable, pattern, self.vocab, self._encode, self._byte_spelling
+            )
         compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), table)
         if not compiled.can_start():
             raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
         return compiled
+
+    @functools.cached_property
+    def _table_builder(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(1, thread_name_prefix="budget-table")
 
     @functools.cached_property
     def _byte_spelling(self) -> ByteSpelling:
@@ -179,13 +188,28 @@ class LLGuidanceGrammar(ConstraintGrammar):
         pristine: llguidance.LLMatcher,
         vocab: TokenVocabulary,
         source: str,
-        completion_table: ByteDistanceTable | None = None,
+        completion_table: Future | None = None,
     ):
         self._pristine = pristine
         self.vocab = vocab
         self.source = source
-        self.completion_table = completion_table
+        self._table_future = completion_table  # Future[ByteDistanceTable] or None
         self.num_words = (vocab.vocab_size + 31) // 32
+
+    @property
+    def completion_table(self) -> ByteDistanceTable | None:
+        """The budget's byte-distance table once built (None: none, or still building)."""
+        future = self._table_future
+        if future is None or not future.done() or future.exception() is not None:
+            return None
+        return future.result()
+
+    def budget_table_ready(self) -> bool:
+        return self._table_future is None or self._table_future.done()
+
+    def wait_for_budget_table(self) -> None:
+        if self._table_future is not None:
+            self._table_future.exception()  # waits; a failed build means no table
 
     @property
     def vocab_size(self) -> int:
@@ -213,9 +237,9 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._eos_ids = frozenset(grammar.vocab.eos_token_ids)
         self._eos_accepted = False
         self._token_budget: int | None = None  # tokens left, this step's included
-        table = grammar.completion_table
-        # _byte_states[i]: the byte-automaton state after i output tokens (None: unknown)
-        self._byte_states: list[int | None] = [None if table is None else table.initial_state]
+        # _byte_states[i]: the byte-automaton state after i output tokens (None: unknown);
+        # empty until the grammar's table exists, then replayed from the output once.
+        self._byte_states: list[int | None] = []
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -229,10 +253,25 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._matcher.unsafe_compute_mask_ptr(target.data_ptr(), self.grammar.num_words * 4)
         self.restrict_to_budget(bitmask, row)
 
+    def _table(self, *, wait: bool = False) -> ByteDistanceTable | None:
+        """The grammar's table with `_byte_states` caught up with the output (None: none, or
+        still building and `wait` is False)."""
+        if wait:
+            self.grammar.wait_for_budget_table()
+        table = self.grammar.completion_table
+        if table is not None and not self._byte_states:
+            self._byte_states = [table.initial_state]
+            for token_id in self._output_ids:
+                raw = self.grammar.vocab.token_bytes.get(token_id, b"")
+                self._byte_states.append(table.step(self._byte_states[-1], raw))
+        return table
+
     def restrict_to_budget(self, bitmask, row: int) -> None:
         """ANDs the budget's restriction into `bitmask[row]` (after llguidance wrote it)."""
-        table = self.grammar.completion_table
-        if self._token_budget is None or table is None:
+        if self._token_budget is None:
+            return
+        table = self._table()  # the hook waits for it before a budgeted request starts
+        if table is None:
             return
         restriction = table.budget_mask(self._byte_states[-1], self._token_budget)
         if restriction is None:
@@ -247,11 +286,11 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._token_budget = remaining
 
     def min_completion_tokens(self) -> int | None:
-        table = self.grammar.completion_table
+        table = self._table(wait=True)
         return None if table is None else table.min_tokens(self._byte_states[-1])
 
     def min_completion_tokens_after(self, plan: JumpForward) -> int | None:
-        table = self.grammar.completion_table
+        table = self._table(wait=True)
         keep = len(self._output_ids) - plan.retract_tokens
         if table is None or not 0 <= keep <= len(self._output_ids):
             return None
@@ -272,7 +311,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
 
     def _append(self, token_id: int) -> None:
         self._output_ids.append(token_id)
-        table = self.grammar.completion_table
+        table = self.grammar.completion_table if self._byte_states else None
         if table is not None:  # a few bytes per token: no vocabulary-sized work
             raw = self.grammar.vocab.token_bytes.get(token_id, b"")
             self._byte_states.append(table.step(self._byte_states[-1], raw))
@@ -304,7 +343,9 @@ class LLGuidanceMatcher(ConstraintMatcher):
         if trial.try_consume_tokens(list(plan.append_ids)) != len(plan.append_ids):
             raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
         self._matcher = trial
-        del self._output_ids[keep:], self._byte_states[keep + 1 :]
+        del self._output_ids[keep:]
+        if self._byte_states:
+            del self._byte_states[keep + 1 :]
         for token_id in plan.append_ids:
             self._append(token_id)
 

@@ -99,7 +99,15 @@ class GrammarHook:
         if entry is None:
             return None
         future, started_s = entry
-        if not future.done():
+        # A budgeted request also waits for the budget table (built after the compile, off
+        # this thread); one without a budget starts as soon as the grammar compiled.
+        table_pending = (
+            future.done()
+            and future.exception() is None
+            and self._budget_enforced(req)
+            and not future.result().budget_table_ready()
+        )
+        if not future.done() or table_pending:
             if time.monotonic() - started_s > self.compile_timeout_s + TIMEOUT_GRACE_S:
                 self.forget(req)
                 return f"constraint compile timed out after {self.compile_timeout_s} s"
@@ -246,8 +254,9 @@ class GrammarHook:
             return False
         if len(req.origin_input_ids) + new_len >= context_length:
             return False
-        has_table = req.grammar.min_completion_tokens() is not None
-        if has_table and self._budget_enforced(req):  # leave room for a complete match
+        # (a budgeted request's table is built: `poll` waited for it)
+        budgeted = self._budget_enforced(req) and req.grammar.min_completion_tokens() is not None
+        if budgeted:  # leave room for a complete match
             needed = req.grammar.min_completion_tokens_after(plan)
             left = min(
                 req.sampling_params.max_new_tokens - new_len,
