@@ -134,6 +134,8 @@ class GrammarBackend:
 
     def shutdown(self) -> None:
         self._cache.shutdown()
+        if self.grammar_backend == "llguidance":  # its budget tables build on a thread
+            self._compiler.shutdown()
 
     def _compile_key(self, key: tuple[ConstraintSpec, str]) -> ConstraintGrammar:
         spec, _ = key

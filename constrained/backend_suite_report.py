@@ -92,16 +92,7 @@ def _record(report: SuiteReport, name: str, case: dict, verdict: list[bool] | st
     report.schemas_accepted += 1
     for test, matched in zip(case["tests"], verdict, strict=True):
         label = f"{name} / {test['description']}"
-        if test["valid"]:
-            report.valid_total += 1
-            report.valid_matched += matched
-            if not matched:
-                report.misses.append(label)
-        else:
-            report.invalid_total += 1
-            report.invalid_rejected += not matched
-            if matched:
-                report.violations.append(label)
+        report.record_instance(label, valid=test["valid"], matched=matched)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,6 +109,10 @@ class LLGuidanceCompiler:
     def _table_builder(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(1, thread_name_prefix="budget-table")
 
+    def shutdown(self) -> None:
+        if "_table_builder" in self.__dict__:  # created on the first budgeted compile
+            self._table_builder.shutdown(wait=False, cancel_futures=True)
+
     @functools.cached_property
     def _byte_spelling(self) -> ByteSpelling:
         # On the first budgeted compile (a worker thread), not when the engine starts.

@@ -60,6 +60,19 @@ class SuiteReport:
     misses: list[str] = field(default_factory=list)  # valid:true instances that did not match
     refusals: list[str] = field(default_factory=list)  # schemas refused, with the reason
 
+    def record_instance(self, label: str, *, valid: bool, matched: bool) -> None:
+        """Counts one test instance: a valid one should match, an invalid one must not."""
+        if valid:
+            self.valid_total += 1
+            self.valid_matched += matched
+            if not matched:
+                self.misses.append(label)
+        else:
+            self.invalid_total += 1
+            self.invalid_rejected += not matched
+            if matched:
+                self.violations.append(label)
+
     @property
     def valid_match_rate(self) -> float:
         return self.valid_matched / max(self.valid_total, 1)
@@ -138,19 +151,10 @@ def _run_case(report: SuiteReport, name: str, case: dict, options: dict) -> None
         }
         matched = any(compiled.fullmatch(text) for text in spellings)
         label = f"{name} / {test['description']}"
-        if test["valid"]:
-            report.valid_total += 1
-            report.valid_matched += matched
-            if name.startswith("optional/format/"):
-                report.format_valid_total += 1
-                report.format_valid_matched += matched
-            if not matched:
-                report.misses.append(label)
-        else:
-            report.invalid_total += 1
-            report.invalid_rejected += not matched
-            if matched:
-                report.violations.append(label)
+        report.record_instance(label, valid=test["valid"], matched=matched)
+        if test["valid"] and name.startswith("optional/format/"):
+            report.format_valid_total += 1
+            report.format_valid_matched += matched
 
 
 def format_report(report: SuiteReport) -> str:

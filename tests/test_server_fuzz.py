@@ -18,6 +18,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from server_checks import assert_healthy_and_whole
 
 from radixgen.runtime.request_schema import SAMPLING_FIELD_NAMES
 from radixgen.runtime.server.native_api import GenerateBody
@@ -132,20 +133,6 @@ def server(tiny_model_path):
 def http(server):
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
         yield client
-
-
-def assert_healthy_and_whole(http) -> None:
-    assert http.get("/health").status_code == 200
-    deadline = time.monotonic() + 20
-    while True:
-        info = http.get("/get_server_info").json()
-        if info["num_requests_in_flight"] == 0 and info["scheduler"]["num_running_reqs"] == 0:
-            break
-        assert time.monotonic() < deadline, info
-        time.sleep(0.05)
-    assert http.post("/flush_cache").status_code == 200
-    scheduler = http.get("/get_server_info").json()["scheduler"]
-    assert scheduler["kv_free_slots"] == scheduler["kv_total_slots"]
 
 
 def test_fuzzed_bodies_never_get_a_5xx(http):

@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pytest
+from server_checks import assert_healthy_and_whole
 
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
@@ -44,20 +45,6 @@ def http(server):
 def post_raw(http, path: str, body: str) -> httpx.Response:
     # Raw bytes: httpx's json= cannot encode lone surrogates, which the tests need to send.
     return http.post(path, content=body.encode(), headers={"content-type": "application/json"})
-
-
-def assert_healthy_and_whole(http) -> None:
-    assert http.get("/health").status_code == 200
-    deadline = time.monotonic() + 15
-    while True:
-        info = http.get("/get_server_info").json()
-        if info["num_requests_in_flight"] == 0 and info["scheduler"]["num_running_reqs"] == 0:
-            break
-        assert time.monotonic() < deadline, info
-        time.sleep(0.05)
-    assert http.post("/flush_cache").status_code == 200
-    scheduler = http.get("/get_server_info").json()["scheduler"]
-    assert scheduler["kv_free_slots"] == scheduler["kv_total_slots"]
 
 
 def nested(depth: int) -> str:

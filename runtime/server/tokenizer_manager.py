@@ -169,10 +169,9 @@ class TokenizerManager:
             RequestError(400): the text is not encodable (a lone UTF-16 surrogate), or so long
                 that it cannot fit the context whatever its tokens.
         """
-        _check_encodable(text, param)
+        num_bytes = _utf8_length(text, param)
         # Every token covers at most `max_token_bytes` bytes, so a text of more bytes than
         # that many tokens' worth is over-long without tokenizing it.
-        num_bytes = len(text.encode("utf-8", "surrogatepass"))
         min_tokens = -(-num_bytes // self.max_token_bytes)
         if min_tokens >= self.model_info.context_length:
             raise RequestError(
@@ -192,7 +191,7 @@ class TokenizerManager:
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
         for position, message in enumerate(messages):
-            _check_encodable(message["content"], f"messages[{position}].content")
+            _utf8_length(message["content"], f"messages[{position}].content")
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise RequestError("this model's tokenizer has no chat template", param="messages")
         try:
@@ -337,10 +336,14 @@ class TokenizerManager:
             logger.error("unexpected message %r", type(message).__name__)
 
 
-def _check_encodable(text: str, param: str) -> None:
-    """Raises RequestError(400) if `text` holds a lone UTF-16 surrogate (not valid UTF-8)."""
+def _utf8_length(text: str, param: str) -> int:
+    """The UTF-8 byte length of `text` (one encode: texts may be megabytes).
+
+    Raises:
+        RequestError(400): `text` holds a lone UTF-16 surrogate (not valid UTF-8).
+    """
     try:
-        text.encode("utf-8")
+        return len(text.encode("utf-8"))
     except UnicodeEncodeError as error:
         raise RequestError(
             f"{param} is not valid Unicode: a lone surrogate {text[error.start]!r} at "
