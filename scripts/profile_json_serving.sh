@@ -19,13 +19,17 @@ for backend in ${BACKENDS:-llguidance}; do
     --log-level warning --grammar-backend "$backend" ${SERVER_FLAGS:-} >"$OUT/server_$backend.log" 2>&1 &
   pid=$!
   python3 -c "
-import time, httpx
+import os, sys, time, httpx
 for _ in range(600):
+    try:
+        os.kill($pid, 0)
+    except OSError:
+        sys.exit('server exited')
     try:
         if httpx.get('http://127.0.0.1:30000/health', timeout=1).status_code == 200: break
     except Exception: pass
     time.sleep(0.5)
-"
+" || { tail -20 "$OUT/server_$backend.log"; exit 1; }
   bench random-ids "$OUT/${backend}_warm_random.json"
   bench json-array "$OUT/${backend}_warm_json.json"
   for dataset in random-ids json-array; do
