@@ -5,7 +5,7 @@
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
 # Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
-# serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
+# jump-forward (json dataset, jump-forward off vs on, concurrency 1 and 64), serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel).
 # JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
 set -uo pipefail
@@ -30,6 +30,21 @@ use_tree() {  # $1: folder to install editable
 }
 
 bench() { timeout 400 python3 -m radixgen.runtime.bench.cli "$@" 2>&1 | grep -v Warning; }
+
+wait_healthy() {  # $1: server pid; fails when it exits first
+  python3 -c "
+import os, sys, time, httpx
+for _ in range(600):
+    try:
+        os.kill($1, 0)
+    except OSError:
+        sys.exit('server exited')
+    try:
+        if httpx.get('http://127.0.0.1:30000/health', timeout=1).status_code == 200: break
+    except Exception: pass
+    time.sleep(0.5)
+"
+}
 
 stage_offline() {  # $1: tree name
   log "$1: bench offline 1000 x 200/200"
@@ -63,14 +78,7 @@ stage_serving_json() {  # $1: name; more: server flags
   python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
     --log-level warning "${@:2}" >"$OUT/$1_server.log" 2>&1 &
   local pid=$!
-  python3 -c "
-import time, httpx
-for _ in range(600):
-    try:
-        if httpx.get('http://127.0.0.1:30000/health', timeout=1).status_code == 200: break
-    except Exception: pass
-    time.sleep(0.5)
-"
+  wait_healthy $pid || { tail -5 "$OUT/$1_server.log"; return 1; }
   for dataset in random-ids json-array random-ids json-array; do
     PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
       --max-concurrency 64 --random-input-len 64 --random-output-len 48 --json-array-items 24 \
@@ -82,6 +90,26 @@ for _ in range(600):
     --num 10 | tee "$OUT/$1_schema_ttft.json"
   kill -INT $pid
   wait $pid 2>/dev/null
+}
+
+stage_jump_forward() {  # this tree only: the json dataset with jump-forward off, then on
+  [ "$1" = new ] || return 0
+  local flags name
+  for flags in "" "--enable-jump-forward"; do
+    name=jf$([ -n "$flags" ] && echo _on || echo _off)
+    python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
+      --log-level warning $flags >"$OUT/${name}_server.log" 2>&1 &
+    local pid=$!
+    wait_healthy $pid || return 1
+    for conc in 1 64; do
+      log "jump-forward ${flags:-off}: json at concurrency $conc"
+      PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 \
+        --dataset json --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
+        --output-json "$OUT/${name}_c$conc.json" | grep -E "output_token_throughput|tpot" | head -2
+    done
+    kill -INT $pid
+    wait $pid 2>/dev/null
+  done
 }
 
 stage_gpu_sampling() {  # the fused sampling kernel's GPU tests only
