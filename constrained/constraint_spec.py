@@ -4,7 +4,7 @@ choices, or a context-free grammar (GBNF-style EBNF or Lark; llguidance backend 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 ConstraintKind = Literal["regex", "json_schema", "json_object", "choices", "ebnf", "lark"]
@@ -16,6 +16,27 @@ _REGEX_META_CHARS = frozenset("\\.+*?()|[]{}^$#&-~ ")
 
 
 @dataclass(frozen=True)
+class SchemaTranslation:
+    """How a JSON-schema constraint is translated (`json_schema_to_regex`'s options).
+
+    The engine uses the defaults; the JSON-Schema-Test-Suite reports set JSON Schema's own
+    semantics (undeclared properties allowed; `format` an annotation outside its format files).
+
+    Attributes:
+        allow_undeclared_properties: objects that declare properties but say nothing of others
+            also take undeclared ones (JSON Schema's default; the engine writes none).
+        assert_formats: enforce the `format`s radixgen knows (False: every `format` is an
+            annotation, as JSON Schema 2019-09+ reads it by default).
+    """
+
+    allow_undeclared_properties: bool = False
+    assert_formats: bool = True
+
+    def as_options(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ConstraintSpec:
     """A constraint in canonical form, hashable for the compile cache.
 
@@ -24,10 +45,12 @@ class ConstraintSpec:
         spec: the regex; the schema as compact JSON text (in its key order); the
             choices as a tuple of strings; the grammar text (ebnf, lark); for json_object,
             `JSON_OBJECT_SCHEMA`.
+        translation: for json_schema, how it is translated (the engine's defaults otherwise).
     """
 
     kind: ConstraintKind
     spec: str | tuple[str, ...]
+    translation: SchemaTranslation = field(default_factory=SchemaTranslation)
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -66,8 +89,11 @@ class ConstraintSpec:
         return cls("json_object", JSON_OBJECT_SCHEMA)
 
     @classmethod
-    def json_schema(cls, schema: Any) -> ConstraintSpec:
-        """From a dict, a JSON string, or a pydantic model class (its `model_json_schema()`)."""
+    def json_schema(
+        cls, schema: Any, translation: SchemaTranslation | None = None
+    ) -> ConstraintSpec:
+        """From a dict, a JSON string, or a pydantic model class (its `model_json_schema()`);
+        `translation`: the translator's options (None: the engine's defaults)."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
         elif isinstance(schema, str):
@@ -81,7 +107,8 @@ class ConstraintSpec:
                 f"got {type(schema).__name__}"
             )
         # Key order is kept: declared `properties` order is the order of the output's keys.
-        return cls("json_schema", json.dumps(schema, separators=(",", ":")))
+        compact = json.dumps(schema, separators=(",", ":"))
+        return cls("json_schema", compact, translation or SchemaTranslation())
 
     @classmethod
     def from_sampling_params(
@@ -130,7 +157,7 @@ class ConstraintSpec:
             raise ValueError(f"a {self.kind} grammar has no regex form")
         from radixgen.constrained.json_schema import json_schema_to_regex
 
-        return json_schema_to_regex(json.loads(self.spec))
+        return json_schema_to_regex(json.loads(self.spec), **self.translation.as_options())
 
     def describe(self, limit: int = 80) -> str:
         text = f"{self.kind}={self.spec!r}"

@@ -151,7 +151,7 @@ def llguidance_grammar_and_regex(spec: ConstraintSpec) -> tuple[str, str | None]
         validate_regex(pattern)  # one regex dialect for both backends
         return llguidance.LLMatcher.grammar_from_regex(pattern), pattern
     if spec.kind == "json_schema":
-        lark = json_schema_lark(json.loads(spec.spec))
+        lark = json_schema_lark(json.loads(spec.spec), **spec.translation.as_options())
         if lark is not None:
             return llguidance.LLMatcher.grammar_from_lark(lark), None
         pattern = spec.to_regex()
