@@ -77,6 +77,7 @@ def compile_constraint(
     lark: str | None = None,
     choices: list[str] | None = None,
     json_object: bool = False,
+    structural_tag: Any = None,
     tokenizer: Any = None,
     backend: str | None = None,
     schema_translation: SchemaTranslation | None = None,
@@ -84,7 +85,8 @@ def compile_constraint(
     """Compiles one constraint the way the engine does and returns its checker.
 
     Args:
-        json_schema, regex, ebnf, lark, choices, json_object: the constraint (exactly one).
+        json_schema, regex, ebnf, lark, choices, json_object, structural_tag: the constraint
+            (exactly one).
         tokenizer: "tiny" (the built-in model's tokenizer), a tokenizer folder or tokenizer.json
             path, a tokenizer object, or None for a vocabulary of the 256 single bytes.
         backend: "llguidance" or "outlines"; None: the default (`DEFAULT_GRAMMAR_BACKEND`).
@@ -104,9 +106,12 @@ def compile_constraint(
         ebnf=ebnf,
         lark=lark,
         json_object=json_object,
+        structural_tag=structural_tag,
     )
     if spec is None:
-        raise ValueError("give one of json_schema, regex, ebnf, lark, choices, json_object")
+        raise ValueError(
+            "give one of json_schema, regex, ebnf, lark, choices, json_object, structural_tag"
+        )
     if schema_translation is not None:
         if spec.kind != "json_schema":
             raise ValueError("schema_translation applies to json_schema only")
