@@ -2,8 +2,9 @@
 
 `schema_suite_report` checks the translator's regex with Python's `re`; this report compiles
 every suite schema with `compile_constraint(json_schema=..., backend=...)` (the 256-byte
-vocabulary, the engine's default translation options) and runs each instance through the
-compiled matcher, so it also covers what only a backend adds: llguidance's Lark grammars for
+vocabulary; the suite's semantics as in `schema_suite_report.suite_cases`: undeclared
+properties allowed, `format` asserted only in the format files) and runs each instance through
+the compiled matcher, so it also covers what only a backend adds: llguidance's Lark grammars for
 recursive schemas, outlines-core's token automaton. With `--deadline-s`, each schema compiles in
 a worker process and one past the deadline counts as refused, as the engine's compile timeout
 would fail its request (outlines-core takes minutes on some suite schemas).
@@ -20,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixgen.constrained.checker import compile_constraint
+from radixgen.constrained.constraint_spec import SchemaTranslation
 from radixgen.constrained.deadline_worker import DeadlineWorker
 from radixgen.constrained.grammar_interface import GRAMMAR_BACKEND_NAMES
-from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, suite_files
+from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, suite_cases
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 
@@ -30,7 +32,7 @@ def run_backend_suite(
     suite_dir: Path,
     backend: str,
     *,
-    select: Callable[[object], bool] | None = None,
+    select: Callable[[object, SchemaTranslation], bool] | None = None,
     deadline_s: float | None = None,
 ) -> SuiteReport:
     """Compiles every suite schema (those `select` keeps) on `backend` and checks instances;
@@ -38,22 +40,17 @@ def run_backend_suite(
     report = SuiteReport()
     worker = None if deadline_s is None else DeadlineWorker(no_worker_state, check_case)
     try:
-        for path in suite_files(suite_dir):
-            for case in json.loads(path.read_text(encoding="utf-8")):
-                if select is not None and not select(case["schema"]):
-                    continue
-                job = (
-                    backend,
-                    case["schema"],
-                    [_spellings(test["data"]) for test in case["tests"]],
-                )
-                if worker is None:
-                    verdict = check_case(None, job)
-                else:
-                    finished, verdict = worker.run(job, deadline_s=deadline_s)
-                    verdict = verdict if finished else f"(compile past {deadline_s:g} s)"
-                name = f"{path.relative_to(suite_dir)}: {case['description']}"
-                _record(report, name, case, verdict)
+        for name, case, translation in suite_cases(suite_dir):
+            if select is not None and not select(case["schema"], translation):
+                continue
+            spellings = [_spellings(test["data"]) for test in case["tests"]]
+            job = (backend, case["schema"], translation, spellings)
+            if worker is None:
+                verdict = check_case(None, job)
+            else:
+                finished, verdict = worker.run(job, deadline_s=deadline_s)
+                verdict = verdict if finished else f"(compile past {deadline_s:g} s)"
+            _record(report, name, case, verdict)
     finally:
         if worker is not None:
             worker.stop()
@@ -65,11 +62,15 @@ def no_worker_state() -> None:
     return None
 
 
-def check_case(_state, job: tuple[str, object, list[set[str]]]) -> list[bool] | str:
+def check_case(
+    _state, job: tuple[str, object, SchemaTranslation, list[set[str]]]
+) -> list[bool] | str:
     """Whether any spelling of each instance fullmatches; or why the schema is refused."""
-    backend, schema, spellings_per_test = job
+    backend, schema, translation, spellings_per_test = job
     try:
-        checker = compile_constraint(json_schema=schema, backend=backend)
+        checker = compile_constraint(
+            json_schema=schema, backend=backend, schema_translation=translation
+        )
     except UnsupportedSchemaError as error:
         return error.keyword
     except (ValueError, TypeError):

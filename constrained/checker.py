@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from radixgen.constrained.backend import GrammarBackend
-from radixgen.constrained.constraint_spec import ConstraintSpec
+from radixgen.constrained.constraint_spec import ConstraintSpec, SchemaTranslation
 from radixgen.constrained.grammar_interface import (
     DEFAULT_GRAMMAR_BACKEND,
     ConstraintGrammar,
@@ -77,16 +77,20 @@ def compile_constraint(
     lark: str | None = None,
     choices: list[str] | None = None,
     json_object: bool = False,
+    structural_tag: Any = None,
     tokenizer: Any = None,
     backend: str | None = None,
+    schema_translation: SchemaTranslation | None = None,
 ) -> ConstraintChecker:
     """Compiles one constraint the way the engine does and returns its checker.
 
     Args:
-        json_schema, regex, ebnf, lark, choices, json_object: the constraint (exactly one).
+        json_schema, regex, ebnf, lark, choices, json_object, structural_tag: the constraint
+            (exactly one).
         tokenizer: "tiny" (the built-in model's tokenizer), a tokenizer folder or tokenizer.json
             path, a tokenizer object, or None for a vocabulary of the 256 single bytes.
         backend: "llguidance" or "outlines"; None: the default (`DEFAULT_GRAMMAR_BACKEND`).
+        schema_translation: for json_schema, the translator's options (None: the engine's).
 
     Raises:
         UnsupportedSchemaError: the schema uses what radixgen cannot enforce exactly.
@@ -102,9 +106,16 @@ def compile_constraint(
         ebnf=ebnf,
         lark=lark,
         json_object=json_object,
+        structural_tag=structural_tag,
     )
     if spec is None:
-        raise ValueError("give one of json_schema, regex, ebnf, lark, choices, json_object")
+        raise ValueError(
+            "give one of json_schema, regex, ebnf, lark, choices, json_object, structural_tag"
+        )
+    if schema_translation is not None:
+        if spec.kind != "json_schema":
+            raise ValueError("schema_translation applies to json_schema only")
+        spec = ConstraintSpec.json_schema(json_schema, schema_translation)
     if tokenizer is None or isinstance(tokenizer, (str, Path)):
         grammar_backend = _backend_for_path(tokenizer, backend_name)  # loaded once per path
         return ConstraintChecker(grammar_backend.compile(spec), backend_name)

@@ -1,13 +1,16 @@
 """What a request constrains its output to: a regex, a JSON schema, any JSON object, a list of
-choices, or a context-free grammar (GBNF-style EBNF or Lark; llguidance backend only)."""
+choices, a context-free grammar (GBNF-style EBNF or Lark), or SGLang's structural tag (free text
+with schema-constrained tagged bodies); grammars and structural tags need llguidance."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-ConstraintKind = Literal["regex", "json_schema", "json_object", "choices", "ebnf", "lark"]
+ConstraintKind = Literal[
+    "regex", "json_schema", "json_object", "choices", "ebnf", "lark", "structural_tag"
+]
 _KINDS: tuple[str, ...] = ConstraintKind.__args__
 # `json_object` constrains to any JSON object; its spec is this schema, for display and caching.
 JSON_OBJECT_SCHEMA = '{"type":"object"}'
@@ -16,18 +19,43 @@ _REGEX_META_CHARS = frozenset("\\.+*?()|[]{}^$#&-~ ")
 
 
 @dataclass(frozen=True)
+class SchemaTranslation:
+    """How a JSON-schema constraint is translated (`json_schema_to_regex`'s options).
+
+    The engine uses the defaults; the JSON-Schema-Test-Suite reports set JSON Schema's own
+    semantics (undeclared properties allowed; `format` an annotation outside its format files).
+
+    Attributes:
+        allow_undeclared_properties: objects that declare properties but say nothing of others
+            also take undeclared ones (JSON Schema's default; the engine writes none).
+        assert_formats: enforce the `format`s radixgen knows (False: every `format` is an
+            annotation, as JSON Schema 2019-09+ reads it by default).
+    """
+
+    allow_undeclared_properties: bool = False
+    assert_formats: bool = True
+
+    def as_options(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ConstraintSpec:
     """A constraint in canonical form, hashable for the compile cache.
 
     Attributes:
-        kind: "regex", "json_schema", "json_object", "choices", "ebnf" or "lark".
+        kind: "regex", "json_schema", "json_object", "choices", "ebnf", "lark" or
+            "structural_tag".
         spec: the regex; the schema as compact JSON text (in its key order); the
             choices as a tuple of strings; the grammar text (ebnf, lark); for json_object,
-            `JSON_OBJECT_SCHEMA`.
+            `JSON_OBJECT_SCHEMA`; for structural_tag, compact JSON
+            `{"structures": [...], "triggers": [...]}`.
+        translation: for json_schema, how it is translated (the engine's defaults otherwise).
     """
 
     kind: ConstraintKind
     spec: str | tuple[str, ...]
+    translation: SchemaTranslation = field(default_factory=SchemaTranslation)
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -61,13 +89,44 @@ class ConstraintSpec:
         return cls("lark", grammar)
 
     @classmethod
+    def structural_tag(cls, tag: Any) -> ConstraintSpec:
+        """SGLang's structural tag, from a dict or its JSON text: `structures` (each with
+        `begin`, `schema`, `end`) and `triggers`; a `"type": "structural_tag"` key is allowed.
+
+        Raises:
+            ValueError: naming the malformed part (a begin that starts with no trigger, ...).
+        """
+        from radixgen.constrained.structural_tag import StructuralTag
+
+        if isinstance(tag, str):
+            try:
+                tag = json.loads(tag)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"structural_tag is not valid JSON: {error}") from error
+        if not isinstance(tag, dict):
+            raise TypeError(f"structural_tag must be a dict or a JSON string, got {tag!r}")
+        unknown = set(tag) - {"type", "structures", "triggers"}
+        if unknown or tag.get("type", "structural_tag") != "structural_tag":
+            raise ValueError(
+                "structural_tag takes type ('structural_tag'), structures and triggers; got "
+                f"{sorted(tag)}"
+            )
+        canonical = {"structures": tag.get("structures"), "triggers": tag.get("triggers")}
+        text = json.dumps(canonical, separators=(",", ":"))
+        StructuralTag.from_json(text)  # raises ValueError naming the malformed part
+        return cls("structural_tag", text)
+
+    @classmethod
     def json_object(cls) -> ConstraintSpec:
         """Any JSON object: OpenAI's `response_format: {"type": "json_object"}`."""
         return cls("json_object", JSON_OBJECT_SCHEMA)
 
     @classmethod
-    def json_schema(cls, schema: Any) -> ConstraintSpec:
-        """From a dict, a JSON string, or a pydantic model class (its `model_json_schema()`)."""
+    def json_schema(
+        cls, schema: Any, translation: SchemaTranslation | None = None
+    ) -> ConstraintSpec:
+        """From a dict, a JSON string, or a pydantic model class (its `model_json_schema()`);
+        `translation`: the translator's options (None: the engine's defaults)."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
         elif isinstance(schema, str):
@@ -81,11 +140,20 @@ class ConstraintSpec:
                 f"got {type(schema).__name__}"
             )
         # Key order is kept: declared `properties` order is the order of the output's keys.
-        return cls("json_schema", json.dumps(schema, separators=(",", ":")))
+        compact = json.dumps(schema, separators=(",", ":"))
+        return cls("json_schema", compact, translation or SchemaTranslation())
 
     @classmethod
     def from_sampling_params(
-        cls, *, regex=None, json_schema=None, choices=None, ebnf=None, lark=None, json_object=False
+        cls,
+        *,
+        regex=None,
+        json_schema=None,
+        choices=None,
+        ebnf=None,
+        lark=None,
+        json_object=False,
+        structural_tag=None,
     ) -> ConstraintSpec | None:
         """The request's constraint from sampling parameters; None if it has none.
 
@@ -104,11 +172,13 @@ class ConstraintSpec:
             ("choices", choices, cls.choices),
             ("ebnf", ebnf, cls.ebnf),
             ("lark", lark, cls.lark),
+            ("structural_tag", structural_tag, cls.structural_tag),
         ]
         given = [(name, value, build) for name, value, build in builders if value is not None]
         if len(given) > 1:
             raise ValueError(
-                "give at most one of regex, json_schema, json_object, choices, ebnf, lark; "
+                "give at most one of regex, json_schema, json_object, choices, ebnf, lark, "
+                "structural_tag; "
                 f"got {[name for name, _, _ in given]}"
             )
         if not given:
@@ -126,11 +196,11 @@ class ConstraintSpec:
             return self.spec
         if self.kind == "choices":
             return "(?:" + "|".join(escape_regex_literal(c) for c in self.spec) + ")"
-        if self.kind in ("ebnf", "lark"):
+        if self.kind in ("ebnf", "lark", "structural_tag"):
             raise ValueError(f"a {self.kind} grammar has no regex form")
         from radixgen.constrained.json_schema import json_schema_to_regex
 
-        return json_schema_to_regex(json.loads(self.spec))
+        return json_schema_to_regex(json.loads(self.spec), **self.translation.as_options())
 
     def describe(self, limit: int = 80) -> str:
         text = f"{self.kind}={self.spec!r}"

@@ -34,6 +34,7 @@ from radixgen.constrained.grammar_interface import (
 from radixgen.constrained.jump_forward import JumpForward
 from radixgen.constrained.regex_index import RegexError, validate_regex
 from radixgen.constrained.schema_lark import json_object_lark, json_schema_lark
+from radixgen.constrained.structural_tag import StructuralTag, structural_tag_lark
 from radixgen.constrained.vocabulary import TokenVocabulary
 
 # llguidance marks special tokens by a leading 0xFF byte, which UTF-8 text never contains.
@@ -151,7 +152,7 @@ def llguidance_grammar_and_regex(spec: ConstraintSpec) -> tuple[str, str | None]
         validate_regex(pattern)  # one regex dialect for both backends
         return llguidance.LLMatcher.grammar_from_regex(pattern), pattern
     if spec.kind == "json_schema":
-        lark = json_schema_lark(json.loads(spec.spec))
+        lark = json_schema_lark(json.loads(spec.spec), **spec.translation.as_options())
         if lark is not None:
             return llguidance.LLMatcher.grammar_from_lark(lark), None
         pattern = spec.to_regex()
@@ -165,6 +166,9 @@ def llguidance_grammar_and_regex(spec: ConstraintSpec) -> tuple[str, str | None]
             raise ValueError(f"ebnf grammar is invalid: {error}") from error
     if spec.kind == "lark":
         return llguidance.LLMatcher.grammar_from_lark(spec.spec), None
+    if spec.kind == "structural_tag":
+        lark = structural_tag_lark(StructuralTag.from_json(spec.spec))
+        return llguidance.LLMatcher.grammar_from_lark(lark), None
     raise ValueError(f"the llguidance backend cannot compile kind={spec.kind!r}")
 
 

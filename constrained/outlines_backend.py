@@ -18,7 +18,7 @@ from radixgen.constrained.retokenize import BoundaryTokenizer
 from radixgen.constrained.vocabulary import TokenVocabulary
 
 # Kinds this backend cannot express as one regex.
-GRAMMAR_KINDS = ("ebnf", "lark")
+GRAMMAR_KINDS = ("ebnf", "lark", "structural_tag")
 
 
 class OutlinesCompiler:
@@ -54,7 +54,7 @@ class OutlinesCompiler:
     def compile(self, spec: ConstraintSpec) -> CompiledGrammar:
         if spec.kind in GRAMMAR_KINDS:
             raise ValueError(
-                f"{spec.kind} grammars need grammar_backend='llguidance'; the outlines backend "
+                f"{spec.kind} constraints need grammar_backend='llguidance'; the outlines backend "
                 "takes regex, json_schema, json_object and choices only"
             )
         pattern = spec.to_regex()

@@ -54,8 +54,12 @@ def json_object_lark() -> str:
     return "\n".join(["start: json_object", *any_value_rules()])
 
 
-def json_schema_lark(schema: object) -> str | None:
-    """A Lark grammar for `schema`; None: use `json_schema_to_regex`'s flat regex.
+def json_schema_lark(
+    schema: object, *, allow_undeclared_properties: bool = False, assert_formats: bool = True
+) -> str | None:
+    """A Lark grammar for `schema`; None: use `json_schema_to_regex`'s flat regex (the two
+    options are that function's; with undeclared properties allowed, objects that declare
+    properties without `additionalProperties` are left to the flat regex).
 
     The structural keywords written here, exactly: `$ref` alone, `anyOf`, objects with
     `properties`/`required`/`additionalProperties: false` (absent: no undeclared members, as the
@@ -70,7 +74,11 @@ def json_schema_lark(schema: object) -> str | None:
     if not isinstance(schema, dict) or _has_embedded_resources(schema):
         return None
     try:
-        return _LarkWriter(schema).grammar()
+        options = {
+            "allow_undeclared_properties": allow_undeclared_properties,
+            "assert_formats": assert_formats,
+        }
+        return _LarkWriter(schema, options).grammar()
     except _NotStructural:
         return None
 
@@ -130,8 +138,9 @@ def _refs_in(node: object) -> list[str]:
 class _LarkWriter:
     """Writes one rule per `$ref` target and one terminal per `$ref`-free subschema."""
 
-    def __init__(self, root: dict) -> None:
+    def __init__(self, root: dict, translation_options: dict[str, bool]) -> None:
         self.root = root
+        self.translation_options = translation_options  # json_schema_to_regex's, for leaves
         self.resolver = RefResolver(root, dialect_of(root))
         self.rules: list[str] = []
         self._rule_by_path: dict[str, str] = {}
@@ -212,7 +221,7 @@ class _LarkWriter:
         if "$schema" in self.root:  # the dialect the root selects applies to every subschema
             leaf["$schema"] = self.root["$schema"]
         try:
-            regex = json_schema_to_regex(leaf)
+            regex = json_schema_to_regex(leaf, **self.translation_options)
         except UnsupportedSchemaError:  # the flat translation reports it with its full path
             raise _NotStructural(path) from None
         # One terminal per distinct regex: llguidance merges identical lexemes, and a terminal
@@ -243,6 +252,10 @@ class _LarkWriter:
             or not set(required) <= set(properties)
             or node.get("additionalProperties", False) is not False
             or (not properties and "additionalProperties" not in node)
+            or (
+                "additionalProperties" not in node
+                and self.translation_options["allow_undeclared_properties"]
+            )
         ):
             raise _NotStructural(path)  # extra members: the flat translator decides
         members = []

@@ -24,16 +24,16 @@ import collections
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radixgen.constrained.constraint_spec import SchemaTranslation
 from radixgen.constrained.json_schema import json_schema_to_regex
 from radixgen.constrained.unsupported import UnsatisfiableSchemaError, UnsupportedSchemaError
 
 SUITE_SUBDIR = "draft2020-12"
 SUITE_DIALECTS = ("draft2020-12", "draft7", "draft4")
-# Translation options for the suite: JSON Schema's own default for undeclared properties.
-SUITE_OPTIONS = {"allow_undeclared_properties": True}
 _DIALECT_URIS = {
     "draft4": "http://json-schema.org/draft-04/schema#",
     "draft7": "http://json-schema.org/draft-07/schema#",
@@ -96,6 +96,23 @@ def suite_files(suite_dir: Path) -> list[Path]:
     return sorted(suite_dir.glob("*.json")) + sorted(suite_dir.glob("optional/format/*.json"))
 
 
+def suite_cases(suite_dir: Path) -> Iterator[tuple[str, dict, SchemaTranslation]]:
+    """(name, case, translation) for every case of the suite folder, read as the suite means:
+    JSON Schema's default for undeclared properties, `format` asserted only in the optional
+    format files, and the folder's dialect declared where a schema leaves it implicit."""
+    for path in suite_files(suite_dir):
+        translation = SchemaTranslation(
+            allow_undeclared_properties=True, assert_formats=path.parent.name == "format"
+        )
+        for case in json.loads(path.read_text(encoding="utf-8")):
+            name = f"{path.relative_to(suite_dir)}: {case['description']}"
+            schema = case["schema"]
+            if isinstance(schema, dict) and "$schema" not in schema:
+                # The older drafts' files leave their dialect implicit; a real schema says it.
+                schema = {"$schema": _DIALECT_URIS.get(suite_dir.name, ""), **schema}
+            yield name, {**case, "schema": schema}, translation
+
+
 def run_suite(suite_dir: Path, any_value_depth: int = 2) -> SuiteReport:
     """Translate every suite schema and match every instance against the accepted ones.
 
@@ -103,16 +120,9 @@ def run_suite(suite_dir: Path, any_value_depth: int = 2) -> SuiteReport:
     is allowed, and Python's `re` compiles them 3x faster; the figures do not change.
     """
     report = SuiteReport()
-    for path in suite_files(suite_dir):
-        options = {**SUITE_OPTIONS, "assert_formats": path.parent.name == "format"}
-        options["any_value_depth"] = any_value_depth
-        for case in json.loads(path.read_text(encoding="utf-8")):
-            name = f"{path.relative_to(suite_dir)}: {case['description']}"
-            schema = case["schema"]
-            if isinstance(schema, dict) and "$schema" not in schema:
-                # The older drafts' files leave their dialect implicit; a real schema says it.
-                schema = {"$schema": _DIALECT_URIS.get(suite_dir.name, ""), **schema}
-            _run_case(report, name, {**case, "schema": schema}, options)
+    for name, case, translation in suite_cases(suite_dir):
+        options = {**translation.as_options(), "any_value_depth": any_value_depth}
+        _run_case(report, name, case, options)
     return report
 
 

@@ -44,6 +44,7 @@ def gen(
     choices: list[str] | None = None,
     ebnf: str | None = None,
     lark: str | None = None,
+    structural_tag: dict | str | None = None,
     constraint_budget: bool | None = None,
     return_logprob: bool | None = None,
     top_logprobs_num: int | None = None,
@@ -54,8 +55,10 @@ def gen(
     backend's. At most one constraint: `regex`, `json_schema` (a dict, a JSON string or a
     pydantic model class), `choices` (decoding constrained to one of the strings; for
     likelihood scoring without sampling use `rg.select`), `ebnf` (a GBNF-style grammar whose
-    start rule is `root`) or `lark` (a Lark grammar whose start rule is `start`); grammars
-    need the llguidance grammar backend (the default). A constrained output cut by
+    start rule is `root`), `lark` (a Lark grammar whose start rule is `start`) or
+    `structural_tag` (SGLang's: `{"structures": [{"begin", "schema", "end"}], "triggers"}`:
+    free text whose tagged bodies match their schemas); grammars and structural tags need
+    the llguidance grammar backend (the default). A constrained output cut by
     `max_tokens` still ends as a complete match unless `constraint_budget=False`.
 
     Raises:
@@ -82,6 +85,7 @@ def gen(
         choices=choices,
         ebnf=ebnf,
         lark=lark,
+        structural_tag=structural_tag,
         constraint_budget=constraint_budget,
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,

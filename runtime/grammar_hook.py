@@ -85,6 +85,7 @@ class GrammarHook:
                 ebnf=params.ebnf,
                 lark=params.lark,
                 json_object=params.json_object,
+                structural_tag=params.structural_tag,
             )
             future = self._get_backend().compile_async(spec, timeout_s=self.compile_timeout_s)
         except (ValueError, TypeError) as error:

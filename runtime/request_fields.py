@@ -23,7 +23,11 @@ MAX_STOP_TOKEN_IDS = 1024
 MAX_CACHE_SALT_CHARS = 256
 MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
 MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit (the field itself is not supported yet)
-CONSTRAINT_FIELDS = ("regex", "json_schema", "choices", "ebnf", "lark", "json_object")
+CONSTRAINT_FIELDS = (
+    "regex", "json_schema", "choices", "ebnf", "lark", "json_object", "structural_tag"
+)  # fmt: skip
+MAX_TAG_STRUCTURES = 64  # structures (and triggers) of one structural_tag
+MAX_TAG_TEXT_CHARS = 1024  # each begin, end and trigger
 
 
 class RequestFieldError(ValueError, TypeError):
@@ -226,6 +230,80 @@ def json_schema_string(schema: Any) -> str:
         raise RequestFieldError("json_schema", "json_schema is nested too deeply") from None
 
 
+def structural_tag_string(value: Any) -> str:
+    """SGLang's structural tag (a dict or its JSON text) -> canonical JSON text
+    `{"structures": [{"begin", "schema", "end"}...], "triggers": [...]}`.
+
+    Checks the shape here (types, keys, sizes); the constrained layer checks what the grammar
+    needs (every `begin` starts with a trigger; triggers do not contain each other).
+
+    Raises:
+        RequestFieldError naming `structural_tag` (the message names the part).
+    """
+    name = "structural_tag"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise RequestFieldError(name, f"structural_tag is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise RequestFieldError(name, f"structural_tag must be a JSON object, got {value!r:.80}")
+    _check_keys(value, {"type", "structures", "triggers"}, {"structures", "triggers"}, name)
+    if value.get("type", name) != name:
+        raise RequestFieldError(name, f"structural_tag.type must be 'structural_tag', got "
+                                f"{value['type']!r:.80}")  # fmt: skip
+    structures = _tag_list(value["structures"], "structures", dict, "objects")
+    canonical = []
+    for index, structure in enumerate(structures):
+        where = f"structural_tag.structures[{index}]"
+        _check_keys(structure, {"begin", "schema", "end"}, {"begin", "schema", "end"}, where)
+        schema = structure["schema"]
+        if not isinstance(schema, (dict, bool)) or json_depth(schema) > MAX_JSON_DEPTH:
+            raise RequestFieldError(
+                name, f"{where}.schema must be a JSON schema object nested at most "
+                f"{MAX_JSON_DEPTH} levels, got {type(schema).__name__}"
+            )  # fmt: skip
+        begin = _tag_text(structure["begin"], f"{where}.begin", allow_empty=False)
+        end = _tag_text(structure["end"], f"{where}.end", allow_empty=True)
+        canonical.append({"begin": begin, "schema": schema, "end": end})
+    triggers = _tag_list(value["triggers"], "triggers", str, "strings")
+    for index, trigger in enumerate(triggers):
+        _tag_text(trigger, f"structural_tag.triggers[{index}]", allow_empty=False)
+    return json.dumps({"structures": canonical, "triggers": triggers})
+
+
+def _check_keys(value: dict, allowed: set[str], required: set[str], where: str) -> None:
+    unknown, missing = set(value) - allowed, required - set(value)
+    if unknown or missing:
+        raise RequestFieldError(
+            "structural_tag",
+            f"{where} takes {sorted(allowed)}; unknown: {sorted(unknown)}, missing: "
+            f"{sorted(missing)}",
+        )
+
+
+def _tag_list(value: Any, key: str, item_type: type, kind: str) -> list:
+    if not isinstance(value, list) or not value or len(value) > MAX_TAG_STRUCTURES:
+        raise RequestFieldError(
+            "structural_tag",
+            f"structural_tag.{key} must be a list of 1 to {MAX_TAG_STRUCTURES} {kind}, "
+            f"got {value!r:.80}",
+        )
+    if not all(isinstance(item, item_type) for item in value):
+        raise RequestFieldError("structural_tag", f"structural_tag.{key} must hold {kind} only")
+    return value
+
+
+def _tag_text(value: Any, where: str, *, allow_empty: bool) -> str:
+    if not isinstance(value, str) or not (allow_empty or value) or len(value) > MAX_TAG_TEXT_CHARS:
+        raise RequestFieldError(
+            "structural_tag",
+            f"{where} must be a {'' if allow_empty else 'non-empty '}string of at most "
+            f"{MAX_TAG_TEXT_CHARS} chars, got {value!r:.80}",
+        )
+    return value
+
+
 NORMALISERS = {
     "stop": _stop_list,
     "stop_token_ids": _stop_token_id_list,
@@ -234,6 +312,7 @@ NORMALISERS = {
     "json_schema": json_schema_string,
     "ebnf": _string("ebnf"),
     "lark": _string("lark"),
+    "structural_tag": structural_tag_string,
     "cache_salt": _string("cache_salt", max_chars=MAX_CACHE_SALT_CHARS),
     "rid": _string("rid"),
 }

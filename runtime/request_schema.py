@@ -78,8 +78,9 @@ class SamplingParams:
     that end generation when they appear in the output text (also across token
     boundaries); the returned text is trimmed before the stop string. `n` parallel samples
     share the prompt's KV; with a `seed`, sample i uses `seed + i`. `regex`, `json_schema`,
-    `choices`, `ebnf` (GBNF-style, as SGLang takes it), `lark` (a Lark grammar) and
-    `json_object` (any JSON object) constrain the output (at most one of them).
+    `choices`, `ebnf` (GBNF-style, as SGLang takes it), `lark` (a Lark grammar),
+    `json_object` (any JSON object) and `structural_tag` (SGLang's: free text whose tagged
+    bodies match schemas) constrain the output (at most one of them).
     `constraint_budget` (default on) keeps a constrained output that runs out of
     `max_new_tokens` or context a complete match; False truncates it raw.
     """
@@ -105,6 +106,7 @@ class SamplingParams:
     ebnf: str | None = None
     lark: str | None = None
     json_object: bool = False
+    structural_tag: str | dict | None = None
     constraint_budget: bool = True
 
     @classmethod

@@ -166,7 +166,9 @@ def test_json_object_nests_without_a_depth_cap_on_llguidance():
 
 def test_outlines_refuses_grammars_clearly():
     for kind in ("ebnf", "lark"):
-        with pytest.raises(ValueError, match=f"{kind} grammars need grammar_backend='llguidance'"):
+        with pytest.raises(
+            ValueError, match=f"{kind} constraints need grammar_backend='llguidance'"
+        ):
             compile_constraint(**{kind: 'root ::= "a"'}, backend="outlines")
     # outlines takes json_object as the flat regex of {"type": "object"}
     assert re.fullmatch(ConstraintSpec.json_object().to_regex(), '{"a":[1]}')

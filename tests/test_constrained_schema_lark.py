@@ -150,9 +150,9 @@ def test_suite_grammar_schemas_accept_no_invalid_instance():
     if suite_dir is None:
         pytest.skip("JSON-Schema-Test-Suite not found beside the checkout")
 
-    def becomes_grammar(schema: object) -> bool:
+    def becomes_grammar(schema: object, translation) -> bool:
         try:
-            return json_schema_lark(schema) is not None
+            return json_schema_lark(schema, **translation.as_options()) is not None
         except ValueError:
             return False
 
@@ -165,7 +165,9 @@ def test_a_grammar_llguidance_refuses_falls_back_to_the_flat_regex(monkeypatch):
     from radixgen.constrained import llguidance_backend
     from radixgen.constrained.checker import byte_vocabulary
 
-    monkeypatch.setattr(llguidance_backend, "json_schema_lark", lambda schema: "start: undefined")
+    monkeypatch.setattr(
+        llguidance_backend, "json_schema_lark", lambda schema, **options: "start: undefined"
+    )
     compiler = llguidance_backend.LLGuidanceCompiler(byte_vocabulary())
     grammar = compiler.compile(ConstraintSpec.json_schema(LINKED_LIST))
     matcher = grammar.new_matcher()

@@ -243,7 +243,16 @@ def test_unsupported_pattern_syntax_is_rejected(pattern_text):
         ("email", ["joe.bloggs@example.com", "te~st@example.com", "a@b"], ["joe..bloggs@example.com", ".a@example.com", "a@-b.com", "2962"]),
         ("ipv4", ["192.168.0.1", "0.0.0.0", "255.255.255.255"], ["256.0.0.1", "087.10.0.1", "1.2.3", "1.2.3.4.5"]),
         ("uri", ["http://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c"], ["//foo.bar/", "/abc", "abc", "http:// x.com", "bar,baz:foo"]),
-        ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b", "xn--X", "a_b.com"]),
+        ("hostname", ["example.com", "a-b.c", "a--b.com", "a" * 63 + ".com"], ["-a.com", "a..b", "xn--X", "ab--c", "a_b.com", "a" * 64, "a" * 63 + "." + "a" * 63]),
+        # Leap seconds: 23:59:60 in UTC, whatever the offset (minutes 00, 30, 45 written).
+        ("time", ["23:59:60Z", "01:29:60+01:30", "15:59:60-08:00", "00:29:60-23:30", "05:44:60+05:45"], ["23:59:60+01:00", "23:59:60-00:30", "22:59:60Z"]),
+        ("date-time", ["1998-12-31T23:59:60Z", "1998-12-31T15:59:60.123-08:00"], ["1998-12-31T23:58:60Z", "2016-12-31T24:59:60+01:00"]),
+        # U-labels: at most 8 PVALID characters (Hangul, Greek, CJK), so the A-label fits.
+        ("idn-hostname", ["실례.테스트", "a。b", "a．b", "a｡b", "δοκιμή.com", "例子.com"], ["παράδειγμα.com", "〮실례.테스트", "。example", "example．", "ü" * 60, "실례실례실례실례실", "Ü.com", "xn--7a", "a..b"]),
+        ("idn-email", ["δοκιμή@example.com", '"δοκιμή"@example.com', "\x85@example.com", "𝕏@example.com", "a" * 64 + "@example.com", "실례@실례.테스트"], ["user＠example.com", "a" * 65 + "@example.com", "δ" * 17 + "@example.com", ".δ@example.com"]),
+        ("regex", ["([abc])+\\s+$", "[]", "[^]", "\\cA", "(?<=a+)b", "(?:a|b)*c"], ["^(abc]", "\\a", "(?P<name>x)", "(?i)abc", "(?=a)*", "a**"]),
+        ("uri-template", ["a😀b", "{x,y}"], ["a b", "{}"]),
+        ("iri", ["http://ƒøø.ßår/?q=\U000f0000"], ["http://x/#\U000f0000"]),
     ],
 )  # fmt: skip
 def test_formats(name, valid, invalid):

@@ -17,6 +17,7 @@ import pytest
 
 import radixgen as rg
 from radixgen.prefix_trace import common_prefix, trace_prefix
+from tests.structural_tag_checks import COUNTER_TAG, check_tagged_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LONG_SYSTEM_PROMPT = "You are a careful assistant. " * 12  # ~70 tokens shared by a batch
@@ -320,6 +321,28 @@ def test_react_agent_calls_a_tool_with_a_valid_input(engine, capsys):
     observation = agent.TOOLS[state["action_0"]](state["input_0"])
     assert f"Observation: {observation}\n" in state.text()
     assert agent.calculator("12 * 7") == "84"
+
+
+def test_structural_tag_bodies_validate_through_the_engine_and_the_dsl(engine):
+    samples = engine.generate(
+        "def main():", {"max_new_tokens": 40, "temperature": 1.0, "seed": 11, "n": 4,
+                        "structural_tag": COUNTER_TAG},
+    )  # fmt: skip
+    bodies = []
+    for sample in samples:
+        by_length = sample["meta_info"]["finish_reason"]["type"] == "length"
+        bodies += check_tagged_text(sample["text"], COUNTER_TAG, finished_by_length=by_length)
+    assert bodies, [sample["text"] for sample in samples]  # tags did open, and validated
+
+    @rg.function
+    def tagged(s):
+        s += "Log: "
+        s += rg.gen("log", structural_tag=COUNTER_TAG, max_tokens=24)
+
+    state = tagged.run(backend=engine, temperature=1.0, seed=3)
+    check_tagged_text(state["log"], COUNTER_TAG, finished_by_length=True)
+    with pytest.raises(ValueError, match="structural_tag"):
+        rg.gen("bad", structural_tag={"structures": [], "triggers": ["e"]})
 
 
 def test_gen_takes_ebnf_and_lark_grammars(engine):

@@ -22,6 +22,8 @@ from radixgen.runtime.request_schema import (
 )
 
 LIMITS = ModelLimits(vocab_size=100, context_length=64, kv_capacity=1000)
+STRUCTURE = {"begin": "<a>", "schema": {"type": "integer"}, "end": "</a>"}
+TAG = {"type": "structural_tag", "structures": [STRUCTURE], "triggers": ["<a>"]}
 
 
 def refused(field_name: str, match: str, **options) -> None:
@@ -66,8 +68,19 @@ def refused(field_name: str, match: str, **options) -> None:
         ({"choices": 1}, "choices", "choices must be a list of strings"),
         ({"constraint_budget": "no"}, "constraint_budget", "constraint_budget must be a bool"),
         ({"tempreature": 0.5}, "tempreature", "unknown sampling parameter"),
+        # structural_tag: the shape, part by part (the grammar's own checks come at compile).
+        ({"structural_tag": TAG, "regex": "a"}, "structural_tag", "at most one of regex"),
+        ({"structural_tag": "{not json"}, "structural_tag", "structural_tag is not valid JSON"),
+        ({"structural_tag": [TAG]}, "structural_tag", "structural_tag must be a JSON object"),
+        ({"structural_tag": {**TAG, "tags": []}}, "structural_tag", r"unknown: \['tags'\]"),
+        ({"structural_tag": {**TAG, "type": "json"}}, "structural_tag", "type must be 'structural_tag'"),
+        ({"structural_tag": {**TAG, "structures": []}}, "structural_tag", "structural_tag.structures must be a list of 1 to 64"),
+        ({"structural_tag": {**TAG, "triggers": [""]}}, "structural_tag", r"triggers\[0\] must be a non-empty string"),
+        ({"structural_tag": {**TAG, "structures": [{"begin": "<a>", "end": "</a>"}]}}, "structural_tag", r"structures\[0\] takes .* missing: \['schema'\]"),
+        ({"structural_tag": {**TAG, "structures": [{**STRUCTURE, "begin": 1}]}}, "structural_tag", r"structures\[0\].begin must be a non-empty string"),
+        ({"structural_tag": {**TAG, "structures": [{**STRUCTURE, "schema": "x"}]}}, "structural_tag", r"structures\[0\].schema must be a JSON schema object"),
     ],
-)
+)  # fmt: skip
 def test_bad_fields_are_refused_naming_field_and_range(options, field_name, match):
     refused(field_name, match, **options)
 
@@ -130,3 +143,10 @@ def test_number_of_prompts_is_capped_before_tokenizing():
     for count in (0, MAX_PROMPTS_PER_REQUEST + 1):
         with pytest.raises(RequestFieldError, match=f"1 to {MAX_PROMPTS_PER_REQUEST} prompts"):
             check_num_prompts(count)
+
+
+def test_structural_tag_is_normalised_to_canonical_json():
+    from_dict = build_request({"structural_tag": TAG}, text="hi").sampling_params.structural_tag
+    from_text = build_request({"structural_tag": json.dumps(TAG)}, text="hi")
+    assert from_dict == from_text.sampling_params.structural_tag
+    assert json.loads(from_dict) == {"structures": [STRUCTURE], "triggers": ["<a>"]}

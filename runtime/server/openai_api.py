@@ -66,6 +66,7 @@ def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
         "choices": body.choices,
         "ebnf": body.ebnf,
         "lark": body.lark,
+        "structural_tag": body.structural_tag,
         "constraint_budget": body.constraint_budget,
     }
     response_format = body.response_format
@@ -78,6 +79,13 @@ def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
     if response_format.type == "json_object":
         # JSON mode: any JSON object (the grammar backend's own JSON grammar).
         return {**fields, "json_object": True}
+    if response_format.type == "structural_tag":
+        if body.structural_tag is not None:
+            raise RequestError(
+                "give either response_format or structural_tag, not both", param="response_format"
+            )
+        tag = {"structures": response_format.structures, "triggers": response_format.triggers}
+        return {**fields, "structural_tag": tag}
     return {**fields, "json_schema": _response_format_schema(response_format)}
 
 

@@ -77,8 +77,11 @@ class JsonSchemaFormat(_Request):
 
 
 class ResponseFormat(_Request):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    # type structural_tag (SGLang's): checked by the request schema's `structural_tag`.
+    structures: Any = None
+    triggers: Any = None
 
 
 class SamplingExtras(_Request):
@@ -112,6 +115,7 @@ class SamplingExtras(_Request):
     choices: list[str] | None = None
     ebnf: str | None = None  # SGLang's GBNF-style grammar (start rule `root`)
     lark: str | None = None  # a Lark grammar (start rule `start`)
+    structural_tag: str | dict[str, Any] | None = None  # SGLang's, as in sampling_params
     constraint_budget: StrictBool = True  # False: a constrained output is truncated raw
     response_format: ResponseFormat | None = None
     cache_salt: str | None = None  # prefix cache namespace (vLLM's extra)
