@@ -2,7 +2,7 @@
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
-# fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
+# fp8-latency fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
@@ -149,6 +149,16 @@ fp8_offline() {  # $1: label; rest: flags. 1000 x (1000 in / 1000 out), Llama-3.
     | grep -E "duration|output_token_throughput|total_token_throughput|KV slots|Error" | tail -5
 }
 
+fp8_latency() {  # batch-1 decode ms/token (target <= 2.6 ms with FP8 weights), bf16 beside it
+  for quant in bf16 fp8; do
+    log "bench latency bs1/64 128/256, weights $quant"
+    timeout ${STAGE_TIMEOUT:-280} python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+      --load-format dummy --batch-sizes 1 64 --input-len 128 --output-len 256 \
+      $([ $quant = fp8 ] && echo --quantization fp8) \
+      --output-json "$OUT/latency_$quant.json" 2>&1 | grep '^{' | tail -3
+  done
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -168,6 +178,7 @@ for stage in "$@"; do
     fp8-tests) fp8_tests ;;
     fp8-gemm) fp8_gemm ;;
     fp8-gemm-sweep) fp8_gemm --sweep --tokens 1 64 256 ;;
+    fp8-latency) fp8_latency ;;
     fp8-offline-bf16) fp8_offline bf16 ;;
     fp8-offline-w8) fp8_offline fp8w --quantization fp8 ;;
     fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
