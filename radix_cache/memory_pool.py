@@ -202,6 +202,8 @@ class TokenToKVPool:
                 f"got {kv_scales!r}"
             )
         self._kv_scales = [(float(k), float(v)) for k, v in kv_scales]
+        if not self.is_fp8 and any(scales != (1.0, 1.0) for scales in self._kv_scales):
+            raise ValueError(f"kv_scales apply to an FP8 store only, not {self.store_dtype}")
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
         # k_buffers[layer]: [num_slots, num_kv_heads, head_dim]

@@ -252,7 +252,8 @@ class ModelRunner:
             dtype=self.dtype,
             device=self.device,
             kv_dtype=self.kv_cache_dtype,
-            kv_scales=self.model.kv_cache_scales(),
+            # Checkpoint KV scales matter only to an FP8 store (a bf16 pool keeps K/V as is).
+            kv_scales=self.model.kv_cache_scales() if self.kv_cache_dtype.itemsize == 1 else None,
         )
         self.slot_allocator = SlotAllocator(num_slots, device=self.device)
 

@@ -178,6 +178,9 @@ def test_hf_fp8_checkpoint_and_kv_scales(block, llama_folder, tmp_path):
     assert runner.token_to_kv_pool.kv_scales(0) == (0.25, 0.5)
     assert runner.token_to_kv_pool.kv_scales(1) == (1.25, 0.5)
     assert _cosine(_prefill_logits(runner, PROMPT), reference) > MIN_COSINE
+    bf16_kv = _runner(tmp_path, dtype="float32")  # the checkpoint's KV scales go unused
+    assert bf16_kv.token_to_kv_pool.kv_scales(1) == (1.0, 1.0)
+    assert _cosine(_prefill_logits(bf16_kv, PROMPT), reference) > MIN_COSINE
 
 
 def test_fp8_kv_pool_holds_twice_the_tokens():
@@ -202,6 +205,15 @@ def test_fp8_kv_pool_holds_twice_the_tokens():
     # stored = value / scale, saturated at e4m3's 448 (never NaN)
     assert k_buffer[3, 0].float().tolist() == pytest.approx([0.5, -1.5, 448.0, 0.05], rel=0.07)
     assert v_buffer[3, 0].float().tolist() == pytest.approx([2.0, -6.0, 448.0, 0.2], rel=0.07)
+    with pytest.raises(ValueError, match="FP8 store only"):
+        TokenToKVPool(
+            num_slots=8,
+            num_layers=1,
+            num_kv_heads=1,
+            head_dim=4,
+            dtype=torch.float32,
+            kv_scales=[(2.0, 1.0)],
+        )
     with pytest.raises(ValueError, match="kv_scales"):
         TokenToKVPool(
             num_slots=8,
