@@ -5,9 +5,11 @@ agreement on random-weight Llama/Qwen shapes. Runs on the CPU (emulated FP8) or 
 
 1. tiny, held-out CI slice (4 windows of 1024 tokens, docs/model.md): perplexity of the bf16
    model and of FP8 weights, FP8 KV (e4m3, e5m2) and both; top-1 agreement of each position's
-   next-token argmax with bf16's (teacher-forced, 4092 positions). On the CPU the attention is
-   the torch backend, which reads every token's K/V back from the (FP8) pool, prefill included:
-   the FP8 KV rows measure attention over a fully FP8 history, as in decode.
+   next-token argmax with bf16's (teacher-forced, 4092 positions); free-running greedy
+   agreement (64 tokens after 8 held-out prompts of 128 tokens, position by position). On the
+   CPU the attention is the torch backend, which reads every token's K/V back from the (FP8)
+   pool, prefill included: the FP8 KV rows measure attention over a fully FP8 history, as in
+   decode.
 2. Random-weight checkpoints (seeded, `write_random_model`) at Llama-3 / Qwen2 / Qwen3 layer
    shapes: mean cosine similarity of each position's logits against bf16 over 4 random prompts
    of 256 tokens, the same top-1 agreement, and free-running greedy agreement (the fraction of
@@ -98,11 +100,26 @@ def make_runner(model_path: str, device: str, options: dict) -> ModelRunner:
     return ModelRunner(args)
 
 
+def greedy_ids(model_path: str, device: str, options: dict, prompts: list[list[int]]):
+    """[prompts, 64] greedy output ids (EOS ignored)."""
+    with rg.Engine(
+        model_path=model_path, device=device, dtype="bfloat16", max_total_tokens=2048, **options
+    ) as engine:
+        outputs = engine.generate(
+            input_ids=prompts,
+            sampling_params={"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": True},
+        )
+    return torch.tensor([output["output_ids"] for output in outputs])
+
+
 def tiny_rows(device: str) -> list[dict]:
     windows = load_ci_slice().astype("int64").tolist()
-    reference_argmax = None
+    # 8 held-out prompts of 128 tokens: two from each window.
+    prompts = [window[start : start + 128] for window in windows for start in (0, 512)]
+    reference_argmax, reference_greedy = None, None
     rows = []
     for label, options in VARIANTS.items():
+        greedy = greedy_ids("tiny", device, options, prompts)
         runner = make_runner("tiny", device, options)
         nll, argmaxes = 0.0, []
         for window in windows:
@@ -112,13 +129,14 @@ def tiny_rows(device: str) -> list[dict]:
             argmaxes.append(logits.argmax(-1).cpu())
         argmax = torch.cat(argmaxes)
         if reference_argmax is None:
-            reference_argmax = argmax
+            reference_argmax, reference_greedy = argmax, greedy
         positions = len(windows) * (len(windows[0]) - 1)
         rows.append(
             {
                 "variant": label,
                 "perplexity": math.exp(nll / positions),
                 "top1_agreement": (argmax == reference_argmax).float().mean().item(),
+                "greedy_agreement": (greedy == reference_greedy).float().mean().item(),
             }
         )
         print(rows[-1], flush=True)
@@ -143,18 +161,7 @@ def random_shape_rows(device: str, folder: Path) -> list[dict]:
             runner = make_runner(str(path), device, options)
             logits = [all_logits(runner, prompt) for prompt in prompts]  # each [256, vocab]
             del runner
-            with rg.Engine(
-                model_path=str(path),
-                device=device,
-                dtype="bfloat16",
-                max_total_tokens=2048,
-                **options,
-            ) as engine:
-                outputs = engine.generate(
-                    input_ids=[prompt[:64] for prompt in prompts],
-                    sampling_params={"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": True},
-                )
-            greedy = torch.tensor([output["output_ids"] for output in outputs])
+            greedy = greedy_ids(str(path), device, options, [prompt[:64] for prompt in prompts])
             if reference is None:
                 reference, reference_greedy = logits, greedy
                 continue
