@@ -12,7 +12,8 @@ Two GEMMs, chosen by the number of tokens M (`fp8_linear` dispatches):
   activations by a `[K / split_k, BLOCK_N]` slice of the weight on the fp8 tensor cores (M is
   padded to 16 rows with masked loads), so every weight byte is read exactly once and the grid
   still fills the GPU when N / BLOCK_N alone would not. Splits write scaled fp32 partials that a
-  sum reduces (deterministic, unlike atomics); with one split the kernel stores the output.
+  second small kernel sums in a fixed order and casts (deterministic, unlike atomics); with one
+  split the GEMM stores the output itself.
   cuBLASLt (`torch._scaled_mm`) is slower than bf16 at these shapes (measured on the H200).
 - large M (prefill): `torch._scaled_mm` (cuBLASLt FP8) with row-wise scales.
 
@@ -113,6 +114,22 @@ def _fp8_gemm_kernel(
         + offs_n[None, :]
     )
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _split_k_reduce_kernel(
+    partial_ptr,  # [SPLIT_K, M * N] fp32
+    out_ptr,  # [M * N] output dtype
+    numel,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for split in tl.static_range(SPLIT_K):
+        acc += tl.load(partial_ptr + split * numel + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @functools.cache
@@ -220,19 +237,20 @@ def fp8_gemm(
     block_k, splits = config["block_k"], config["split_k"]
     k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
-    if splits == 1:
-        out = torch.empty((m, n), dtype=out_dtype, device=xq.device)
-    else:
-        out = torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
+    out = torch.empty((m, n), dtype=out_dtype, device=xq.device)
     if m == 0:
-        return out if splits == 1 else out.sum(0).to(out_dtype)
+        return out
+    # Splits write fp32 partials that one more launch sums in a fixed order (deterministic).
+    partial = (
+        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
+    )
     grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
     _fp8_gemm_kernel[grid](
         xq,
         weight,
         x_scale,
         weight_scale,
-        out,
+        partial,
         m,
         n,
         k,
@@ -248,7 +266,12 @@ def fp8_gemm(
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
     )
-    return out if splits == 1 else out.sum(0).to(out_dtype)
+    if splits > 1:
+        block = 1024
+        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+            partial, out, m * n, SPLIT_K=splits, BLOCK=block
+        )
+    return out
 
 
 def _check_gemm_inputs(xq, x_scale, weight, weight_scale) -> None:
