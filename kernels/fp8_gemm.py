@@ -328,7 +328,8 @@ def fp8_linear(
     """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
 
     CUDA: the Triton skinny GEMM for M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the
-    Triton GEMM too where cuBLASLt's alignment rules fail). Elsewhere: `fp8_linear_ref`.
+    Triton GEMM too where cuBLASLt's rules fail: fp16/fp32 output, K or N not a multiple of
+    16). Elsewhere: `fp8_linear_ref`.
     """
     if not x.is_cuda:
         return fp8_linear_ref(x, weight, weight_scale, bias)
@@ -339,7 +340,8 @@ def fp8_linear(
     xq, x_scale = quantize_fp8_per_token(x2d)
     m, k = x2d.shape
     n = weight.shape[0]
-    use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and x.dtype != torch.float32
+    # cuBLASLt row-wise scaling: bf16 output, K and N multiples of 16.
+    use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and x.dtype == torch.bfloat16
     if use_cublas:
         out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, x.dtype)
     else:

@@ -6,14 +6,15 @@ agreement on random-weight Llama/Qwen shapes. Runs on the CPU (emulated FP8) or 
 1. tiny, held-out CI slice (4 windows of 1024 tokens, docs/model.md): perplexity of the bf16
    model and of FP8 weights, FP8 KV (e4m3, e5m2) and both; top-1 agreement of each position's
    next-token argmax with bf16's (teacher-forced, 4092 positions); free-running greedy
-   agreement (64 tokens after 8 held-out prompts of 128 tokens, position by position). On the
-   CPU the attention is the torch backend, which reads every token's K/V back from the (FP8)
-   pool, prefill included: the FP8 KV rows measure attention over a fully FP8 history, as in
-   decode.
+   agreement (64 tokens after 8 held-out prompts of 128 tokens: position by position, and the
+   mean number of tokens before the first difference). On the CPU the attention is the torch
+   backend, which reads every token's K/V back from the (FP8) pool, prefill included: the FP8
+   KV rows measure attention over a fully FP8 history, as in decode. (On CUDA, Triton's extend
+   attention reads a prompt's own K/V unquantized: only later chunks and decode see FP8.)
 2. Random-weight checkpoints (seeded, `write_random_model`) at Llama-3 / Qwen2 / Qwen3 layer
    shapes: mean cosine similarity of each position's logits against bf16 over 4 random prompts
-   of 256 tokens, the same top-1 agreement, and free-running greedy agreement (the fraction of
-   64 generated tokens per prompt equal to bf16's, position by position).
+   of 256 tokens, the same top-1 agreement, and the same free-running greedy agreement (64
+   tokens after 64-token prompts).
 """
 
 from __future__ import annotations
@@ -112,6 +113,16 @@ def greedy_ids(model_path: str, device: str, options: dict, prompts: list[list[i
     return torch.tensor([output["output_ids"] for output in outputs])
 
 
+def greedy_agreement(greedy: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    """Position-wise agreement, and the mean number of tokens before the first difference."""
+    same = greedy == reference  # [prompts, tokens]
+    first_difference = torch.where(same.all(1), same.shape[1], (~same).int().argmax(1))
+    return {
+        "greedy_agreement": same.float().mean().item(),
+        "greedy_identical_prefix_mean": first_difference.float().mean().item(),
+    }
+
+
 def tiny_rows(device: str) -> list[dict]:
     windows = load_ci_slice().astype("int64").tolist()
     # 8 held-out prompts of 128 tokens: two from each window.
@@ -136,7 +147,7 @@ def tiny_rows(device: str) -> list[dict]:
                 "variant": label,
                 "perplexity": math.exp(nll / positions),
                 "top1_agreement": (argmax == reference_argmax).float().mean().item(),
-                "greedy_agreement": (greedy == reference_greedy).float().mean().item(),
+                **greedy_agreement(greedy, reference_greedy),
             }
         )
         print(rows[-1], flush=True)
@@ -184,7 +195,7 @@ def random_shape_rows(device: str, folder: Path) -> list[dict]:
                     "logits_cosine_mean": cosine.mean().item(),
                     "logits_cosine_min": cosine.min().item(),
                     "top1_agreement": top1.float().mean().item(),
-                    "greedy_agreement": (greedy == reference_greedy).float().mean().item(),
+                    **greedy_agreement(greedy, reference_greedy),
                 }
             )
             print(rows[-1], flush=True)

@@ -2,7 +2,7 @@
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
-# fp8-latency fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
+# fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
@@ -179,6 +179,7 @@ for stage in "$@"; do
     fp8-gemm) fp8_gemm ;;
     fp8-gemm-sweep) fp8_gemm --sweep --tokens 1 64 256 ;;
     fp8-latency) fp8_latency ;;
+    fp8-accuracy) timeout ${STAGE_TIMEOUT:-280} python3 scripts/fp8_accuracy.py --device cuda --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     fp8-offline-bf16) fp8_offline bf16 ;;
     fp8-offline-w8) fp8_offline fp8w --quantization fp8 ;;
     fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
