@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from test_kernels_runtime import make_runner, random_prompts, relative_error, run_steps
 from test_model_parity import CASES, _perturbed_model
 
 import radixgen as rg
@@ -315,3 +316,41 @@ def test_fp8_engine_on_cuda_matches_bf16_logits(llama_folder):
             texts[label] = [o["text"] for o in engine.generate(prompts, sampling_params=params)]
     assert all(texts["fp8"])
     assert sum(a[:10] == b[:10] for a, b in zip(texts["fp8"], texts["bf16"], strict=True)) >= 2
+
+
+def test_triton_backend_reads_fp8_kv_on_the_interpreter(llama_folder, tmp_path):
+    """The Triton backend (interpreter) over an FP8 pool with the checkpoint's KV scales (k 0.25
+    and 1.25, v 0.5), through a chunked prefill and decode steps: close to the torch backend
+    over the same pool and to the full-precision model. (The backends differ by FP8 rounding:
+    Triton's extend reads a chunk's own K/V unquantized, the torch backend from the pool.)"""
+    _hf_fp8_checkpoint(llama_folder, tmp_path, block=None)
+    options = dict(device="cpu", dtype="float32", kv_cache_dtype="fp8")
+    triton_fp8 = make_runner(tmp_path, attention_backend="triton", **options)
+    torch_fp8 = make_runner(tmp_path, attention_backend="torch", **options)
+    full = make_runner(llama_folder, device="cpu", dtype="float32", attention_backend="torch")
+    assert triton_fp8.token_to_kv_pool.kv_scales(1) == (1.25, 0.5)
+    prompts = random_prompts([9, 21], triton_fp8.vocab_size)
+    steps = dict(first_chunk=4, num_decode_steps=2)
+    got = run_steps(triton_fp8, prompts, **steps)
+    same_pool = run_steps(torch_fp8, prompts, **steps)
+    reference = run_steps(full, prompts, **steps)
+    for step, (out, ref, full_ref) in enumerate(zip(got, same_pool, reference, strict=True)):
+        assert relative_error(out, ref) < 0.1, f"step {step}"
+        assert _cosine(out, full_ref) > MIN_COSINE, f"step {step}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fp8_cuda_graph_decode_matches_eager(tiny_model_path):
+    options = dict(device="cuda", quantization="fp8", kv_cache_dtype="fp8")
+    graph_runner = make_runner(tiny_model_path, cuda_graph_max_bs=8, **options)
+    eager_runner = make_runner(tiny_model_path, disable_cuda_graph=True, **options)
+    bf16_runner = make_runner(tiny_model_path, device="cuda", disable_cuda_graph=True)
+    prompts = random_prompts([11, 40, 23, 5], graph_runner.vocab_size, seed=1)
+    steps = dict(first_chunk=3, num_decode_steps=6)
+    got = run_steps(graph_runner, prompts, **steps)
+    expected = run_steps(eager_runner, prompts, **steps)
+    full = run_steps(bf16_runner, prompts, **steps)
+    for step, (out, ref, full_ref) in enumerate(zip(got, expected, full, strict=True)):
+        assert torch.equal(out, ref), f"step {step}"  # the same kernels, replayed
+        assert _cosine(out, full_ref) > MIN_COSINE, f"step {step}"
