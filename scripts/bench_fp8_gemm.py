@@ -137,9 +137,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    print(
-        "| shape | M | bf16 ms | fp8_linear ms | triton ms | scaled_mm ms | fp8 TFLOP/s | fp8 TB/s | speed-up |"
-    )
+    columns = ["shape", "M", "bf16 ms", "fp8_linear ms", "triton ms", "scaled_mm ms"]
+    columns += ["fp8 TFLOP/s", "fp8 TB/s", "speed-up"]
+    print("| " + " | ".join(columns) + " |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in args.tokens:
         for name, (n, k) in SHAPES.items():

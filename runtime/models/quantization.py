@@ -19,10 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from radixgen.runtime.models.linear import (
-    FP8_BLOCK,
-    FP8_FROM_HIGH_PRECISION,
-    FP8_PER_CHANNEL,
-    FP8_PER_TENSOR,
+    Fp8CheckpointFormat,
     Fp8LinearMethod,
     LinearMethod,
     UnquantizedLinearMethod,
@@ -38,13 +35,13 @@ class QuantConfig:
 
     Attributes:
         method: the quantization ("fp8").
-        checkpoint_format: how the checkpoint stores the weights (linear.FP8_*).
+        checkpoint_format: how the checkpoint stores the weights.
         block_size: (block_n, block_k) of block-quantized checkpoints.
         ignored_modules: checkpoint module names (or "re:" regexes) left unquantized.
     """
 
     method: QuantizationName
-    checkpoint_format: str
+    checkpoint_format: Fp8CheckpointFormat
     block_size: tuple[int, int] | None = None
     ignored_modules: tuple[str, ...] = ()
 
@@ -59,11 +56,10 @@ class QuantConfig:
             return UnquantizedLinearMethod()
         if any(ignored):
             raise ValueError(
-                f"quantization_config ignores only some of the fused modules {list(checkpoint_modules)}"
+                "quantization_config ignores only some of the fused modules "
+                f"{list(checkpoint_modules)}"
             )
-        if self.checkpoint_format == FP8_BLOCK:
-            return Fp8LinearMethod(FP8_BLOCK, self.block_size)
-        return Fp8LinearMethod(self.checkpoint_format)
+        return Fp8LinearMethod(self.checkpoint_format, self.block_size)
 
     def _is_ignored(self, module_name: str) -> bool:
         for pattern in self.ignored_modules:
@@ -98,12 +94,12 @@ def resolve_quant_config(
     if checkpoint_quantization is None:
         if requested is None:
             return None
-        return QuantConfig(method=requested, checkpoint_format=FP8_FROM_HIGH_PRECISION)
+        return QuantConfig(method=requested, checkpoint_format=Fp8CheckpointFormat.HIGH_PRECISION)
     parsed = _parse_checkpoint_quantization(checkpoint_quantization)
     if dummy_weights:
         return QuantConfig(
             method="fp8",
-            checkpoint_format=FP8_FROM_HIGH_PRECISION,
+            checkpoint_format=Fp8CheckpointFormat.HIGH_PRECISION,
             ignored_modules=parsed.ignored_modules,
         )
     return parsed
@@ -130,8 +126,10 @@ def _parse_hf_fp8(config: dict) -> QuantConfig:
     if block is not None:
         if len(block) != 2:
             raise ValueError(f"quant_method 'fp8': weight_block_size must be [n, k], got {block}")
-        return QuantConfig("fp8", FP8_BLOCK, (int(block[0]), int(block[1])), ignored)
-    return QuantConfig("fp8", FP8_PER_TENSOR, None, ignored)
+        return QuantConfig(
+            "fp8", Fp8CheckpointFormat.BLOCK, (int(block[0]), int(block[1])), ignored
+        )
+    return QuantConfig("fp8", Fp8CheckpointFormat.PER_TENSOR, None, ignored)
 
 
 def _parse_compressed_tensors(config: dict) -> QuantConfig:
@@ -172,7 +170,12 @@ def _parse_compressed_tensors(config: dict) -> QuantConfig:
         strategies.add(strategy)
     if len(strategies) != 1:
         raise ValueError(
-            f"compressed-tensors: expected one weight scheme over all groups, got {sorted(strategies)}"
+            "compressed-tensors: expected one weight scheme over all groups, got "
+            f"{sorted(strategies)}"
         )
-    checkpoint_format = FP8_PER_TENSOR if strategies == {"tensor"} else FP8_PER_CHANNEL
+    checkpoint_format = (
+        Fp8CheckpointFormat.PER_TENSOR
+        if strategies == {"tensor"}
+        else Fp8CheckpointFormat.PER_CHANNEL
+    )
     return QuantConfig("fp8", checkpoint_format, None, tuple(config.get("ignore") or ()))
