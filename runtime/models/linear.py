@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +24,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixgen.kernels.fp8_gemm import FP8_DTYPE, fp8_linear, quantize_fp8_per_token_ref
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ quantized dynamically per token: static `input_scale` tensors are read and disca
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from radixgen.runtime.models.linear import (
     LinearMethod,
     UnquantizedLinearMethod,
 )
+
+logger = logging.getLogger(__name__)
 
 QuantizationName = Literal["fp8"]
 SUPPORTED_CHECKPOINT_METHODS = ("fp8", "compressed-tensors (float-quantized, 8-bit)")
@@ -107,6 +110,8 @@ def resolve_quant_config(
 
 def _parse_checkpoint_quantization(config: dict) -> QuantConfig:
     method = config.get("quant_method")
+    if config.get("activation_scheme") == "static":
+        logger.info("static activation scales (input_scale) replaced by dynamic per-token ones")
     if method == "fp8":
         return _parse_hf_fp8(config)
     if method == "compressed-tensors":
