@@ -46,7 +46,7 @@ STREAM_BYTES = 512 << 20
 
 def median_ms(fn, copies: int) -> float:
     """Milliseconds of one call (graph replay of `copies` calls, divided)."""
-    return triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median") / copies
+    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") / copies
 
 
 def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
