@@ -18,7 +18,7 @@ import radixgen as rg
 from radixgen.radix_cache.memory_pool import KVBudget, TokenToKVPool
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner, check_fp8_support
-from radixgen.runtime.models.linear import Fp8CheckpointFormat, LinearBase
+from radixgen.runtime.models.linear import LinearBase
 from radixgen.runtime.models.quantization import resolve_quant_config
 from radixgen.runtime.server_args import ServerArgs
 
@@ -273,7 +273,7 @@ def test_unsupported_configs_are_refused_by_name():
     dummy = resolve_quant_config(
         {"quant_method": "fp8", "weight_block_size": [128, 128]}, None, dummy_weights=True
     )
-    assert dummy.checkpoint_format == Fp8CheckpointFormat.HIGH_PRECISION
+    assert dummy.checkpoint_format == "high_precision"
 
 
 def test_fp8_refused_on_gpus_without_fp8(monkeypatch):

@@ -16,7 +16,6 @@ checkpoint quantized at load time never holds more than one layer in high precis
 from __future__ import annotations
 
 import abc
-import enum
 from dataclasses import dataclass
 
 import torch
@@ -75,14 +74,11 @@ class UnquantizedLinearMethod(LinearMethod):
         return F.linear(x, layer.weight, layer.bias)
 
 
-class Fp8CheckpointFormat(enum.Enum):
-    """How a checkpoint stores the weights of an FP8 layer (runtime/models/quantization.py
-    picks one from config.json)."""
-
-    HIGH_PRECISION = "high_precision"  # bf16/fp16/fp32 weights, quantized at load time
-    PER_TENSOR = "per_tensor"  # fp8 weight + one scale per checkpoint module
-    PER_CHANNEL = "per_channel"  # fp8 weight + one scale per output channel
-    BLOCK = "block"  # fp8 weight + `weight_scale_inv` per [block_n, block_k] tile
+# FP8 checkpoint layouts (runtime/models/quantization.py picks one from config.json).
+FP8_FROM_HIGH_PRECISION = "high_precision"  # bf16/fp16/fp32 weights, quantized at load time
+FP8_PER_TENSOR = "per_tensor"  # fp8 weight + one scale per checkpoint module
+FP8_PER_CHANNEL = "per_channel"  # fp8 weight + one scale per output channel
+FP8_BLOCK = "block"  # fp8 weight + `weight_scale_inv` per [block_n, block_k] tile
 
 
 class Fp8LinearMethod(LinearMethod):
@@ -93,33 +89,33 @@ class Fp8LinearMethod(LinearMethod):
     block-scaled weights are dequantized and requantized per channel at load time.
 
     Args:
-        checkpoint_format: how the checkpoint stores the weights.
-        block_size: `(block_n, block_k)` of BLOCK checkpoints.
+        checkpoint_format: one of FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL,
+            FP8_BLOCK.
+        block_size: `(block_n, block_k)` of FP8_BLOCK checkpoints.
     """
 
     ignored_names = ("input_scale",)
 
-    def __init__(
-        self, checkpoint_format: Fp8CheckpointFormat, block_size: tuple[int, int] | None = None
-    ):
-        if not isinstance(checkpoint_format, Fp8CheckpointFormat):
-            raise TypeError(
-                f"checkpoint_format must be an Fp8CheckpointFormat, got {checkpoint_format!r}"
+    def __init__(self, checkpoint_format: str, block_size: tuple[int, int] | None = None):
+        formats = (FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL, FP8_BLOCK)
+        if checkpoint_format not in formats:
+            raise ValueError(
+                f"checkpoint_format must be one of {formats}, got {checkpoint_format!r}"
             )
-        if (checkpoint_format == Fp8CheckpointFormat.BLOCK) != (block_size is not None):
-            raise ValueError("block_size is required for, and only for, BLOCK checkpoints")
+        if (checkpoint_format == FP8_BLOCK) != (block_size is not None):
+            raise ValueError("block_size is required for, and only for, FP8_BLOCK checkpoints")
         self.checkpoint_format = checkpoint_format
         self.block_size = block_size
 
     def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
         rows, in_features = layer.output_sizes, (layer.input_size,)
-        if self.checkpoint_format == Fp8CheckpointFormat.HIGH_PRECISION:
+        if self.checkpoint_format == FP8_FROM_HIGH_PRECISION:
             return {"weight": ParamLayout(rows, in_features)}
         weight = ParamLayout(rows, in_features, FP8_DTYPE)
-        if self.checkpoint_format == Fp8CheckpointFormat.PER_TENSOR:
+        if self.checkpoint_format == FP8_PER_TENSOR:
             scale = ParamLayout((1,) * len(rows), (), torch.float32)
             return {"weight": weight, "weight_scale": scale}
-        if self.checkpoint_format == Fp8CheckpointFormat.PER_CHANNEL:
+        if self.checkpoint_format == FP8_PER_CHANNEL:
             return {"weight": weight, "weight_scale": ParamLayout(rows, (), torch.float32)}
         block_n, block_k = self.block_size
         for size in rows[:-1]:
@@ -137,14 +133,14 @@ class Fp8LinearMethod(LinearMethod):
 
     def process_weights_after_loading(self, layer: LinearBase) -> None:
         weight = layer.weight.data
-        if self.checkpoint_format == Fp8CheckpointFormat.HIGH_PRECISION:
+        if self.checkpoint_format == FP8_FROM_HIGH_PRECISION:
             quantized, scale = quantize_fp8_per_token_ref(weight)
-        elif self.checkpoint_format == Fp8CheckpointFormat.PER_TENSOR:
+        elif self.checkpoint_format == FP8_PER_TENSOR:
             sizes = torch.tensor(layer.output_sizes, device=weight.device)
             quantized = weight
             scale = layer.weight_scale.data.repeat_interleave(sizes)
             del layer.weight_scale
-        elif self.checkpoint_format == Fp8CheckpointFormat.PER_CHANNEL:
+        elif self.checkpoint_format == FP8_PER_CHANNEL:
             quantized, scale = weight, layer.weight_scale.data
             del layer.weight_scale
         else:

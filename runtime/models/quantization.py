@@ -13,20 +13,20 @@ quantized dynamically per token: static `input_scale` tensors are read and disca
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from radixgen.runtime.models.linear import (
-    Fp8CheckpointFormat,
+    FP8_BLOCK,
+    FP8_FROM_HIGH_PRECISION,
+    FP8_PER_CHANNEL,
+    FP8_PER_TENSOR,
     Fp8LinearMethod,
     LinearMethod,
     UnquantizedLinearMethod,
 )
-
-logger = logging.getLogger(__name__)
 
 QuantizationName = Literal["fp8"]
 SUPPORTED_CHECKPOINT_METHODS = ("fp8", "compressed-tensors (float-quantized, 8-bit)")
@@ -38,13 +38,13 @@ class QuantConfig:
 
     Attributes:
         method: the quantization ("fp8").
-        checkpoint_format: how the checkpoint stores the weights.
+        checkpoint_format: how the checkpoint stores the weights (linear.FP8_*).
         block_size: (block_n, block_k) of block-quantized checkpoints.
         ignored_modules: checkpoint module names (or "re:" regexes) left unquantized.
     """
 
     method: QuantizationName
-    checkpoint_format: Fp8CheckpointFormat
+    checkpoint_format: str
     block_size: tuple[int, int] | None = None
     ignored_modules: tuple[str, ...] = ()
 
@@ -62,7 +62,9 @@ class QuantConfig:
                 "quantization_config ignores only some of the fused modules "
                 f"{list(checkpoint_modules)}"
             )
-        return Fp8LinearMethod(self.checkpoint_format, self.block_size)
+        if self.checkpoint_format == FP8_BLOCK:
+            return Fp8LinearMethod(FP8_BLOCK, self.block_size)
+        return Fp8LinearMethod(self.checkpoint_format)
 
     def _is_ignored(self, module_name: str) -> bool:
         for pattern in self.ignored_modules:
@@ -97,12 +99,12 @@ def resolve_quant_config(
     if checkpoint_quantization is None:
         if requested is None:
             return None
-        return QuantConfig(method=requested, checkpoint_format=Fp8CheckpointFormat.HIGH_PRECISION)
+        return QuantConfig(method=requested, checkpoint_format=FP8_FROM_HIGH_PRECISION)
     parsed = _parse_checkpoint_quantization(checkpoint_quantization)
     if dummy_weights:
         return QuantConfig(
             method="fp8",
-            checkpoint_format=Fp8CheckpointFormat.HIGH_PRECISION,
+            checkpoint_format=FP8_FROM_HIGH_PRECISION,
             ignored_modules=parsed.ignored_modules,
         )
     return parsed
@@ -110,8 +112,6 @@ def resolve_quant_config(
 
 def _parse_checkpoint_quantization(config: dict) -> QuantConfig:
     method = config.get("quant_method")
-    if config.get("activation_scheme") == "static":
-        logger.info("static activation scales (input_scale) replaced by dynamic per-token ones")
     if method == "fp8":
         return _parse_hf_fp8(config)
     if method == "compressed-tensors":
@@ -131,10 +131,8 @@ def _parse_hf_fp8(config: dict) -> QuantConfig:
     if block is not None:
         if len(block) != 2:
             raise ValueError(f"quant_method 'fp8': weight_block_size must be [n, k], got {block}")
-        return QuantConfig(
-            "fp8", Fp8CheckpointFormat.BLOCK, (int(block[0]), int(block[1])), ignored
-        )
-    return QuantConfig("fp8", Fp8CheckpointFormat.PER_TENSOR, None, ignored)
+        return QuantConfig("fp8", FP8_BLOCK, (int(block[0]), int(block[1])), ignored)
+    return QuantConfig("fp8", FP8_PER_TENSOR, None, ignored)
 
 
 def _parse_compressed_tensors(config: dict) -> QuantConfig:
@@ -178,9 +176,5 @@ def _parse_compressed_tensors(config: dict) -> QuantConfig:
             "compressed-tensors: expected one weight scheme over all groups, got "
             f"{sorted(strategies)}"
         )
-    checkpoint_format = (
-        Fp8CheckpointFormat.PER_TENSOR
-        if strategies == {"tensor"}
-        else Fp8CheckpointFormat.PER_CHANNEL
-    )
+    checkpoint_format = FP8_PER_TENSOR if strategies == {"tensor"} else FP8_PER_CHANNEL
     return QuantConfig("fp8", checkpoint_format, None, tuple(config.get("ignore") or ()))
