@@ -12,6 +12,10 @@ Algorithm, two launches:
 2. Stage 2, grid `(batch, num_heads)`: merges the splits, weighting each partial output by
    `exp2(lse_s - max_s lse)`.
 
+FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded; the per-tensor
+`k_scale` is folded into the softmax scale and `v_scale` into each split's normalised output,
+so the math stays fp32-accumulated exactly as for a bf16 pool.
+
 `num_kv_splits` depends only on the batch size and the device, never on the lengths, so the
 grid is fixed for a batch size and the launch can be captured in a CUDA graph; lengths are read
 on the device. Splitting fills the GPU when batch * num_kv_heads is small and contexts are long.
@@ -27,6 +31,7 @@ import triton.language as tl
 
 LOG2_E = 1.4426950408889634
 MAX_KV_SPLITS = 32
+FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
@@ -39,7 +44,8 @@ def _decode_split_kernel(
     seq_lens_ptr,  # [batch]
     partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
     partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
-    qk_scale,
+    qk_scale,  # softmax scale * log2(e) * k_scale
+    v_scale,
     stride_q_batch,
     stride_q_head,
     stride_kb_slot,
@@ -91,12 +97,12 @@ def _decode_split_kernel(
             k_base + slots[None, :] * stride_kb_slot + offs_d[:, None],
             mask=mask_n[None, :] & mask_d[:, None],
             other=0.0,
-        )  # [BLOCK_D, BLOCK_N]
+        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]; FP8 pools: converted exactly
         v = tl.load(
             v_base + slots[:, None] * stride_vb_slot + offs_d[None, :],
             mask=mask_n[:, None] & mask_d[None, :],
             other=0.0,
-        )  # [BLOCK_N, BLOCK_D]
+        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
         qk = tl.dot(q, k) * qk_scale  # [BLOCK_H, BLOCK_N], log2 units
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -110,7 +116,7 @@ def _decode_split_kernel(
     partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
     if split_end > split_start:
         lse = m_i + tl.math.log2(l_i)
-        out = acc / l_i[:, None]
+        out = acc * (v_scale / l_i[:, None])
     else:
         lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
@@ -209,9 +215,10 @@ def _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, 
         raise ValueError("q must be contiguous in head_dim")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"q must be float16/bfloat16/float32, got {q.dtype}")
-    if k_buffer.dtype != q.dtype or v_buffer.dtype != q.dtype:
+    if k_buffer.dtype != v_buffer.dtype or k_buffer.dtype not in (q.dtype, *FP8_KV_DTYPES):
         raise TypeError(
-            f"k_buffer/v_buffer dtype must match q ({q.dtype}), got {k_buffer.dtype}/{v_buffer.dtype}"
+            f"k_buffer/v_buffer dtype must be q's ({q.dtype}) or FP8 (e4m3/e5m2), got "
+            f"{k_buffer.dtype}/{v_buffer.dtype}"
         )
     if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
@@ -238,6 +245,8 @@ def decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -251,6 +260,7 @@ def decode_attention(
         partial_out, partial_lse: optional fp32 workspaces `[batch, num_heads, num_kv_splits,
             head_dim]` and `[batch, num_heads, num_kv_splits]` (CUDA graphs keep them static).
         block_n, num_warps, num_stages: tuning overrides (benchmarks).
+        k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -292,7 +302,8 @@ def decode_attention(
         seq_lens,
         partial_out,
         partial_lse,
-        scaling * LOG2_E,
+        scaling * LOG2_E * k_scale,
+        v_scale,
         q.stride(0),
         q.stride(1),
         k_buffer.stride(0),
@@ -332,14 +343,18 @@ def decode_attention_ref(
     req_pool_indices: torch.Tensor,  # [batch]
     seq_lens: torch.Tensor,  # [batch]
     scaling: float,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Plain-torch reference of `decode_attention` (fp32 math, one request at a time)."""
     out = torch.empty_like(q)
     group = q.shape[1] // k_buffer.shape[1]
     for i in range(q.shape[0]):
         slots = req_to_token[int(req_pool_indices[i]), : int(seq_lens[i])].long()
-        keys = k_buffer[slots].float().repeat_interleave(group, dim=1)  # [seq, num_heads, dim]
-        values = v_buffer[slots].float().repeat_interleave(group, dim=1)
+        # [seq, num_heads, dim]
+        keys = (k_buffer[slots].float() * k_scale).repeat_interleave(group, dim=1)
+        values = (v_buffer[slots].float() * v_scale).repeat_interleave(group, dim=1)
         scores = torch.einsum("hd,khd->hk", q[i].float(), keys) * scaling
         out[i] = torch.einsum("hk,khd->hd", scores.softmax(dim=-1), values).to(q.dtype)
     return out

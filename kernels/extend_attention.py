@@ -18,6 +18,10 @@ other heads of the group. Requests of any lengths share one launch: the grid cov
 request and blocks past a request's end exit at once. The heaviest (last) query blocks of a
 request are launched first so that the causal tail does not straggle.
 
+FP8 KV pools (e4m3/e5m2): the cached prefix's K/V are converted to q's dtype as they are loaded,
+`k_scale` folded into the prefix stage's softmax scale and `v_scale` applied to V; the new tokens'
+K/V come unquantized from the projections.
+
 head_dim that is not a power of two (96) is padded to the next power of two with masked loads.
 """
 
@@ -28,6 +32,7 @@ import triton
 import triton.language as tl
 
 LOG2_E = 1.4426950408889634
+FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
@@ -60,6 +65,8 @@ def _extend_attention_kernel(
     extend_lens_ptr,  # [batch]
     extend_start_loc_ptr,  # [batch]
     qk_scale,
+    k_scale,
+    v_scale,
     stride_q_token,
     stride_q_head,
     stride_kn_token,
@@ -74,6 +81,7 @@ def _extend_attention_kernel(
     stride_vb_head,
     stride_req_row,
     NUM_M_BLOCKS,
+    IS_FP8_POOL: tl.constexpr,
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -124,7 +132,7 @@ def _extend_attention_kernel(
             + offs_d[:, None],
             mask=mask_n[None, :] & mask_d[:, None],
             other=0.0,
-        )  # [BLOCK_D, BLOCK_N]
+        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]; FP8 pools: converted exactly
         v = tl.load(
             v_buffer_ptr
             + slots[:, None] * stride_vb_slot
@@ -133,8 +141,10 @@ def _extend_attention_kernel(
             mask=mask_n[:, None] & mask_d[None, :],
             other=0.0,
         )  # [BLOCK_N, BLOCK_D]
+        if IS_FP8_POOL:
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
         acc, m_i, l_i = _online_softmax_step(
-            acc, m_i, l_i, q, k, v, qk_scale, mask_n[None, :], USE_MASK=True
+            acc, m_i, l_i, q, k, v, qk_scale * k_scale, mask_n[None, :], USE_MASK=True
         )
 
     # Stage 2a: new tokens strictly before this query block: all visible, no mask needed
@@ -224,10 +234,11 @@ def _check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_
             raise ValueError(f"{name} must be contiguous in head_dim")
         if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
             raise TypeError(f"{name} must be float16/bfloat16/float32, got {t.dtype}")
-    if k_buffer.dtype != q.dtype or v_buffer.dtype != q.dtype or k_new.dtype != q.dtype:
+    pool_ok = k_buffer.dtype == v_buffer.dtype and k_buffer.dtype in (q.dtype, *FP8_KV_DTYPES)
+    if not pool_ok or k_new.dtype != q.dtype or v_new.dtype != q.dtype:
         raise TypeError(
-            f"q, k_new, v_new, k_buffer, v_buffer must share one dtype, got q {q.dtype}, "
-            f"k_new {k_new.dtype}, k_buffer {k_buffer.dtype}, v_buffer {v_buffer.dtype}"
+            f"q, k_new, v_new must share one dtype and k_buffer/v_buffer be it or FP8, got q "
+            f"{q.dtype}, k_new {k_new.dtype}, k_buffer {k_buffer.dtype}, v_buffer {v_buffer.dtype}"
         )
     if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
@@ -258,6 +269,8 @@ def extend_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Attention of each request's new tokens over its cached prefix and (causally) itself.
 
@@ -270,6 +283,8 @@ def extend_attention(
         scaling: softmax scale, usually head_dim ** -0.5.
         out: optional output tensor (may alias nothing read here).
         block_m, block_n, num_warps, num_stages: tuning overrides (benchmarks).
+        k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale); the
+            new tokens' k_new/v_new are in q's dtype, unscaled.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -312,6 +327,8 @@ def extend_attention(
         extend_lens,
         extend_start_loc,
         scaling * LOG2_E,
+        k_scale,
+        v_scale,
         q.stride(0),
         q.stride(1),
         k_new.stride(0),
@@ -326,6 +343,7 @@ def extend_attention(
         v_buffer.stride(1),
         req_to_token.stride(0),
         num_m_blocks,
+        IS_FP8_POOL=k_buffer.dtype in FP8_KV_DTYPES,
         GROUP_SIZE=num_heads // num_kv_heads,
         HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
@@ -350,6 +368,9 @@ def extend_attention_ref(
     extend_start_loc: torch.Tensor,
     max_extend_len: int,
     scaling: float,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Plain-torch reference of `extend_attention` (fp32 math, one request at a time)."""
     del max_extend_len  # only sizes the Triton grid
@@ -359,8 +380,9 @@ def extend_attention_ref(
         row, prefix_len = int(req_pool_indices[i]), int(prefix_lens[i])
         start, extend_len = int(extend_start_loc[i]), int(extend_lens[i])
         slots = req_to_token[row, :prefix_len].long()
-        keys = torch.cat((k_buffer[slots], k_new[start : start + extend_len])).float()
-        values = torch.cat((v_buffer[slots], v_new[start : start + extend_len])).float()
+        new = slice(start, start + extend_len)
+        keys = torch.cat((k_buffer[slots].float() * k_scale, k_new[new].float()))
+        values = torch.cat((v_buffer[slots].float() * v_scale, v_new[new].float()))
         keys = keys.repeat_interleave(group, dim=1)  # [prefix + extend, num_heads, head_dim]
         values = values.repeat_interleave(group, dim=1)
         queries = q[start : start + extend_len].float()

@@ -152,14 +152,18 @@ class ReqToTokenPool:
         self._rows_in_use: set[int] = set()
 
 
+FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 class TokenToKVPool:
     """Per-layer K and V buffers, each `[num_slots, num_kv_heads, head_dim]`.
 
-    `dtype` is the compute dtype of the model. `kv_dtype` (default: `dtype`) is the storage
-    dtype, kept as `store_dtype`: this is the room left for an fp8 KV cache. `set_kv` casts
-    on write; readers that get a `store_dtype` different from `dtype` must cast (or scale)
-    on read. fp8 scales and uint8-viewed storage (index_put has no fp8 kernels on some
-    builds) are not implemented yet.
+    `dtype` is the compute dtype of the model; `kv_dtype` (default: `dtype`) the storage
+    dtype, kept as `store_dtype`. `set_kv` casts on write. An FP8 store (e4m3 or e5m2) keeps
+    `value / scale` with one scale per layer for K and one for V (`kv_scales`, default 1.0,
+    as vLLM and SGLang do without checkpoint scales), clamped to the format's range so an
+    outlier saturates instead of becoming NaN; readers dequantize with `kv_scales(layer)`.
+    FP8 writes go through a uint8 view (index_put has no fp8 kernels on some builds).
     """
 
     def __init__(
@@ -172,6 +176,7 @@ class TokenToKVPool:
         dtype: torch.dtype,
         device="cpu",
         kv_dtype: torch.dtype | None = None,
+        kv_scales: list[tuple[float, float]] | None = None,
     ):
         for name, value in (
             ("num_slots", num_slots),
@@ -188,6 +193,17 @@ class TokenToKVPool:
         self.head_dim = head_dim
         self.dtype = dtype
         self.store_dtype = kv_dtype or dtype
+        self.is_fp8 = self.store_dtype in FP8_KV_DTYPES
+        if kv_scales is None:
+            kv_scales = [(1.0, 1.0)] * num_layers
+        if len(kv_scales) != num_layers or not all(k > 0 and v > 0 for k, v in kv_scales):
+            raise ValueError(
+                f"kv_scales must be {num_layers} pairs of positive (k_scale, v_scale), "
+                f"got {kv_scales!r}"
+            )
+        self._kv_scales = [(float(k), float(v)) for k, v in kv_scales]
+        if not self.is_fp8 and any(scales != (1.0, 1.0) for scales in self._kv_scales):
+            raise ValueError(f"kv_scales apply to an FP8 store only, not {self.store_dtype}")
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
         # k_buffers[layer]: [num_slots, num_kv_heads, head_dim]
@@ -200,16 +216,34 @@ class TokenToKVPool:
             for _ in range(num_layers)
         ]
 
+    def kv_scales(self, layer_id: int) -> tuple[float, float]:
+        """(k_scale, v_scale) of one layer: stored value * scale = K/V (1.0 unless FP8)."""
+        return self._kv_scales[layer_id]
+
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (k, v) of one layer, each `[num_slots, num_kv_heads, head_dim]`."""
         return self.k_buffers[layer_id], self.v_buffers[layer_id]
 
     def set_kv(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Write new tokens' K/V. slots: [num_tokens]; k, v: [num_tokens, num_kv_heads, head_dim]."""
+        if self.is_fp8:
+            k_scale, v_scale = self._kv_scales[layer_id]
+            self.k_buffers[layer_id].view(torch.uint8)[slots] = self._to_fp8(k, k_scale)
+            self.v_buffers[layer_id].view(torch.uint8)[slots] = self._to_fp8(v, v_scale)
+            return
         if k.dtype != self.store_dtype:
             k, v = k.to(self.store_dtype), v.to(self.store_dtype)
         self.k_buffers[layer_id][slots] = k
         self.v_buffers[layer_id][slots] = v
+
+    def _to_fp8(self, x: torch.Tensor, scale: float) -> torch.Tensor:  # -> uint8 view
+        limit = torch.finfo(self.store_dtype).max
+        # Scale 1.0 (the default): clamp in the model dtype, which holds both formats' maxima
+        # exactly; two kernels per tensor instead of four.
+        scaled = (
+            x.clamp(-limit, limit) if scale == 1.0 else (x.float() / scale).clamp_(-limit, limit)
+        )
+        return scaled.to(self.store_dtype).view(torch.uint8)
 
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype) -> int:

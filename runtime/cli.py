@@ -26,6 +26,9 @@ _FLAG_HELP = {
     "tokenizer_path": "tokenizer folder (default: the model path)",
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
     "load_format": "'dummy' builds random weights from the config (no checkpoint read)",
+    "quantization": "'fp8': FP8 (e4m3) weights and activations, quantized at load time from a "
+    "bf16/fp16 checkpoint (FP8 checkpoints load as FP8 without it)",
+    "kv_cache_dtype": "KV cache storage; fp8 (= fp8_e4m3) or fp8_e5m2 hold twice the tokens",
     "device": "'auto' picks cuda when available, else cpu",
     "context_length": "maximum prompt + output length (default: the model config's)",
     "served_model_name": "model name reported by /v1/models (default: the model path)",

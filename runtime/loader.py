@@ -1,9 +1,11 @@
 """Loads a Llama-family model from a HF checkpoint folder, or with dummy weights.
 
-The model is built on the meta device (no memory), then its parameters are assigned the
-loaded tensors (gpt-fast style), so an 8B model never exists twice in memory. Tensors stream
-one by one from safetensors files straight to the target device and dtype; fused parameters
-(qkv_proj, gate_up_proj) are concatenated as soon as all their shards have arrived.
+The model is built on the meta device (no memory), then filled with the loaded tensors
+(gpt-fast style), so an 8B model never exists twice in memory. Tensors stream one by one from
+safetensors files straight to the target device; each projection loads its own tensors
+(`LinearBase.load_weight`: fused q/k/v and gate/up shards land in their rows, and a layer
+quantized at load time is quantized as soon as its last shard arrives), the other parameters
+(embeddings, norms) are assigned.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from typing import Literal
 import torch
 
 from radixgen.runtime.model_config import ModelConfig
+from radixgen.runtime.models.linear import LinearBase
 from radixgen.runtime.models.llama import (
     LlamaForCausalLM,
     checkpoint_name_to_param,
     checkpoint_weight_shapes,
+    kv_cache_scale_target,
 )
+from radixgen.runtime.models.quantization import QuantizationName, resolve_quant_config
 
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 # Checkpoint tensors that carry nothing the model needs (old Llama exports store inv_freq).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Quantization scales stay float32 whatever the model dtype.
+_SCALE_SUFFIXES = ("_scale", "_scale_inv")
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # Std of dummy weights: small enough that activations stay tame through many layers.
 DUMMY_WEIGHT_STD = 0.02
 
@@ -38,6 +46,7 @@ def load_model(
     load_format: LoadFormat = "auto",
     seed: int = 0,
     max_positions: int | None = None,
+    quantization: QuantizationName | None = None,
 ) -> LlamaForCausalLM:
     """Builds the model and loads its weights, in `dtype` on `device`, in eval mode.
 
@@ -47,24 +56,29 @@ def load_model(
         load_format: "auto"/"safetensors" read the weight files; "dummy" draws random
             weights of the real shapes (seeded by `seed`) without reading any.
         max_positions: RoPE table size; defaults to the config's context length.
+        quantization: "fp8" quantizes a high-precision checkpoint at load time; None loads
+            the checkpoint as it is (FP8 checkpoints stay FP8).
 
     Raises:
         FileNotFoundError: no safetensors weights in the folder.
-        ValueError: unknown load_format, or tensors missing from / unexpected in the checkpoint.
+        ValueError: unknown load_format, an unsupported quantization config, or tensors
+            missing from / unexpected in the checkpoint.
     """
     if load_format not in ("auto", "safetensors", "dummy"):
         raise ValueError(
             f"load_format must be 'auto', 'safetensors' or 'dummy', got {load_format!r}"
         )
     device = torch.device(device)
+    quant_config = resolve_quant_config(
+        model_config.quantization_config, quantization, dummy_weights=load_format == "dummy"
+    )
     with torch.device("meta"):
-        model = LlamaForCausalLM(model_config, max_positions)
+        model = LlamaForCausalLM(model_config, max_positions, quant_config)
     if load_format == "dummy":
         tensors = random_checkpoint_tensors(model_config, seed=seed, dtype=dtype, device=device)
     else:
         tensors = read_checkpoint_tensors(Path(model_path), dtype=dtype, device=device)
-    state = _to_model_state(tensors, model, model_config)
-    model.load_state_dict(state, strict=True, assign=True)
+    _load_weights(tensors, model, model_config)
     # Moves what is not a loaded parameter (the RoPE tables, built on the CPU).
     model.to(device)
     model.eval()
@@ -105,7 +119,8 @@ def weight_files(model_path: Path) -> list[Path]:
 def read_checkpoint_tensors(
     model_path: Path, *, dtype: torch.dtype, device: torch.device
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yields (checkpoint name, tensor in `dtype` on `device`) for every stored tensor."""
+    """Yields (checkpoint name, tensor on `device`) for every stored tensor: in `dtype`, except
+    FP8 tensors (kept) and quantization scales (float32)."""
     from safetensors import safe_open
 
     # safetensors reads straight into GPU memory when asked; it needs an indexed device.
@@ -117,7 +132,14 @@ def read_checkpoint_tensors(
     for path in weight_files(model_path):
         with safe_open(str(path), framework="pt", device=open_device) as handle:
             for name in handle.keys():
-                yield name, handle.get_tensor(name).to(device=device, dtype=dtype)
+                tensor = handle.get_tensor(name)
+                if name.endswith(_SCALE_SUFFIXES):
+                    tensor = tensor.to(device=device, dtype=torch.float32)
+                elif tensor.dtype in _FP8_DTYPES or not tensor.is_floating_point():
+                    tensor = tensor.to(device=device)
+                else:
+                    tensor = tensor.to(device=device, dtype=dtype)
+                yield name, tensor
 
 
 def random_checkpoint_tensors(
@@ -139,46 +161,62 @@ def random_checkpoint_tensors(
             yield name, tensor.normal_(0.0, DUMMY_WEIGHT_STD, generator=generator)
 
 
-def _to_model_state(
+def _load_weights(
     tensors: Iterator[tuple[str, torch.Tensor]],
     model: LlamaForCausalLM,
     config: ModelConfig,
-) -> dict[str, torch.Tensor]:
-    """Renames checkpoint tensors to model parameters, fusing shards; checks completeness."""
-    expected = dict(model.state_dict())  # name -> meta tensor (shape reference)
-    state: dict[str, torch.Tensor] = {}
-    pending: dict[str, list[torch.Tensor | None]] = {}
+) -> None:
+    """Loads checkpoint tensors into the model: projections through their `LinearBase`, the
+    rest by assignment; KV-cache scales onto their attention layer. Checks completeness."""
+    modules = dict(model.named_modules())
+    linears = {name: m for name, m in modules.items() if isinstance(m, LinearBase)}
+    # name -> meta tensor (shape reference) of every parameter that is not in a LinearBase.
+    plain_expected = {
+        name: tensor
+        for name, tensor in model.state_dict().items()
+        if name.rpartition(".")[0] not in linears
+    }
+    plain: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
     for name, tensor in tensors:
         if name.endswith(_IGNORED_SUFFIXES):
             continue
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # some tied checkpoints store the shared matrix twice
-        param_name, shard, num_shards = checkpoint_name_to_param(name)
-        if param_name not in expected:
+        kv_scale = kv_cache_scale_target(name)
+        if kv_scale is not None and kv_scale[0] < config.num_layers:
+            attention = model.model.layers[kv_scale[0]].self_attn
+            k_scale, v_scale = attention.kv_cache_scales
+            value = float(tensor.float().max())  # per-tensor (host sync: once per layer)
+            attention.kv_cache_scales = (value, v_scale) if kv_scale[1] == "k" else (k_scale, value)
+            continue
+        param_name, shard, _num_shards = checkpoint_name_to_param(name)
+        module_name, _, leaf = param_name.rpartition(".")
+        if module_name in linears:
+            try:
+                linears[module_name].load_weight(leaf, tensor, shard)
+            except ValueError as error:
+                raise ValueError(f"checkpoint tensor {name!r}: {error}") from None
+        elif param_name in plain_expected:
+            plain[param_name] = tensor
+        else:
             unexpected.append(name)
-            continue
-        if num_shards == 1:
-            state[param_name] = tensor
-            continue
-        shards = pending.setdefault(param_name, [None] * num_shards)
-        shards[shard] = tensor
-        if all(s is not None for s in shards):
-            state[param_name] = torch.cat(shards, dim=0)
-            del pending[param_name]
     if unexpected:
         raise ValueError(
             f"checkpoint has {len(unexpected)} tensor(s) this {config.architecture} does not "
             f"use, e.g. {unexpected[:5]}"
         )
-    missing = sorted(set(expected) - set(state))
+    missing = sorted(set(plain_expected) - set(plain))
+    missing += [
+        f"{name}.{tensor}" for name, layer in linears.items() for tensor in layer.missing_tensors()
+    ]
     if missing:
         raise ValueError(f"checkpoint lacks {len(missing)} tensor(s), e.g. {missing[:5]}")
     wrong_shapes = [
-        f"{name}: {tuple(tensor.shape)} != {tuple(expected[name].shape)}"
-        for name, tensor in state.items()
-        if tensor.shape != expected[name].shape
+        f"{name}: {tuple(tensor.shape)} != {tuple(plain_expected[name].shape)}"
+        for name, tensor in plain.items()
+        if tensor.shape != plain_expected[name].shape
     ]
     if wrong_shapes:
         raise ValueError(f"checkpoint tensors do not match the config: {wrong_shapes[:5]}")
-    return state
+    model.load_state_dict(plain, strict=False, assign=True)

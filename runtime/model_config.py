@@ -7,7 +7,7 @@ Reads both config layouts in the wild: transformers 4.x (`rope_theta` + `rope_sc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # architectures name in config.json -> model family implemented in runtime/models/.
@@ -62,6 +62,8 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None
     checkpoint_dtype: str | None  # "bfloat16", "float16", "float32" or None if unstated
+    # config.json's "quantization_config" as stored (runtime/models/quantization.py reads it).
+    quantization_config: dict | None = field(default=None, compare=False, hash=False)
 
     @classmethod
     def from_dict(cls, config: dict, generation_config: dict | None = None) -> ModelConfig:
@@ -115,6 +117,7 @@ class ModelConfig:
             eos_token_ids=_eos_token_ids(config, generation_config or {}),
             bos_token_id=config.get("bos_token_id"),
             checkpoint_dtype=config.get("dtype") or config.get("torch_dtype"),
+            quantization_config=config.get("quantization_config"),
         )
 
     @classmethod

@@ -33,6 +33,13 @@ from radixgen.runtime.tiny_model import resolve_model_path
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_KV_CACHE_DTYPES = {
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+# FP8 tensor cores and conversions: Ada (8.9) and Hopper (9.0) onwards.
+_MIN_FP8_CAPABILITY = (8, 9)
 # CPU default KV size when max_total_tokens is unset: a few full contexts, within a bound
 # of slots and of bytes (CPU runs are tests and demos; RAM is shared).
 _CPU_DEFAULT_CONTEXTS = 4
@@ -72,6 +79,35 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def resolve_kv_cache_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
+    """ "auto" -> the model dtype; "fp8"/"fp8_e4m3" -> e4m3; "fp8_e5m2" -> e5m2."""
+    if kv_cache_dtype == "auto":
+        return dtype
+    if kv_cache_dtype not in _KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype must be 'auto' or one of {list(_KV_CACHE_DTYPES)}, "
+            f"got {kv_cache_dtype!r}"
+        )
+    return _KV_CACHE_DTYPES[kv_cache_dtype]
+
+
+def check_fp8_support(device: torch.device, option: str) -> None:
+    """Refuses FP8 on CUDA GPUs older than compute capability 8.9 (the CPU emulates it).
+
+    Raises:
+        ValueError: naming `option` and the GPU's capability.
+    """
+    if device.type != "cuda":
+        return
+    capability = torch.cuda.get_device_capability(device)
+    if capability < _MIN_FP8_CAPABILITY:
+        name = torch.cuda.get_device_name(device)
+        raise ValueError(
+            f"{option} needs a GPU with FP8 support (compute capability >= 8.9: Ada, Hopper or "
+            f"newer); {name} has {capability[0]}.{capability[1]}"
+        )
+
+
 class ModelRunner:
     """Loads the model and allocates the KV pools described by `server_args`.
 
@@ -90,6 +126,9 @@ class ModelRunner:
         self.model_path = resolve_model_path(server_args.model_path)
         self.device = resolve_device(server_args.device)
         self.dtype = resolve_dtype(server_args.dtype, self.device)
+        self.kv_cache_dtype = resolve_kv_cache_dtype(server_args.kv_cache_dtype, self.dtype)
+        if self.kv_cache_dtype != self.dtype and self.kv_cache_dtype.itemsize == 1:
+            check_fp8_support(self.device, f"kv_cache_dtype={server_args.kv_cache_dtype!r}")
         self.attn_backend_name = self._choose_attention_backend()  # before the slow load
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
@@ -99,6 +138,10 @@ class ModelRunner:
                 self.context_length,
                 self.model_config.context_length,
             )
+        if server_args.quantization == "fp8":
+            check_fp8_support(self.device, "quantization='fp8'")
+        elif self.model_config.quantization_config is not None:
+            check_fp8_support(self.device, "an FP8-quantized checkpoint")
         self.model = load_model(
             self.model_path,
             model_config=self.model_config,
@@ -107,17 +150,21 @@ class ModelRunner:
             load_format=server_args.load_format,
             seed=server_args.seed,
             max_positions=max(self.context_length, self.model_config.context_length),
+            quantization=server_args.quantization,
         )
         self._init_memory_pools()
         self.attn_backend = self._create_attention_backend(self.attn_backend_name)
         self.cuda_graph_runner = self._create_cuda_graph_runner()
         logger.info(
-            "loaded %s (%s) on %s in %s: %d KV slots, %d request rows, %s attention",
+            "loaded %s (%s) on %s in %s (linear layers: %s): %d KV slots of %s, %d request rows, "
+            "%s attention",
             self.model_path,
             self.model_config.architecture,
             self.device,
             self.dtype,
+            self.model.quant_config.method if self.model.quant_config else "unquantized",
             self.max_total_num_tokens,
+            self.kv_cache_dtype,
             self.max_running_requests,
             self.attn_backend_name,
         )
@@ -171,7 +218,7 @@ class ModelRunner:
     def _init_memory_pools(self) -> None:
         config, args = self.model_config, self.server_args
         bytes_per_token = TokenToKVPool.bytes_per_token(
-            config.num_layers, config.num_kv_heads, config.head_dim, self.dtype
+            config.num_layers, config.num_kv_heads, config.head_dim, self.kv_cache_dtype
         )
         if args.max_total_tokens is not None:
             budget = KVBudget(num_tokens=args.max_total_tokens)
@@ -204,6 +251,9 @@ class ModelRunner:
             head_dim=config.head_dim,
             dtype=self.dtype,
             device=self.device,
+            kv_dtype=self.kv_cache_dtype,
+            # Checkpoint KV scales matter only to an FP8 store (a bf16 pool keeps K/V as is).
+            kv_scales=self.model.kv_cache_scales() if self.kv_cache_dtype.itemsize == 1 else None,
         )
         self.slot_allocator = SlotAllocator(num_slots, device=self.device)
 

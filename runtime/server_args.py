@@ -15,6 +15,10 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
 AttentionBackendName = Literal["torch", "triton"]
+# Mirrors radixgen.runtime.models.quantization.QuantizationName (kept import-free here).
+Quantization = Literal["fp8"]
+# "fp8" is e4m3 (as in vLLM and SGLang); "auto": the model dtype.
+KVCacheDType = Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"]
 SamplingBackendName = Literal["auto", "torch", "triton"]
 # Mirrors radixgen.constrained.grammar_interface.GrammarBackendName (kept import-free here).
 GrammarBackendName = Literal["llguidance", "outlines"]
@@ -31,6 +35,11 @@ class ServerArgs:
     context_length: int | None = None  # None: from the model config
     seed: int = 0
     served_model_name: str | None = None
+    # "fp8": W8A8 e4m3 linear layers (a bf16/fp16 checkpoint is quantized at load time);
+    # None: the checkpoint as stored (FP8 checkpoints load as FP8). docs/quantization.md.
+    quantization: Quantization | None = None
+    # KV cache storage: FP8 halves its bytes (twice the tokens in the same memory).
+    kv_cache_dtype: KVCacheDType = "auto"
 
     # Memory
     mem_fraction_static: float = 0.85  # of free GPU memory, for weights already loaded + KV
@@ -117,11 +126,17 @@ class ServerArgs:
             "schedule_policy": SchedulePolicy,
             "sampling_backend": SamplingBackendName,
             "grammar_backend": GrammarBackendName,
+            "kv_cache_dtype": KVCacheDType,
         }
         for name, literal in choices.items():
             allowed = literal.__args__
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.quantization not in (None, *Quantization.__args__):
+            raise ValueError(
+                f"quantization must be None or one of {Quantization.__args__}, "
+                f"got {self.quantization!r}"
+            )
         if self.attention_backend not in (None, *AttentionBackendName.__args__):
             raise ValueError(
                 f"attention_backend must be one of {AttentionBackendName.__args__}, "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
-# bench-latency bench-offline bench-gsp bench-hf perf
+# bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
+# fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
@@ -128,6 +129,36 @@ offline_200() {  # $1: cuda_graph_max_bs
     2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
 }
 
+fp8_tests() {
+  log "pytest -m gpu: FP8 GEMM, FP8 KV attention, FP8 engine"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_gemm.py \
+    tests/test_kernels_fp8_kv_attention.py tests/test_quantization.py 2>&1 | tee "$OUT/fp8_gpu_tests.log" | tail -30
+}
+
+fp8_gemm() {  # $1: extra flags (--sweep)
+  log "bench_fp8_gemm $*"
+  timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_fp8_gemm.py --out "$OUT" "$@" 2>&1 | grep -v Warning | tail -40
+}
+
+fp8_offline() {  # $1: label; rest: flags. 1000 x (1000 in / 1000 out), Llama-3.1-8B shape.
+  local label=$1; shift
+  log "bench offline 1000 x (1000 in / 1000 out) $label: $*"
+  timeout ${STAGE_TIMEOUT:-280} python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
+    --load-format dummy --num-prompts 1000 --random-input-len 1000 --random-output-len 1000 "$@" \
+    --output-json "$OUT/offline_1000_1000_1000_$label.json" 2>&1 \
+    | grep -E "duration|output_token_throughput|total_token_throughput|KV slots|Error" | tail -5
+}
+
+fp8_latency() {  # batch-1 decode ms/token (target <= 2.6 ms with FP8 weights), bf16 beside it
+  for quant in bf16 fp8; do
+    log "bench latency bs1/64 128/256, weights $quant"
+    timeout ${STAGE_TIMEOUT:-280} python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+      --load-format dummy --batch-sizes 1 64 --input-len 128 --output-len 256 \
+      $([ $quant = fp8 ] && echo --quantization fp8) \
+      --output-json "$OUT/latency_$quant.json" 2>&1 | grep '^{' | tail -3
+  done
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -144,6 +175,15 @@ for stage in "$@"; do
     offline-200-before) offline_200_before ;;
     offline-200-g256) offline_200 256 ;;
     offline-200-g1024) offline_200 1024 ;;
+    fp8-tests) fp8_tests ;;
+    fp8-gemm) fp8_gemm ;;
+    fp8-gemm-sweep) fp8_gemm --sweep --tokens 1 64 256 ;;
+    fp8-latency) fp8_latency ;;
+    fp8-accuracy) timeout ${STAGE_TIMEOUT:-280} python3 scripts/fp8_accuracy.py --device cuda --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+    fp8-offline-bf16) fp8_offline bf16 ;;
+    fp8-offline-w8) fp8_offline fp8w --quantization fp8 ;;
+    fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
+    fp8-offline-w8kv8) fp8_offline fp8w_fp8kv --quantization fp8 --kv-cache-dtype fp8_e4m3 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -83,16 +83,19 @@ class TorchAttentionBackend(AttentionBackend):
         pool = forward_batch.token_to_kv_pool
         pool.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
         k_buffer, v_buffer = pool.get_kv_buffer(layer_id)
+        k_scale, v_scale = pool.kv_scales(layer_id)
         group_size = q.shape[1] // k.shape[1]
         if isinstance(self.metadata, _DecodeMetadata):
-            return self._decode(q, k_buffer, v_buffer, group_size, scaling)
-        return self._extend(q, k_buffer, v_buffer, group_size, scaling, forward_batch)
+            return self._decode(q, k_buffer, v_buffer, group_size, scaling, k_scale, v_scale)
+        return self._extend(
+            q, k_buffer, v_buffer, group_size, scaling, forward_batch, k_scale, v_scale
+        )
 
-    def _decode(self, q, k_buffer, v_buffer, group_size, scaling) -> torch.Tensor:
+    def _decode(self, q, k_buffer, v_buffer, group_size, scaling, k_scale, v_scale):
         metadata = self.metadata
         # [batch, num_kv_heads, max_seq_len, head_dim]
-        keys = k_buffer[metadata.slots].to(q.dtype).transpose(1, 2)
-        values = v_buffer[metadata.slots].to(q.dtype).transpose(1, 2)
+        keys = _dequantize(k_buffer[metadata.slots], k_scale, q.dtype).transpose(1, 2)
+        values = _dequantize(v_buffer[metadata.slots], v_scale, q.dtype).transpose(1, 2)
         keys = keys.repeat_interleave(group_size, dim=1)  # [batch, num_heads, ...]
         values = values.repeat_interleave(group_size, dim=1)
         queries = q.unsqueeze(2)  # [batch, num_heads, 1, head_dim]
@@ -101,7 +104,7 @@ class TorchAttentionBackend(AttentionBackend):
         )
         return output.squeeze(2)  # [batch, num_heads, head_dim]
 
-    def _extend(self, q, k_buffer, v_buffer, group_size, scaling, forward_batch) -> torch.Tensor:
+    def _extend(self, q, k_buffer, v_buffer, group_size, scaling, forward_batch, k_scale, v_scale):
         metadata = self.metadata
         outputs = []
         start = 0
@@ -109,8 +112,9 @@ class TorchAttentionBackend(AttentionBackend):
             metadata.slots, metadata.masks, forward_batch.extend_lens_cpu, strict=True
         ):
             queries = q[start : start + extend_len].transpose(0, 1)  # [heads, extend, dim]
-            keys = k_buffer[slots].to(q.dtype).transpose(0, 1)  # [kv_heads, seq_len, dim]
-            values = v_buffer[slots].to(q.dtype).transpose(0, 1)
+            # [kv_heads, seq_len, dim]
+            keys = _dequantize(k_buffer[slots], k_scale, q.dtype).transpose(0, 1)
+            values = _dequantize(v_buffer[slots], v_scale, q.dtype).transpose(0, 1)
             keys = keys.repeat_interleave(group_size, dim=0)
             values = values.repeat_interleave(group_size, dim=0)
             output = F.scaled_dot_product_attention(
@@ -119,3 +123,10 @@ class TorchAttentionBackend(AttentionBackend):
             outputs.append(output.transpose(0, 1))  # [extend_len, num_heads, head_dim]
             start += extend_len
         return torch.cat(outputs, dim=0)
+
+
+def _dequantize(stored: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """KV rows as stored (model dtype, or FP8 with a per-tensor scale) -> `dtype` values."""
+    if scale == 1.0:
+        return stored.to(dtype)
+    return (stored.float() * scale).to(dtype)

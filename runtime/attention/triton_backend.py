@@ -97,6 +97,7 @@ class TritonAttentionBackend(AttentionBackend):
         pool = forward_batch.token_to_kv_pool
         pool.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
         k_buffer, v_buffer = pool.get_kv_buffer(layer_id)
+        k_scale, v_scale = pool.kv_scales(layer_id)
         req_to_token = forward_batch.req_to_token_pool.req_to_token
         if isinstance(metadata, TritonDecodeMetadata):
             return decode_attention(
@@ -110,11 +111,15 @@ class TritonAttentionBackend(AttentionBackend):
                 num_kv_splits=metadata.num_kv_splits,
                 partial_out=metadata.partial_out,
                 partial_lse=metadata.partial_lse,
+                k_scale=k_scale,
+                v_scale=v_scale,
             )
+        # An FP8 pool takes the new tokens' K/V unquantized (in q's dtype).
+        new_dtype = q.dtype if pool.is_fp8 else k_buffer.dtype
         return extend_attention(
             q,
-            k.to(k_buffer.dtype),
-            v.to(v_buffer.dtype),
+            k.to(new_dtype),
+            v.to(new_dtype),
             k_buffer,
             v_buffer,
             req_to_token,
@@ -124,4 +129,6 @@ class TritonAttentionBackend(AttentionBackend):
             metadata.extend_start_loc,
             metadata.max_extend_len,
             scaling,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )

@@ -7,7 +7,9 @@ itself holds no KV cache and no per-request state.
 
 Parameter names follow the HF checkpoints, except that q/k/v and gate/up projections are
 fused (`qkv_proj`, `gate_up_proj`): one matmul each instead of three and two.
-`PACKED_MODULES` tells the loader how checkpoint tensors stack into them.
+`PACKED_MODULES` tells the loader how checkpoint tensors stack into them. Every projection is
+a `LinearBase` (runtime/models/linear.py) whose method the `QuantConfig` picks (unquantized or
+FP8); the LM head stays in the model dtype.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from radixgen.kernels.activation import silu_and_mul
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
+from radixgen.runtime.models.linear import LinearMethod, MergedLinear, RowLinear
+from radixgen.runtime.models.quantization import QuantConfig
 
 # fused parameter -> checkpoint modules stacked (in this order) along the output dimension.
 PACKED_MODULES = {
@@ -28,8 +32,17 @@ PACKED_MODULES = {
 }
 
 
+def _linear_method(
+    quant_config: QuantConfig | None, prefix: str, modules: tuple[str, ...]
+) -> LinearMethod | None:
+    """The method of the layer stacking checkpoint modules `prefix + m` (None: unquantized)."""
+    if quant_config is None:
+        return None
+    return quant_config.linear_method([prefix + module for module in modules])
+
+
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int):
+    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
         super().__init__()
         self.layer_id = layer_id
         self.num_heads = config.num_heads
@@ -38,10 +51,22 @@ class LlamaAttention(nn.Module):
         self.q_size = config.q_size
         self.kv_size = config.kv_size
         self.scaling = config.head_dim**-0.5
-        self.qkv_proj = nn.Linear(
-            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
+        prefix = f"model.layers.{layer_id}.self_attn."
+        self.qkv_proj = MergedLinear(
+            config.hidden_size,
+            (self.q_size, self.kv_size, self.kv_size),
+            bias=config.qkv_bias,
+            method=_linear_method(quant_config, prefix, PACKED_MODULES["qkv_proj"]),
         )
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
+        self.o_proj = RowLinear(
+            self.q_size,
+            config.hidden_size,
+            bias=config.o_proj_bias,
+            method=_linear_method(quant_config, prefix, ("o_proj",)),
+        )
+        # Per-tensor scales of an FP8 KV cache (stored = value / scale), from the checkpoint's
+        # k_scale / v_scale when it has them; read by the runner, unused otherwise.
+        self.kv_cache_scales = (1.0, 1.0)
         if config.qk_norm:
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
@@ -73,14 +98,21 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = nn.Linear(
-            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
+        prefix = f"model.layers.{layer_id}.mlp."
+        self.gate_up_proj = MergedLinear(
+            config.hidden_size,
+            (config.intermediate_size, config.intermediate_size),
+            bias=config.mlp_bias,
+            method=_linear_method(quant_config, prefix, PACKED_MODULES["gate_up_proj"]),
         )
-        self.down_proj = nn.Linear(
-            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
+        self.down_proj = RowLinear(
+            config.intermediate_size,
+            config.hidden_size,
+            bias=config.mlp_bias,
+            method=_linear_method(quant_config, prefix, ("down_proj",)),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [num_tokens, hidden_size]
@@ -91,10 +123,10 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int):
+    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
         super().__init__()
-        self.self_attn = LlamaAttention(config, layer_id)
-        self.mlp = LlamaMLP(config)
+        self.self_attn = LlamaAttention(config, layer_id, quant_config)
+        self.mlp = LlamaMLP(config, layer_id, quant_config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -115,11 +147,12 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, max_positions: int):
+    def __init__(self, config: ModelConfig, max_positions: int, quant_config: QuantConfig | None):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, layer_id) for layer_id in range(config.num_layers)
+            LlamaDecoderLayer(config, layer_id, quant_config)
+            for layer_id in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, max_positions, config.rope)
@@ -137,12 +170,19 @@ class LlamaForCausalLM(nn.Module):
     Args:
         config: the model's shapes and variant switches.
         max_positions: size of the RoPE table (the runtime's context length).
+        quant_config: how the projections are quantized (None: not at all).
     """
 
-    def __init__(self, config: ModelConfig, max_positions: int | None = None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        max_positions: int | None = None,
+        quant_config: QuantConfig | None = None,
+    ):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, max_positions or config.context_length)
+        self.quant_config = quant_config
+        self.model = LlamaModel(config, max_positions or config.context_length, quant_config)
         # Tied: the LM head reads embed_tokens.weight, so there is no second parameter to
         # load or to keep tied after `load_state_dict(assign=True)` replaces tensors.
         if config.tie_word_embeddings:
@@ -155,6 +195,11 @@ class LlamaForCausalLM(nn.Module):
         if self.lm_head is None:
             return self.model.embed_tokens.weight
         return self.lm_head.weight
+
+    def kv_cache_scales(self) -> list[tuple[float, float]]:
+        """(k_scale, v_scale) of each layer for an FP8 KV cache (1.0 where the checkpoint
+        has none)."""
+        return [layer.self_attn.kv_cache_scales for layer in self.model.layers]
 
     def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
         """Returns float32 logits: [batch, vocab] for each request's last token, or
@@ -195,6 +240,25 @@ def checkpoint_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (config.vocab_size, hidden)
     return shapes
+
+
+# Checkpoint names of per-tensor KV-cache scales (FP8 checkpoints) -> "k" or "v".
+_KV_SCALE_SUFFIXES = {
+    ".self_attn.k_scale": "k",
+    ".self_attn.v_scale": "v",
+    ".self_attn.k_proj.output_scale": "k",
+    ".self_attn.v_proj.output_scale": "v",
+}
+
+
+def kv_cache_scale_target(name: str) -> tuple[int, str] | None:
+    """(layer index, "k" or "v") if `name` is a checkpoint's KV-cache scale, else None."""
+    for suffix, which in _KV_SCALE_SUFFIXES.items():
+        if name.endswith(suffix) and name.startswith("model.layers."):
+            layer = name[len("model.layers.") :].split(".", 1)[0]
+            if layer.isdigit():
+                return int(layer), which
+    return None
 
 
 def checkpoint_name_to_param(name: str) -> tuple[str, int, int]:

@@ -1,0 +1,368 @@
+"""FP8 (e4m3) linear layers: W8A8 with per-output-channel weight scales and dynamic per-token
+activation scales, bf16/fp16/fp32 output.
+
+    y[m, n] = (sum_k xq[m, k] * wq[n, k]) * x_scale[m] * w_scale[n]  (+ bias[n])
+
+where `xq = x / x_scale` and `wq = w / w_scale` are e4m3 with `scale = amax / 448` per row.
+
+Two GEMMs, chosen by the number of tokens M (`fp8_linear` dispatches):
+
+- small M (decode, <= SMALL_M_MAX): `fp8_gemm`, a Triton skinny GEMM. Grid `(cdiv(M, BLOCK_M),
+  cdiv(N, BLOCK_N), split_k)`: each program multiplies a `[BLOCK_M, K / split_k]` slice of the
+  activations by a `[K / split_k, BLOCK_N]` slice of the weight on the fp8 tensor cores (M is
+  padded to 16 rows with masked loads), so every weight byte is read exactly once and the grid
+  still fills the GPU when N / BLOCK_N alone would not. Splits write scaled fp32 partials that a
+  second small kernel sums in a fixed order and casts (deterministic, unlike atomics); with one
+  split the GEMM stores the output itself.
+  cuBLASLt (`torch._scaled_mm`) is slower than bf16 at these shapes (measured on the H200).
+- large M (prefill): `torch._scaled_mm` (cuBLASLt FP8) with row-wise scales.
+
+Activations are quantized by one Triton kernel per call (`quantize_fp8_per_token`). On the CPU
+`fp8_linear` runs `fp8_linear_ref`: the same quantization in torch (float8_e4m3fn exists on the
+CPU), then the product of the dequantized operands in float32 (emulated FP8).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
+# amax floor: an all-zero row gets a tiny positive scale instead of a division by zero.
+_MIN_AMAX = 1e-12
+# Tokens up to which the Triton skinny GEMM beats cuBLASLt FP8 (issue 19's H200 figures:
+# `_scaled_mm` loses to bf16 at M <= 64 and wins from M = 256).
+SMALL_M_MAX = 64
+
+
+@triton.jit
+def _quantize_per_token_kernel(
+    x_ptr,  # [M, K] bf16/fp16/fp32
+    xq_ptr,  # [M, K] fp8 e4m3
+    scale_ptr,  # [M] fp32
+    K,
+    stride_x,
+    stride_xq,
+    FP8_MAX_VALUE: tl.constexpr,
+    MIN_AMAX: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    mask = offs < K
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(x), 0), MIN_AMAX)
+    scale = amax / FP8_MAX_VALUE
+    xq = tl.clamp(x / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
+    tl.store(xq_ptr + row * stride_xq + offs, xq.to(xq_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row, scale)
+
+
+@triton.jit
+def _fp8_gemm_kernel(
+    x_ptr,  # [M, K] fp8 e4m3
+    w_ptr,  # [N, K] fp8 e4m3
+    x_scale_ptr,  # [M] fp32
+    w_scale_ptr,  # [N] fp32
+    out_ptr,  # one split: [M, N] output dtype; else [splits, M, N] fp32 partials
+    M,
+    N,
+    K,
+    k_per_split,  # a multiple of BLOCK_K
+    stride_xm,
+    stride_wn,
+    stride_om,
+    stride_split,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    w_cols = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wn
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    for k in range(k_start, k_end, BLOCK_K):
+        ks = k + offs_k
+        mask_k = ks < k_end
+        x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        # [BLOCK_K, BLOCK_N]: the weight is [N, K] row-major, so this reads it transposed.
+        w = tl.load(w_cols + ks[:, None], mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(x, w, acc)
+
+    x_scale = tl.load(x_scale_ptr + offs_m, mask=mask_m, other=0.0)
+    w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
+    acc = acc * x_scale[:, None] * w_scale[None, :]
+    out_ptrs = (
+        out_ptr
+        + pid_k.to(tl.int64) * stride_split
+        + offs_m.to(tl.int64)[:, None] * stride_om
+        + offs_n[None, :]
+    )
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _split_k_reduce_kernel(
+    partial_ptr,  # [SPLIT_K, M * N] fp32
+    out_ptr,  # [M * N] output dtype
+    numel,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for split in tl.static_range(SPLIT_K):
+        acc += tl.load(partial_ptr + split * numel + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@functools.cache
+def _multiprocessor_count(device_index: int | None) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def default_gemm_config(m: int, n: int, k: int, device: torch.device) -> dict[str, int]:
+    """Block sizes and split-K of `fp8_gemm` for an `[m, k] x [k, n]` product.
+
+    BLOCK_M covers M (16..64: the fp8 tensor-core minimum is 16 rows); split-K is chosen so that
+    the grid has about four programs per SM, each with at least two BLOCK_K steps, and the fp32
+    partials cost at most a quarter of the weight's bytes.
+    """
+    block_m = min(64, max(16, triton.next_power_of_2(m)))
+    block_n, block_k = 64, 128
+    num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    # Each split writes and the reduction reads an fp32 [M, N] partial (8 * M * N bytes): keep
+    # that traffic within a quarter of the weight's N * K bytes, i.e. splits <= K / (32 * M).
+    max_split = max(1, min(k // (2 * block_k), k // (32 * m)))
+    split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(4 * num_sms, tiles))))
+    return {
+        "block_m": block_m,
+        "block_n": block_n,
+        "block_k": block_k,
+        "split_k": split_k,
+        "num_warps": 4,
+        "num_stages": 4,
+    }
+
+
+def quantize_fp8_per_token(
+    x: torch.Tensor,  # [M, K] float
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([M, K] e4m3, [M] fp32)
+    """Dynamic per-row (per-token) e4m3 quantization: `x ~= xq * scale[:, None]`.
+
+    One Triton kernel on CUDA; `quantize_fp8_per_token_ref` elsewhere.
+    """
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"x must be a [M, K] tensor contiguous in K, got {tuple(x.shape)}")
+    if not x.is_cuda:
+        return quantize_fp8_per_token_ref(x)
+    m, k = x.shape
+    xq = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
+    scale = torch.empty((m,), dtype=torch.float32, device=x.device)
+    if m == 0:
+        return xq, scale
+    block_k = triton.next_power_of_2(k)
+    _quantize_per_token_kernel[(m,)](
+        x,
+        xq,
+        scale,
+        k,
+        x.stride(0),
+        xq.stride(0),
+        FP8_MAX_VALUE=FP8_MAX,
+        MIN_AMAX=_MIN_AMAX,
+        BLOCK_K=block_k,
+        num_warps=min(16, max(1, block_k // 512)),
+    )
+    return xq, scale
+
+
+def quantize_fp8_per_token_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain-torch reference of `quantize_fp8_per_token` (also the per-channel weight
+    quantizer: a weight's output channels are its rows)."""
+    x = x.float()
+    scale = x.abs().amax(dim=-1).clamp(min=_MIN_AMAX) / FP8_MAX  # [M]
+    xq = (x / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return xq, scale
+
+
+def fp8_gemm(
+    xq: torch.Tensor,  # [M, K] e4m3
+    x_scale: torch.Tensor,  # [M] fp32
+    weight: torch.Tensor,  # [N, K] e4m3
+    weight_scale: torch.Tensor,  # [N] fp32
+    out_dtype: torch.dtype,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    split_k: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:  # [M, N] out_dtype
+    """The Triton W8A8 GEMM: `(xq @ weight.T) * x_scale[:, None] * weight_scale[None, :]`.
+
+    Tuning overrides (benchmarks) default to `default_gemm_config`.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    _check_gemm_inputs(xq, x_scale, weight, weight_scale)
+    m, k = xq.shape
+    n = weight.shape[0]
+    config = default_gemm_config(m, n, k, xq.device)
+    overrides = {
+        "block_m": block_m,
+        "block_n": block_n,
+        "block_k": block_k,
+        "split_k": split_k,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
+    config.update({name: value for name, value in overrides.items() if value is not None})
+    block_k, splits = config["block_k"], config["split_k"]
+    k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
+    splits = triton.cdiv(k, k_per_split)  # no empty splits
+    out = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    if m == 0:
+        return out
+    # Splits write fp32 partials that one more launch sums in a fixed order (deterministic).
+    partial = (
+        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
+    )
+    grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
+    _fp8_gemm_kernel[grid](
+        xq,
+        weight,
+        x_scale,
+        weight_scale,
+        partial,
+        m,
+        n,
+        k,
+        k_per_split,
+        xq.stride(0),
+        weight.stride(0),
+        n,
+        m * n,
+        BLOCK_M=config["block_m"],
+        BLOCK_N=config["block_n"],
+        BLOCK_K=block_k,
+        num_warps=config["num_warps"],
+        num_stages=config["num_stages"],
+    )
+    if splits > 1:
+        block = 1024
+        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+            partial, out, m * n, SPLIT_K=splits, BLOCK=block
+        )
+    return out
+
+
+def _check_gemm_inputs(xq, x_scale, weight, weight_scale) -> None:
+    if xq.dim() != 2 or weight.dim() != 2 or xq.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"xq must be [M, K] and weight [N, K] with the same K, got {tuple(xq.shape)} and "
+            f"{tuple(weight.shape)}"
+        )
+    for name, t in (("xq", xq), ("weight", weight)):
+        if t.dtype != FP8_DTYPE:
+            raise TypeError(f"{name} must be {FP8_DTYPE}, got {t.dtype}")
+        if t.stride(1) != 1:
+            raise ValueError(f"{name} must be contiguous in K")
+    for name, t, size in (
+        ("x_scale", x_scale, xq.shape[0]),
+        ("weight_scale", weight_scale, weight.shape[0]),
+    ):
+        if t.shape != (size,) or t.dtype != torch.float32:
+            raise ValueError(
+                f"{name} must be a float32 [{size}] tensor, got {t.dtype} {tuple(t.shape)}"
+            )
+
+
+def fp8_scaled_mm(
+    xq: torch.Tensor,  # [M, K] e4m3
+    x_scale: torch.Tensor,  # [M] fp32
+    weight: torch.Tensor,  # [N, K] e4m3
+    weight_scale: torch.Tensor,  # [N] fp32
+    out_dtype: torch.dtype,
+    *,
+    use_fast_accum: bool = False,
+) -> torch.Tensor:  # [M, N]
+    """cuBLASLt FP8 GEMM with row-wise scales (`torch._scaled_mm`); K and N multiples of 16.
+
+    `weight.t()` of a row-major `[N, K]` weight is the column-major `[K, N]` operand cuBLASLt
+    wants, so the weight is never copied.
+    """
+    return torch._scaled_mm(
+        xq,
+        weight.t(),
+        scale_a=x_scale[:, None],
+        scale_b=weight_scale[None, :],
+        out_dtype=out_dtype,
+        use_fast_accum=use_fast_accum,
+    )
+
+
+def fp8_linear(
+    x: torch.Tensor,  # [..., K] bf16/fp16/fp32
+    weight: torch.Tensor,  # [N, K] e4m3
+    weight_scale: torch.Tensor,  # [N] fp32
+    bias: torch.Tensor | None = None,  # [N]
+) -> torch.Tensor:  # [..., N], x.dtype
+    """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
+
+    CUDA: the Triton skinny GEMM for M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the
+    Triton GEMM too where cuBLASLt's rules fail: fp16/fp32 output, K or N not a multiple of
+    16). Elsewhere: `fp8_linear_ref`.
+    """
+    if not x.is_cuda:
+        return fp8_linear_ref(x, weight, weight_scale, bias)
+    leading = x.shape[:-1]
+    x2d = x.reshape(-1, x.shape[-1])
+    if x2d.stride(1) != 1:
+        x2d = x2d.contiguous()
+    xq, x_scale = quantize_fp8_per_token(x2d)
+    m, k = x2d.shape
+    n = weight.shape[0]
+    # cuBLASLt row-wise scaling: bf16 output, K and N multiples of 16.
+    use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and x.dtype == torch.bfloat16
+    if use_cublas:
+        out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, x.dtype)
+    else:
+        out = fp8_gemm(xq, x_scale, weight, weight_scale, x.dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*leading, n)
+
+
+def fp8_linear_ref(
+    x: torch.Tensor,  # [..., K]
+    weight: torch.Tensor,  # [N, K] e4m3
+    weight_scale: torch.Tensor,  # [N] fp32
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N], x.dtype
+    """Emulated FP8 linear (plain torch, any device): the activations are quantized exactly as
+    on the GPU, then both operands are dequantized and multiplied in float32."""
+    leading = x.shape[:-1]
+    xq, x_scale = quantize_fp8_per_token_ref(x.reshape(-1, x.shape[-1]))
+    out = (xq.float() @ weight.float().t()) * x_scale[:, None] * weight_scale.float()[None, :]
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype).reshape(*leading, weight.shape[0])

@@ -1,0 +1,276 @@
+"""The one linear layer of the models: `LinearBase` with a pluggable `LinearMethod`.
+
+A `LinearBase` knows its shapes and how checkpoint tensors land in it: a merged layer (q/k/v,
+gate/up) stacks several checkpoint modules ("shards") along the output dimension. Its
+`LinearMethod` decides everything about the numbers: which tensors a checkpoint stores for it
+(`create_weights`), what they become once loaded (`process_weights_after_loading`, e.g. a
+bf16 weight quantized to FP8), and the product (`apply`). Quantized formats (FP8 here; int4
+later) are new methods; LoRA and tensor-parallel shards wrap or slice the same layer.
+
+Loading: `load_weight(name, tensor, shard)` copies one checkpoint tensor into its rows of the
+registered parameter (allocated on the tensor's device at the first shard); once every
+parameter has all its shards, the layer calls `process_weights_after_loading` at once, so a
+checkpoint quantized at load time never holds more than one layer in high precision.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixgen.kernels.fp8_gemm import FP8_DTYPE, fp8_linear, quantize_fp8_per_token_ref
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """How one checkpoint tensor kind of a linear layer is stored and sharded.
+
+    Attributes:
+        rows_per_shard: rows each shard contributes (dim 0 of the registered parameter).
+        trailing_shape: the parameter's shape after dim 0 (`(input_size,)` for a weight).
+        dtype: the dtype the checkpoint must store it in, or None for any floating dtype
+            (already cast to the model dtype by the loader).
+    """
+
+    rows_per_shard: tuple[int, ...]
+    trailing_shape: tuple[int, ...] = ()
+    dtype: torch.dtype | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (sum(self.rows_per_shard), *self.trailing_shape)
+
+
+class LinearMethod(abc.ABC):
+    """How a linear layer stores its weights and computes `x @ W.T + b`."""
+
+    # Checkpoint tensors accepted and discarded (e.g. static activation scales, replaced by
+    # dynamic per-token ones).
+    ignored_names: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
+        """The checkpoint tensors of `layer` (name -> layout), bias excluded."""
+
+    def process_weights_after_loading(self, layer: LinearBase) -> None:  # noqa: B027
+        """Turns the loaded checkpoint tensors into the runtime format; default: as loaded."""
+
+    @abc.abstractmethod
+    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        """`x: [..., input_size]` -> `[..., output_size]` in x's dtype."""
+
+
+class UnquantizedLinearMethod(LinearMethod):
+    """Weights in the model dtype, one `F.linear`."""
+
+    def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
+        return {"weight": ParamLayout(layer.output_sizes, (layer.input_size,))}
+
+    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, layer.weight, layer.bias)
+
+
+# FP8 checkpoint layouts (runtime/models/quantization.py picks one from config.json).
+FP8_FROM_HIGH_PRECISION = "high_precision"  # bf16/fp16/fp32 weights, quantized at load time
+FP8_PER_TENSOR = "per_tensor"  # fp8 weight + one scale per checkpoint module
+FP8_PER_CHANNEL = "per_channel"  # fp8 weight + one scale per output channel
+FP8_BLOCK = "block"  # fp8 weight + `weight_scale_inv` per [block_n, block_k] tile
+
+
+class Fp8LinearMethod(LinearMethod):
+    """W8A8 e4m3: per-output-channel weight scales, dynamic per-token activation scales.
+
+    At run time every layer holds `weight: [out, in] e4m3` and `weight_scale: [out] fp32`,
+    whatever the checkpoint stored: per-tensor scales are broadcast to their channels, and
+    block-scaled weights are dequantized and requantized per channel at load time.
+
+    Args:
+        checkpoint_format: one of FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL,
+            FP8_BLOCK.
+        block_size: `(block_n, block_k)` of FP8_BLOCK checkpoints.
+    """
+
+    ignored_names = ("input_scale",)
+
+    def __init__(self, checkpoint_format: str, block_size: tuple[int, int] | None = None):
+        formats = (FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL, FP8_BLOCK)
+        if checkpoint_format not in formats:
+            raise ValueError(
+                f"checkpoint_format must be one of {formats}, got {checkpoint_format!r}"
+            )
+        if (checkpoint_format == FP8_BLOCK) != (block_size is not None):
+            raise ValueError("block_size is required for, and only for, FP8_BLOCK checkpoints")
+        self.checkpoint_format = checkpoint_format
+        self.block_size = block_size
+
+    def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
+        rows, in_features = layer.output_sizes, (layer.input_size,)
+        if self.checkpoint_format == FP8_FROM_HIGH_PRECISION:
+            return {"weight": ParamLayout(rows, in_features)}
+        weight = ParamLayout(rows, in_features, FP8_DTYPE)
+        if self.checkpoint_format == FP8_PER_TENSOR:
+            scale = ParamLayout((1,) * len(rows), (), torch.float32)
+            return {"weight": weight, "weight_scale": scale}
+        if self.checkpoint_format == FP8_PER_CHANNEL:
+            return {"weight": weight, "weight_scale": ParamLayout(rows, (), torch.float32)}
+        block_n, block_k = self.block_size
+        for size in rows[:-1]:
+            if size % block_n:  # a block would straddle two checkpoint modules
+                raise ValueError(
+                    f"block-quantized FP8: merged output sizes {rows} must be multiples of "
+                    f"block_n={block_n}"
+                )
+        scale_rows = tuple(-(-size // block_n) for size in rows)
+        scale_cols = (-(-layer.input_size // block_k),)
+        return {
+            "weight": weight,
+            "weight_scale_inv": ParamLayout(scale_rows, scale_cols, torch.float32),
+        }
+
+    def process_weights_after_loading(self, layer: LinearBase) -> None:
+        weight = layer.weight.data
+        if self.checkpoint_format == FP8_FROM_HIGH_PRECISION:
+            quantized, scale = quantize_fp8_per_token_ref(weight)
+        elif self.checkpoint_format == FP8_PER_TENSOR:
+            sizes = torch.tensor(layer.output_sizes, device=weight.device)
+            quantized = weight
+            scale = layer.weight_scale.data.repeat_interleave(sizes)
+            del layer.weight_scale
+        elif self.checkpoint_format == FP8_PER_CHANNEL:
+            quantized, scale = weight, layer.weight_scale.data
+            del layer.weight_scale
+        else:
+            block_n, block_k = self.block_size
+            scale_inv = layer.weight_scale_inv.data  # [cdiv(out, block_n), cdiv(in, block_k)]
+            expanded = scale_inv.repeat_interleave(block_n, 0).repeat_interleave(block_k, 1)
+            rows, cols = weight.shape
+            dequantized = weight.float() * expanded[:rows, :cols]
+            quantized, scale = quantize_fp8_per_token_ref(dequantized)
+            del layer.weight_scale_inv
+        layer.weight = nn.Parameter(quantized.contiguous(), requires_grad=False)
+        layer.weight_scale = nn.Parameter(scale.float().contiguous(), requires_grad=False)
+
+    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        return fp8_linear(x, layer.weight, layer.weight_scale, layer.bias)
+
+
+class LinearBase(nn.Module):
+    """`y = x @ W.T + b` whose weight stacks `len(output_sizes)` checkpoint modules.
+
+    Args:
+        input_size: in features.
+        output_sizes: out features of each checkpoint module stacked here (one for a plain
+            projection; q, k, v sizes for a merged qkv projection).
+        bias: whether the checkpoint stores a bias (kept in the model dtype).
+        method: the LinearMethod (default: unquantized).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        output_sizes: tuple[int, ...],
+        *,
+        bias: bool,
+        method: LinearMethod | None = None,
+    ):
+        super().__init__()
+        self.input_size = input_size
+        self.output_sizes = tuple(output_sizes)
+        self.output_size = sum(self.output_sizes)
+        self.method = method or UnquantizedLinearMethod()
+        self.layouts = dict(self.method.create_weights(self))
+        if bias:
+            self.layouts["bias"] = ParamLayout(self.output_sizes)
+        for name, layout in self.layouts.items():
+            # Meta until loaded: the real tensor is allocated where the checkpoint arrives.
+            placeholder = torch.empty(layout.shape, dtype=layout.dtype, device="meta")
+            self.register_parameter(name, nn.Parameter(placeholder, requires_grad=False))
+        if not bias:
+            self.bias = None
+        self._loaded: set[tuple[str, int]] = set()
+        self._processed = False
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.output_sizes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., input_size]
+        return self.method.apply(self, x)
+
+    def load_weight(self, name: str, tensor: torch.Tensor, shard: int = 0) -> None:
+        """Copies checkpoint tensor `name` of shard `shard` into its rows.
+
+        Raises:
+            ValueError: a name this layer's method does not store, a shard out of range, a
+                shape or dtype that does not match, or a tensor loaded twice.
+        """
+        if name in self.method.ignored_names:
+            return
+        if name not in self.layouts or self._processed:
+            state = "already complete" if self._processed else f"stores {sorted(self.layouts)}"
+            raise ValueError(f"linear layer {state}: unexpected tensor {name!r}")
+        if not 0 <= shard < self.num_shards:
+            raise ValueError(f"{name}: shard {shard} out of range for {self.num_shards} shard(s)")
+        if (name, shard) in self._loaded:
+            raise ValueError(f"{name}: shard {shard} loaded twice")
+        layout = self.layouts[name]
+        rows = layout.rows_per_shard[shard]
+        expected = (rows, *layout.trailing_shape)
+        if tensor.numel() == rows and not layout.trailing_shape:
+            tensor = tensor.reshape(rows)  # scales stored as [rows, 1] or [] (per tensor)
+        if tuple(tensor.shape) != expected:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} != {expected}")
+        if layout.dtype is not None and tensor.dtype != layout.dtype:
+            raise ValueError(f"{name}: dtype {tensor.dtype} != {layout.dtype}")
+        param = getattr(self, name)
+        if param.is_meta:
+            param = nn.Parameter(
+                torch.empty(layout.shape, dtype=tensor.dtype, device=tensor.device),
+                requires_grad=False,
+            )
+            setattr(self, name, param)
+        offset = sum(layout.rows_per_shard[:shard])
+        param.data[offset : offset + rows].copy_(tensor)
+        self._loaded.add((name, shard))
+        if self.is_loaded:
+            self.method.process_weights_after_loading(self)
+            self._processed = True
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._processed or len(self._loaded) == len(self.layouts) * self.num_shards
+
+    def missing_tensors(self) -> list[str]:
+        """`name[shard]` of every checkpoint tensor not loaded yet."""
+        if self._processed:
+            return []
+        return [
+            f"{name}[{shard}]"
+            for name in self.layouts
+            for shard in range(self.num_shards)
+            if (name, shard) not in self._loaded
+        ]
+
+    def extra_repr(self) -> str:
+        return (
+            f"in={self.input_size}, out={self.output_sizes}, bias={self.bias is not None}, "
+            f"method={type(self.method).__name__}"
+        )
+
+
+class MergedLinear(LinearBase):
+    """Several checkpoint projections of the same input fused into one matmul (q/k/v,
+    gate/up); shard i of the checkpoint fills output rows `[sum(sizes[:i]), sum(sizes[:i+1]))`.
+    Tensor parallelism splits it by output rows (column parallel)."""
+
+
+class RowLinear(LinearBase):
+    """A projection whose input is the concatenated heads or intermediate features (o_proj,
+    down_proj). Tensor parallelism splits it by input columns (row parallel)."""
+
+    def __init__(self, input_size: int, output_size: int, *, bias: bool, method=None):
+        super().__init__(input_size, (output_size,), bias=bias, method=method)

@@ -1,0 +1,125 @@
+"""FP8 (e4m3) W8A8 linear: the per-token quantizer, the Triton skinny GEMM (interpreter and
+CUDA), cuBLASLt `_scaled_mm` and the `fp8_linear` dispatcher, against the dequantized reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixgen.kernels.fp8_gemm import (
+    FP8_DTYPE,
+    FP8_MAX,
+    SMALL_M_MAX,
+    fp8_gemm,
+    fp8_linear,
+    fp8_linear_ref,
+    fp8_scaled_mm,
+    quantize_fp8_per_token,
+    quantize_fp8_per_token_ref,
+)
+
+
+def relative_error(out, ref):
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def test_per_token_quantization_roundtrip():
+    x = torch.randn(6, 200, generator=torch.Generator().manual_seed(0)) * torch.tensor(
+        [[1e-3], [1.0], [30.0], [1e3], [0.0], [5.0]]
+    )
+    xq, scale = quantize_fp8_per_token_ref(x)
+    assert xq.dtype == FP8_DTYPE and scale.shape == (6,)
+    # Each non-zero row's largest magnitude maps to the format's max; a zero row stays zero.
+    assert torch.allclose(xq.float().abs().amax(-1)[[0, 1, 2, 3, 5]], torch.tensor(FP8_MAX))
+    assert torch.all(xq[4].float() == 0) and scale[4] > 0
+    dequantized = xq.float() * scale[:, None]
+    for row in (0, 1, 2, 3, 5):  # e4m3 keeps 3 mantissa bits: < 2^-4 relative per element
+        assert relative_error(dequantized[row], x[row]) < 0.04
+
+
+def test_emulated_linear_is_close_to_full_precision():
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(9, 256, generator=generator)
+    weight = torch.randn(96, 256, generator=generator) * 0.02
+    bias = torch.randn(96, generator=generator)
+    weight_q, weight_scale = quantize_fp8_per_token_ref(weight)
+    out = fp8_linear(x, weight_q, weight_scale, bias)  # CPU: the reference path
+    assert out.dtype == x.dtype and out.shape == (9, 96)
+    assert torch.equal(out, fp8_linear_ref(x, weight_q, weight_scale, bias))
+    reference = torch.nn.functional.linear(x, weight, bias)
+    assert relative_error(out, reference) < 0.05
+    cosine = torch.nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
+    assert cosine > 0.999
+
+
+@pytest.mark.parametrize("m,n,k,split_k", [(1, 70, 300, 3), (17, 64, 256, 1), (5, 33, 128, 2)])
+def test_triton_gemm_matches_reference(m, n, k, split_k):
+    """On the interpreter without CUDA (ragged M, N and K against the blocks; split-K)."""
+    generator = torch.Generator().manual_seed(m + n)
+    x = torch.randn(m, k, generator=generator)
+    weight_q, weight_scale = quantize_fp8_per_token_ref(torch.randn(n, k, generator=generator))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, weight_q, weight_scale = x.to(device), weight_q.to(device), weight_scale.to(device)
+    x_q, x_scale = quantize_fp8_per_token_ref(x)
+    out = fp8_gemm(x_q, x_scale, weight_q, weight_scale, torch.float32, block_k=32, split_k=split_k)
+    reference = fp8_linear_ref(x, weight_q, weight_scale)
+    assert relative_error(out, reference) < 1e-5
+
+
+def test_gemm_rejects_bad_inputs():
+    x_q, x_scale = quantize_fp8_per_token_ref(torch.randn(2, 64))
+    w_q, w_scale = quantize_fp8_per_token_ref(torch.randn(8, 64))
+    with pytest.raises(ValueError, match="same K"):
+        fp8_gemm(x_q, x_scale, w_q[:, :32], w_scale, torch.float32)
+    with pytest.raises(TypeError, match="weight must be"):
+        fp8_gemm(x_q, x_scale, w_q.float(), w_scale, torch.float32)
+    with pytest.raises(ValueError, match="weight_scale"):
+        fp8_gemm(x_q, x_scale, w_q, w_scale[:4], torch.float32)
+    with pytest.raises(ValueError, match="contiguous in K"):
+        quantize_fp8_per_token(torch.randn(64, 2).t())
+
+
+# Llama-3.1-8B projections (N, K): qkv, o, gate_up, down.
+LLAMA_8B_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("n,k", LLAMA_8B_SHAPES)
+@pytest.mark.parametrize("m", [1, 7, 16, 64, 65, 256, 1000])
+def test_fp8_linear_cuda_matches_dequantized_reference(m, n, k):
+    generator = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, k, device="cuda", generator=generator).bfloat16()
+    weight = torch.randn(n, k, device="cuda", generator=generator) * 0.02
+    weight_q, weight_scale = quantize_fp8_per_token_ref(weight)
+    x_q, x_scale = quantize_fp8_per_token(x)
+    ref_q, ref_scale = quantize_fp8_per_token_ref(x)
+    assert torch.allclose(x_scale, ref_scale, rtol=1e-6)
+    assert (x_q.float() != ref_q.float()).float().mean() < 1e-3  # rounding ties at most
+    reference = fp8_linear_ref(x.float(), weight_q, weight_scale)  # fp32 emulation
+    triton_out = fp8_gemm(x_q, x_scale, weight_q, weight_scale, torch.bfloat16)
+    assert relative_error(triton_out, reference) < 1e-2
+    if m >= 16:
+        cublas_out = fp8_scaled_mm(x_q, x_scale, weight_q, weight_scale, torch.bfloat16)
+        assert relative_error(cublas_out, reference) < 1e-2
+    out = fp8_linear(x, weight_q, weight_scale)
+    assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+    assert relative_error(out, reference) < 1e-2
+    full = x.float() @ weight.t()
+    assert relative_error(out, full) < 0.05  # FP8 against full precision
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fp8_linear_cuda_graph_replay():
+    """The decode path (quantize + skinny GEMM + split-K sum) captures and replays."""
+    weight_q, weight_scale = quantize_fp8_per_token_ref(torch.randn(4096, 4096, device="cuda"))
+    x = torch.randn(8, 4096, device="cuda").bfloat16()
+    assert x.shape[0] <= SMALL_M_MAX
+    fp8_linear(x, weight_q, weight_scale)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_linear(x, weight_q, weight_scale)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert torch.equal(out, fp8_linear(x, weight_q, weight_scale))
