@@ -133,6 +133,12 @@ class SchedulerCounters:
     retractions: int = 0
     finished_reqs: int = 0
 
+    def reset(self) -> None:
+        """Zeroes every count in place (the batch builder and result processor share this
+        object)."""
+        for name, value in vars(SchedulerCounters()).items():
+            setattr(self, name, value)
+
     def to_stats(
         self,
         *,

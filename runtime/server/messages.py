@@ -1,7 +1,8 @@
 """Messages only the server's processes exchange (the scheduler's own are in `io_struct`).
 
 `ProcessReady` / `ProcessFailed` travel once, on a pipe from a child to the launcher.
-`DetokenizeSpec` and `BatchStrOutput` travel over ZeroMQ around the detokenizer process.
+`DetokenizeSpec` and `BatchStrOutput` travel over ZeroMQ around the detokenizer process;
+`WarmupDone` from the scheduler to the tokenizer manager, once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ class ServedModelInfo:
     vocab_size: int
     max_total_tokens: int
     max_running_requests: int
+
+
+@dataclass(frozen=True)
+class WarmupDone:
+    """The scheduler finished its start-up warm-up (or skipped it): the tokenizer manager
+    starts admitting requests and `/health` answers 200."""
+
+    num_requests: int
+    duration_s: float
 
 
 @dataclass

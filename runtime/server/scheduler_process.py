@@ -27,8 +27,10 @@ from radixgen.runtime.server.messages import (
     ProcessFailed,
     ProcessReady,
     ServedModelInfo,
+    WarmupDone,
 )
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -130,5 +132,15 @@ def run_scheduler_process(
         to_tokenizer=connect_push(context, ipc_paths.tokenizer_input),
         parent_pid=parent_pid,
     )
+    # Ready (the model is loaded) before the warm-up: the HTTP server starts meanwhile and
+    # answers /health with 503 "warming up" until `WarmupDone` arrives.
     ready_writer.send(ProcessReady("scheduler", info=dataclasses.asdict(model_info)))
+    report = WarmupReport(num_requests=0, duration_s=0.0)
+    if not server_args.skip_warmup:
+        try:
+            report = warm_up(scheduler)
+        except Exception:  # a broken model or kernel: never report healthy
+            logger.exception("warm-up failed; the scheduler exits")
+            raise SystemExit(1) from None
+    transport.to_tokenizer.send_pyobj(WarmupDone(report.num_requests, report.duration_s))
     SchedulerLoop(scheduler, transport).run()

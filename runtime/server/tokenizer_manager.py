@@ -39,7 +39,7 @@ from radixgen.runtime.request_schema import (
 )
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
-from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo
+from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo, WarmupDone
 from radixgen.runtime.server.metrics import ServerMetrics
 from radixgen.runtime.server_args import ServerArgs
 
@@ -103,6 +103,8 @@ class TokenizerManager:
         self._receive_task: asyncio.Task | None = None
         self.failure: str | None = None  # set once a child process died: refuse new work
         self.draining = False  # set on SIGTERM: refuse new work, let running requests finish
+        # Until the scheduler's `WarmupDone`: refuse new work (503), /health included.
+        self.warming_up = True
         # Sequences (requests times their `n`) running or waiting, beyond which new requests
         # get 503: a full batch plus the queue limit.
         self.max_samples_in_flight = (
@@ -154,6 +156,8 @@ class TokenizerManager:
             return self.failure
         if self.draining:
             return "the server is shutting down"
+        if self.warming_up:
+            return "the server is warming up"
         return None
 
     @property
@@ -328,6 +332,13 @@ class TokenizerManager:
                 state = self._states.get(output.rid)
                 if state is not None:  # None: aborted while this output was on its way
                     state.events.put_nowait(StreamEvent(output=output, text_delta=text_delta))
+        elif isinstance(message, WarmupDone):
+            self.warming_up = False
+            logger.info(
+                "warm-up done (%d requests, %.2f s): ready",
+                message.num_requests,
+                message.duration_s,
+            )
         elif isinstance(message, SchedulerStats):
             _resolve_oldest(self._stats_waiters, message)
         elif isinstance(message, FlushCacheOutput):
