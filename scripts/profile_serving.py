@@ -119,8 +119,12 @@ def main() -> None:
         f"served: {wall_s:.2f} s wall, mean TTFT {summary['mean_ttft_ms']:.1f} ms, "
         f"mean TPOT {summary['mean_tpot_ms']:.2f} ms"
     )
+    tokens = summary["total_output_tokens"]
     for name, seconds in cpu.items():
-        print(f"  {name:<12} CPU {seconds:6.2f} s  ({100 * seconds / wall_s:5.1f}% of wall)")
+        print(
+            f"  {name:<12} CPU {seconds:6.2f} s  ({100 * seconds / wall_s:5.1f}% of wall, "
+            f"{1e6 * seconds / tokens:6.1f} us per output token)"
+        )
     if not args.skip_offline:
         offline = run_offline(
             ServerArgs(model_path=args.model_path, log_level="warning"), dataset, OfflineArgs()

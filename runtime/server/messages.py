@@ -101,10 +101,10 @@ class StepOutputs:
 
     rids: list[str]
     sample_indices: np.ndarray  # [rows] int32
-    token_ids: np.ndarray  # [total new tokens] int64
+    token_ids: np.ndarray  # [total new tokens] int32
     token_offsets: np.ndarray  # [rows + 1] int64
     finished: np.ndarray  # [rows] bool
-    token_counts: np.ndarray  # [rows, 3] int64: prompt, completion, cached tokens
+    token_counts: np.ndarray  # [rows, 3] int32: prompt, completion, cached tokens
     rare_fields: dict[int, dict[str, Any]]  # row -> its RARE_OUTPUT_FIELDS that are set
 
     @classmethod
@@ -129,10 +129,10 @@ class StepOutputs:
         return cls(
             rids=rids,
             sample_indices=np.asarray(indices, dtype=np.int32),
-            token_ids=np.asarray(ids, dtype=np.int64),
+            token_ids=np.asarray(ids, dtype=np.int32),
             token_offsets=np.cumsum(lengths, dtype=np.int64),
             finished=np.asarray(finished, dtype=bool),
-            token_counts=np.asarray(counts, dtype=np.int64).reshape(-1, 3),
+            token_counts=np.asarray(counts, dtype=np.int32).reshape(-1, 3),
             rare_fields=rare_fields,
         )
 
