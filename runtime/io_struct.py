@@ -5,8 +5,9 @@ They are plain picklable dataclasses, so the server can send them over ZeroMQ
 
 Flow: front end -> `GenerateReq` (the one request type, `request_schema.py`; tokenized and
 validated) / `BatchGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq` /
-`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> `BatchTokenOutput` (a list
-of `ReqOutput`) / `FlushCacheOutput` / `SchedulerStats` -> detokenizer / front end.
+`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> a list of `ReqOutput` per
+step / `FlushCacheOutput` / `SchedulerStats` -> front end (the server sends a step's outputs
+column by column: `runtime/server/messages.py`, `StepOutputs`).
 """
 
 from __future__ import annotations
@@ -85,13 +86,6 @@ class ReqOutput:
     output_top_logprobs: list[list[TokenLogprob]] | None = None
     input_token_logprobs: list[TokenLogprob] | None = None
     input_top_logprobs: list[list[TokenLogprob] | None] | None = None
-
-
-@dataclass
-class BatchTokenOutput:
-    """All outputs of one scheduler step (what goes to the detokenizer)."""
-
-    outputs: list[ReqOutput]
 
 
 @dataclass
