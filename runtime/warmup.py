@@ -54,20 +54,23 @@ class WarmupPlan:
 
     Attributes:
         prompt_lens: prompt lengths of the batched extend round (clipped to what the model
-            holds); empty: only the first, single short request.
-        constrained: also run regex-constrained requests (the vocab mask paths).
+            holds); empty: no such round.
+        sampler_paths: a round per sampler path (`SAMPLER_ROUNDS`).
+        constrained: a round per regex-constrained path (`CONSTRAINED_ROUNDS`).
+    The first round is always one short greedy request.
     """
 
     prompt_lens: tuple[int, ...]
+    sampler_paths: bool
     constrained: bool
 
     @classmethod
     def for_device(cls, device_type: str) -> WarmupPlan:
         if device_type == "cuda":
-            return cls(prompt_lens=CUDA_PROMPT_LENS, constrained=True)
+            return cls(prompt_lens=CUDA_PROMPT_LENS, sampler_paths=True, constrained=True)
         # On the CPU nothing compiles (torch backends): one short request checks the model
         # end to end, at ~40 ms for the tiny model.
-        return cls(prompt_lens=(), constrained=False)
+        return cls(prompt_lens=(), sampler_paths=False, constrained=False)
 
 
 @dataclass(frozen=True)
@@ -76,42 +79,52 @@ class WarmupReport:
     duration_s: float
 
 
+# The sampler picks one path per batch (runtime/sampler.py): the fused kernel only when every
+# row samples without top-k/top-p/min-p, the vocab-mask kernel only when the fused kernel is
+# not used. So each path gets a round (a batch) of its own.
+SAMPLER_ROUNDS = {
+    "sampled": ({"temperature": 0.7}, None),  # the fused sampling kernel
+    "top-k-top-p": ({"temperature": 0.7, "top_p": 0.9, "top_k": 20}, None),  # torch
+    "min-p-penalties": (
+        {"temperature": 0.7, "min_p": 0.1, "frequency_penalty": 0.5, "repetition_penalty": 1.1},
+        None,
+    ),  # torch, penalties
+}
+CONSTRAINED_ROUNDS = {
+    "regex-greedy": ({"temperature": 0.0}, WARMUP_REGEX),  # the vocab-mask kernel
+    "regex-sampled": ({"temperature": 0.7}, WARMUP_REGEX),  # the fused kernel with its mask
+}
+
+
 def warmup_rounds(
     plan: WarmupPlan, *, context_length: int, kv_capacity: int, vocab_size: int
 ) -> list[list[GenerateReq]]:
     """The warm-up requests, in rounds. Prompts are clipped so that each request fits the
     context and each round fits half the KV pool (a small `max_total_tokens` still starts)."""
     max_prompt = max(1, min(context_length, kv_capacity // 2) - WARMUP_NEW_TOKENS - 1)
-    lens = sorted({min(length, max_prompt) for length in plan.prompt_lens})
-    # Sampling variants, cycled over the prompts: each takes a different sampler path
-    # (greedy argmax; the fused kernel; torch top-k/top-p; min-p and penalties in torch).
-    variants = [
-        {"temperature": 0.0},
-        {"temperature": 0.7},
-        {"temperature": 0.7, "top_p": 0.9, "top_k": 20},
-        {"temperature": 0.7, "min_p": 0.1, "frequency_penalty": 0.5, "repetition_penalty": 1.1},
-    ]
+    short = min(8, max_prompt)
+    greedy = {"temperature": 0.0}
+    rounds = [[_request("warmup-first", short, vocab_size, greedy)]]
+    # One extend batch of every prompt length (greedy: the lengths are what compiles here).
     budget = kv_capacity // 2
     extend_round = []
-    for index, length in enumerate(lens):
+    for index, length in enumerate(sorted({min(n, max_prompt) for n in plan.prompt_lens})):
         budget -= length + WARMUP_NEW_TOKENS
         if budget < 0 and extend_round:
             break
-        extend_round.append(
-            _request(f"warmup-extend-{index}", length, vocab_size, variants[index % len(variants)])
-        )
-    short = min(8, max_prompt)
-    rounds = [[_request("warmup-first", short, vocab_size, variants[0])]]
+        extend_round.append(_request(f"warmup-extend-{index}", length, vocab_size, greedy))
     if extend_round:
         rounds.append(extend_round)
+    if plan.sampler_paths:
+        rounds += [
+            [_request(f"warmup-{name}", short, vocab_size, sampling, regex)]
+            for name, (sampling, regex) in SAMPLER_ROUNDS.items()
+        ]
     if plan.constrained:
-        greedy, sampled = {"temperature": 0.0}, {"temperature": 0.7}
-        rounds.append(
-            [
-                _request("warmup-regex-greedy", short, vocab_size, greedy, WARMUP_REGEX),
-                _request("warmup-regex-sampled", short, vocab_size, sampled, WARMUP_REGEX),
-            ]
-        )
+        rounds += [
+            [_request(f"warmup-{name}", short, vocab_size, sampling, regex)]
+            for name, (sampling, regex) in CONSTRAINED_ROUNDS.items()
+        ]
     return rounds
 
 

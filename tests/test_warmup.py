@@ -40,10 +40,11 @@ def test_warm_up_runs_every_shape_then_leaves_no_state(tiny_model_path):
     server_args = ServerArgs(model_path=tiny_model_path, seed=3)
     scheduler = Scheduler(server_args)
     before = scheduler.get_stats()
-    # The CUDA plan on the CPU: batched extends up to 2048 tokens, every sampler path,
-    # regex-constrained requests (the grammar backend and its masks).
-    report = warm_up(scheduler, WarmupPlan.for_device("cuda"))
-    assert report.num_requests == 7
+    # The CUDA plan's rounds on the CPU (shorter prompts): a batched extend, a round per
+    # sampler path, regex-constrained requests (the grammar backend and its masks).
+    plan = WarmupPlan(prompt_lens=(8, 64, 200), sampler_paths=True, constrained=True)
+    report = warm_up(scheduler, plan)
+    assert report.num_requests == 1 + 3 + 3 + 2  # first, extend lengths, sampler paths, regex
     assert scheduler.get_stats() == before  # counters zeroed, every KV slot free
     assert scheduler.kv.free_size() == scheduler.kv.capacity
     assert scheduler.kv.tree.total_size() == 0
@@ -129,3 +130,52 @@ def test_health_is_503_warming_up_until_the_scheduler_reports_done(tiny_model_pa
         scheduler_side.close()
         asyncio.run(manager.stop())
         ipc_paths.remove()
+
+
+def compiled_kernel_variants() -> dict[str, int]:
+    """Compiled variants of every Triton kernel in `radixgen.kernels`, by kernel name."""
+    import importlib
+    import pkgutil
+
+    import triton
+
+    import radixgen.kernels
+
+    counts = {}
+    for module_info in pkgutil.iter_modules(radixgen.kernels.__path__):
+        module = importlib.import_module(f"radixgen.kernels.{module_info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, triton.runtime.jit.JITFunction):
+                caches = getattr(value, "device_caches", None)
+                if caches is None:
+                    pytest.skip("this Triton keeps no per-device kernel cache")
+                counts[f"{module_info.name}.{name}"] = sum(len(c[0]) for c in caches.values())
+    return counts
+
+
+@pytest.mark.gpu
+def test_after_warm_up_common_requests_compile_no_kernel(tiny_model_path):
+    import torch
+
+    from radixgen.runtime.engine import Engine
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    with Engine(model_path=tiny_model_path) as engine:
+        before = compiled_kernel_variants()
+        assert sum(before.values()) > 0  # warm-up (and graph capture) compiled kernels
+        prompts = [[300 + (7 * i + n) % 3000 for i in range(n)] for n in (5, 77, 700, 1500, 3000)]
+        greedy = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True}
+        sampled = {**greedy, "temperature": 0.8, "seed": 1}
+        # The sampler takes one path per batch: one batch of each kind, as users send them.
+        for params in (greedy, sampled, {**sampled, "top_p": 0.9, "top_k": 40}):
+            engine.generate(input_ids=prompts, sampling_params=params)
+        for params in (greedy, sampled):
+            engine.generate(input_ids=prompts[:3], sampling_params={**params, "regex": "[a-z]+"})
+        after = compiled_kernel_variants()
+    late = {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if after[name] > before.get(name, 0)
+    }
+    assert not late, f"compiled after warm-up (new variants per kernel): {late}"
