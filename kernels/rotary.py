@@ -10,6 +10,10 @@ written rotated. Rounding follows the torch module (cos/sin rounded to the input
 product and the sum rounded); on the GPU the compiler may still fuse a multiply-add, so bf16
 results can differ from torch by one ulp (1.8% of elements, measured on the H200). Unfused
 this is about 14 launches.
+
+`rotary_embedding_and_store_kv` also writes each token's rotated key and its value into the
+layer's paged KV cache at the token's slot (`k_cache[slot] = k_rot`, `v_cache[slot] = v`), the
+store the attention backend would otherwise do with two more launches per layer.
 """
 
 from __future__ import annotations
@@ -45,6 +49,22 @@ def _rotate_heads(
 
 
 @triton.jit
+def _copy_heads(
+    src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads,
+    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    """Copies `[num_heads, 2 * HALF]` (one token's values) into the cache's dtype."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_HALF)
+    mask = (offs_h[:, None] < num_heads) & (offs_d[None, :] < HALF)
+    src = src_ptr + offs_h[:, None] * stride_src_head + offs_d[None, :]
+    dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
+    dtype = dst_ptr.dtype.element_ty
+    tl.store(dst, tl.load(src, mask=mask, other=0.0).to(dtype), mask=mask)
+    tl.store(dst + HALF, tl.load(src + HALF, mask=mask, other=0.0).to(dtype), mask=mask)
+
+
+@triton.jit
 def _rotary_kernel(
     positions_ptr,  # [num_tokens] int
     q_ptr,  # [num_tokens, num_heads, head_dim]
@@ -53,15 +73,21 @@ def _rotary_kernel(
     k_out_ptr,
     cos_ptr,  # [max_positions, head_dim] fp32
     sin_ptr,
+    v_ptr,  # [num_tokens, num_kv_heads, head_dim]           (STORE_KV only)
+    k_cache_ptr,  # [num_slots, num_kv_heads, head_dim]       (STORE_KV only)
+    v_cache_ptr,  # [num_slots, num_kv_heads, head_dim]       (STORE_KV only)
+    slots_ptr,  # [num_tokens] int, each token's cache slot   (STORE_KV only)
     stride_q_token, stride_q_head, stride_k_token, stride_k_head,
     stride_qo_token, stride_qo_head, stride_ko_token, stride_ko_head,
     stride_cos_row,
+    stride_v_token, stride_v_head, stride_kc_slot, stride_kc_head, stride_vc_slot, stride_vc_head,
     num_heads,
     num_kv_heads,
     HALF: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
+    STORE_KV: tl.constexpr,
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
     dtype = q_ptr.dtype.element_ty
@@ -82,20 +108,21 @@ def _rotary_kernel(
         k_ptr + token * stride_k_token, k_out_ptr + token * stride_ko_token, stride_k_head,
         stride_ko_head, num_kv_heads, cos1, cos2, sin1, sin2, HALF, BLOCK_HALF, BLOCK_HK,
     )  # fmt: skip
+    if STORE_KV:
+        slot = tl.load(slots_ptr + token).to(tl.int64)
+        # The key is rotated again rather than re-read from k_out: a few FLOPs against a
+        # global-memory round trip (and no barrier between the two stores).
+        _rotate_heads(
+            k_ptr + token * stride_k_token, k_cache_ptr + slot * stride_kc_slot, stride_k_head,
+            stride_kc_head, num_kv_heads, cos1, cos2, sin1, sin2, HALF, BLOCK_HALF, BLOCK_HK,
+        )  # fmt: skip
+        _copy_heads(
+            v_ptr + token * stride_v_token, v_cache_ptr + slot * stride_vc_slot, stride_v_head,
+            stride_vc_head, num_kv_heads, HALF, BLOCK_HALF, BLOCK_HK,
+        )  # fmt: skip
 
 
-def rotary_embedding(
-    positions: torch.Tensor,  # [num_tokens] int
-    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    cos_cache: torch.Tensor,  # [max_positions, head_dim] float32
-    sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns rotated copies of q and k (contiguous), positions read on the device.
-
-    Raises:
-        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
-    """
+def _check_rotary_inputs(positions, q, k, cos_cache, sin_cache) -> None:
     if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(
             f"q [num_tokens, num_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim] "
@@ -113,23 +140,83 @@ def rotary_embedding(
             raise ValueError(f"{name} must be [max_positions, head_dim={head_dim}] contiguous")
     if cos_cache.stride(0) != sin_cache.stride(0):
         raise ValueError("cos_cache and sin_cache must share a layout")
+
+
+def _launch(positions, q, k, cos_cache, sin_cache, store) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs the kernel; `store`: None or (v, k_cache, v_cache, slots), already checked."""
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if q.shape[0] == 0:
         return q_out, k_out
-    half = head_dim // 2
+    # Without a store the cache arguments are never read: q stands in for each pointer.
+    v, k_cache, v_cache, slots = store if store is not None else (q, q, q, positions)
+    half = q.shape[2] // 2
     _rotary_kernel[(q.shape[0],)](
-        positions, q, k, q_out, k_out, cos_cache, sin_cache,
+        positions, q, k, q_out, k_out, cos_cache, sin_cache, v, k_cache, v_cache, slots,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
-        cos_cache.stride(0), q.shape[1], k.shape[1],
+        cos_cache.stride(0),
+        v.stride(0), v.stride(1), k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1),
+        q.shape[1], k.shape[1],
         HALF=half,
         BLOCK_HALF=triton.next_power_of_2(half),
         BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
         BLOCK_HK=triton.next_power_of_2(k.shape[1]),
+        STORE_KV=store is not None,
         num_warps=4,
     )  # fmt: skip
     return q_out, k_out
+
+
+def rotary_embedding(
+    positions: torch.Tensor,  # [num_tokens] int
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    cos_cache: torch.Tensor,  # [max_positions, head_dim] float32
+    sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns rotated copies of q and k (contiguous), positions read on the device.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    _check_rotary_inputs(positions, q, k, cos_cache, sin_cache)
+    return _launch(positions, q, k, cos_cache, sin_cache, None)
+
+
+def rotary_embedding_and_store_kv(
+    positions: torch.Tensor,  # [num_tokens] int
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    cos_cache: torch.Tensor,  # [max_positions, head_dim] float32
+    sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
+    k_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim], written at `slots`
+    v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim], written at `slots`
+    slots: torch.Tensor,  # [num_tokens] int, distinct
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rotary_embedding`, and each token's rotated key and value written to its cache slot
+    (cast to the cache's dtype), in the same launch.
+
+    Returns:
+        Rotated copies of q and k, as `rotary_embedding`.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    _check_rotary_inputs(positions, q, k, cos_cache, sin_cache)
+    if v.shape != k.shape or v.stride(2) != 1:
+        raise ValueError(f"v must be like k {tuple(k.shape)}, contiguous in head_dim")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.dim() != 3 or cache.shape[1:] != k.shape[1:] or cache.stride(2) != 1:
+            raise ValueError(
+                f"{name} must be [num_slots, {k.shape[1]}, {k.shape[2]}] contiguous in "
+                f"head_dim, got {tuple(cache.shape)}"
+            )
+    if slots.shape != (q.shape[0],) or slots.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"slots must be an int32/int64 [num_tokens={q.shape[0]}] tensor")
+    return _launch(positions, q, k, cos_cache, sin_cache, (v, k_cache, v_cache, slots))
 
 
 def rotary_embedding_ref(positions, q, k, cos_cache, sin_cache):
@@ -142,3 +229,13 @@ def rotary_embedding_ref(positions, q, k, cos_cache, sin_cache):
         return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rotary_embedding_and_store_kv_ref(
+    positions, q, k, v, cos_cache, sin_cache, k_cache, v_cache, slots
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain-torch reference of `rotary_embedding_and_store_kv`."""
+    q_out, k_out = rotary_embedding_ref(positions, q, k, cos_cache, sin_cache)
+    k_cache[slots] = k_out.to(k_cache.dtype)
+    v_cache[slots] = v.to(v_cache.dtype)
+    return q_out, k_out

@@ -25,6 +25,7 @@ from radixgen.runtime.request_schema import (
     validate_request,
 )
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.warmup import warm_up
 
 
 class Engine:
@@ -44,6 +45,9 @@ class Engine:
 
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         self._scheduler = Scheduler(self.server_args)
+        if not self.server_args.skip_warmup:
+            # Before the loop thread starts: kernels compile here, not in the first request.
+            warm_up(self._scheduler)
         self.tokenizer = self._scheduler.tokenizer
         self.model_config = self._scheduler.runner.model_config
         self.context_length = self._scheduler.context_length

@@ -5,8 +5,9 @@ They are plain picklable dataclasses, so the server can send them over ZeroMQ
 
 Flow: front end -> `GenerateReq` (the one request type, `request_schema.py`; tokenized and
 validated) / `BatchGenerateReq` / `AbortReq` / `FlushCacheReq` / `GetStatsReq` /
-`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> `BatchTokenOutput` (a list
-of `ReqOutput`) / `FlushCacheOutput` / `SchedulerStats` -> detokenizer / front end.
+`CheckIntegrityReq` -> `SchedulerLoop` (`scheduler_loop.py`) -> a list of `ReqOutput` per
+step / `FlushCacheOutput` / `SchedulerStats` -> front end (the server sends a step's outputs
+column by column: `runtime/server/messages.py`, `StepOutputs`).
 """
 
 from __future__ import annotations
@@ -88,13 +89,6 @@ class ReqOutput:
 
 
 @dataclass
-class BatchTokenOutput:
-    """All outputs of one scheduler step (what goes to the detokenizer)."""
-
-    outputs: list[ReqOutput]
-
-
-@dataclass
 class SchedulerStats:
     """A snapshot of the scheduler, for `get_stats()`, /get_server_info and /metrics."""
 
@@ -132,6 +126,12 @@ class SchedulerCounters:
     mixed_steps: int = 0  # extend forwards that also decoded the running requests
     retractions: int = 0
     finished_reqs: int = 0
+
+    def reset(self) -> None:
+        """Zeroes every count in place (the batch builder and result processor share this
+        object)."""
+        for name, value in vars(SchedulerCounters()).items():
+            setattr(self, name, value)
 
     def to_stats(
         self,

@@ -258,6 +258,15 @@ class Scheduler:
         self.kv.flush()
         return FlushCacheOutput(success=True)
 
+    def reset_after_warmup(self) -> None:
+        """Forgets the warm-up (`runtime/warmup.py`): cache flushed, counters zeroed, decode
+        headroom back to its configured ratio. Only on an idle scheduler."""
+        flushed = self.flush_cache()
+        if not flushed.success:
+            raise ValueError(f"reset_after_warmup on a busy scheduler: {flushed.message}")
+        self.counters.reset()
+        self.batches.new_token_ratio = self.server_args.new_token_ratio
+
     def shutdown(self) -> None:
         """Stops background work (constraint compilation threads)."""
         self.grammar.shutdown()

@@ -70,6 +70,9 @@ class ServerArgs:
     # Decode batches up to this size replay CUDA graphs (capped by max_running_requests).
     # Above 256 an eager decode step costs ~17 ms more (measured, H200, 8B at batch 1000).
     cuda_graph_max_bs: int = 1024
+    # Start-up runs short requests of several shapes first (runtime/warmup.py), so Triton
+    # kernels compile before the first user's request; tests skip it.
+    skip_warmup: bool = False
     # "auto": the fused Triton sampling kernel on CUDA (kernels/fused_sampling.py), torch on CPU.
     sampling_backend: SamplingBackendName = "auto"
 

@@ -5,8 +5,12 @@
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
 # Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
-# jump-forward (json dataset, jump-forward off vs on, concurrency 1 and 64), serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
-# token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel).
+# jump-forward (this tree: the json dataset with jump-forward off vs on, concurrency 1 and 64),
+# serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
+# token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
+# serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128),
+# gsp-served / gsp-offline (generated-shared-prefix defaults through `radixgen serve` / the
+# in-process Engine; mean TTFT from the served run). scripts/bench_lean.sh runs [7/14]'s set.
 # JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
 set -uo pipefail
 BASE=$1
@@ -34,7 +38,7 @@ bench() { timeout 400 python3 -m radixgen.runtime.bench.cli "$@" 2>&1 | grep -v 
 wait_healthy() {  # $1: server pid; fails when it exits first
   python3 -c "
 import os, sys, time, httpx
-for _ in range(600):
+for _ in range(1200):
     try:
         os.kill($1, 0)
     except OSError:
@@ -75,10 +79,7 @@ stage_serving_json() {  # $1: name; more: server flags
   shift
   set -- "$name" "$@"
   log "$1: serving, json vs random-ids at 64 concurrent"
-  python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
-    --log-level warning "${@:2}" >"$OUT/$1_server.log" 2>&1 &
-  local pid=$!
-  wait_healthy $pid || { tail -5 "$OUT/$1_server.log"; return 1; }
+  start_server "$1" "${@:2}" || return 1
   for dataset in random-ids json-array random-ids json-array; do
     PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
       --max-concurrency 64 --random-input-len 64 --random-output-len 48 --json-array-items 24 \
@@ -88,8 +89,55 @@ stage_serving_json() {  # $1: name; more: server flags
   log "$1: time to first token, never-seen schemas vs unconstrained"
   PYTHONPATH=/tmp/client:$PYTHONPATH timeout 150 python3 scripts/bench_schema_ttft.py \
     --num 10 | tee "$OUT/$1_schema_ttft.json"
-  kill -INT $pid
-  wait $pid 2>/dev/null
+  stop_server
+}
+
+SERVER_PID=
+start_server() {  # $1: log name; more: server flags. Returns once /health answers 200.
+  python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
+    --log-level warning "${@:2}" >"$OUT/$1_server.log" 2>&1 &
+  SERVER_PID=$!
+  local start=$SECONDS
+  wait_healthy $SERVER_PID || { tail -5 "$OUT/$1_server.log"; return 1; }
+  log "$1: server healthy after $((SECONDS - start)) s"
+  echo "{\"startup_to_healthy_s\": $((SECONDS - start))}" >"$OUT/$1_startup.json"
+}
+
+stop_server() {
+  kill -INT $SERVER_PID
+  wait $SERVER_PID 2>/dev/null
+}
+
+serve_bench() {  # the client runs this tree's code whichever tree serves
+  PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 "$@"
+}
+
+stage_serving_fresh() {  # a fresh server: first vs second run of the same workload
+  start_server "$1_fresh"
+  for run in first second; do
+    log "$1: fresh server, $run run of 256 x 24/128"
+    serve_bench --dataset random-ids --num-prompts 256 --random-input-len 24 \
+      --random-output-len 128 --output-json "$OUT/$1_fresh_$run.json" \
+      | grep -E "duration|mean_ttft" | tail -2
+  done
+  stop_server
+}
+
+stage_gsp_served() {  # generated-shared-prefix defaults (1024 x 2048+128/256) through HTTP
+  start_server "$1_gsp"
+  # A short untimed run first, as `bench offline` does, so both sides are warm.
+  serve_bench --dataset random-ids --num-prompts 16 --random-input-len 64 \
+    --random-output-len 8 >/dev/null
+  log "$1: generated-shared-prefix defaults, served"
+  serve_bench --dataset generated-shared-prefix --output-json "$OUT/$1_gsp_served.json" \
+    | grep -E "duration|mean_ttft|throughput" | tail -4
+  stop_server
+}
+
+stage_gsp_offline() {
+  log "$1: generated-shared-prefix defaults, in-process"
+  bench offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
+    --output-json "$OUT/$1_gsp_offline.json" | grep -E "duration|throughput" | tail -4
 }
 
 stage_jump_forward() {  # this tree only: the json dataset with jump-forward off, then on
@@ -97,18 +145,13 @@ stage_jump_forward() {  # this tree only: the json dataset with jump-forward off
   local flags name
   for flags in "" "--enable-jump-forward"; do
     name=jf$([ -n "$flags" ] && echo _on || echo _off)
-    python3 -m radixgen.runtime.server --model-path $MODEL --load-format dummy --port 30000 \
-      --log-level warning $flags >"$OUT/${name}_server.log" 2>&1 &
-    local pid=$!
-    wait_healthy $pid || return 1
+    start_server "$name" $flags || return 1
     for conc in 1 64; do
       log "jump-forward ${flags:-off}: json at concurrency $conc"
-      PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 \
-        --dataset json --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
+      serve_bench --dataset json --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
         --output-json "$OUT/${name}_c$conc.json" | grep -E "output_token_throughput|tpot" | head -2
     done
-    kill -INT $pid
-    wait $pid 2>/dev/null
+    stop_server
   done
 }
 
@@ -137,7 +180,8 @@ python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 keys = ("duration_s", "total_output_tokens", "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
-        "median_ttft_ms", "output_token_throughput", "extra_ms_median", "new_schema_ms_median",
+        "median_ttft_ms", "mean_ttft_ms", "mean_e2e_latency_ms", "startup_to_healthy_s",
+        "output_token_throughput", "extra_ms_median", "new_schema_ms_median",
         "unconstrained_ms_median", "decode_ms_per_step_median", "prefill_ms")
 summary = {}
 for path in sorted(out.glob("*.json")):

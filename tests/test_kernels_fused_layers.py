@@ -1,4 +1,5 @@
-"""rms_norm, silu_and_mul and rotary_embedding (Triton) against their torch references."""
+"""rms_norm, fused_add_rms_norm, silu_and_mul and rotary_embedding (Triton) against their
+torch references."""
 
 
 # TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
@@ -7,8 +8,18 @@ import pytest
 import torch
 
 from radixgen.kernels.activation import silu_and_mul, silu_and_mul_ref
-from radixgen.kernels.rms_norm import rms_norm, rms_norm_ref
-from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_ref
+from radixgen.kernels.rms_norm import (
+    fused_add_rms_norm,
+    fused_add_rms_norm_ref,
+    rms_norm,
+    rms_norm_ref,
+)
+from radixgen.kernels.rotary import (
+    rotary_embedding,
+    rotary_embedding_and_store_kv,
+    rotary_embedding_and_store_kv_ref,
+    rotary_embedding_ref,
+)
 
 
 def randn(*shape, dtype, seed=0, device="cpu"):
@@ -32,6 +43,42 @@ def test_rms_norm_matches_reference(shape, dtype, weight_dtype):
 def test_rms_norm_rejects_bad_weight():
     with pytest.raises(ValueError, match="weight"):
         rms_norm(torch.zeros(2, 8), torch.ones(4), 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(5, 256), (2, 3, 96), (1, 1000)])
+@pytest.mark.parametrize("dtype,weight_dtype", [(torch.float32, torch.float32),
+                                                (torch.float16, torch.float16),
+                                                (torch.float16, torch.float32)])  # fmt: skip
+def test_fused_add_rms_norm_matches_reference(shape, dtype, weight_dtype):
+    x = randn(*shape, dtype=dtype) * 3
+    residual = randn(*shape, dtype=dtype, seed=2) * 5
+    weight = randn(shape[-1], dtype=weight_dtype, seed=1)
+    out, summed = fused_add_rms_norm(x, residual, weight, 1e-5)
+    ref_out, ref_summed = fused_add_rms_norm_ref(x, residual, weight, 1e-5)
+    # The sum is rounded exactly as torch's add rounds it: bit-identical.
+    assert summed.dtype == dtype and torch.equal(summed, ref_summed)
+    assert out.dtype == ref_out.dtype and out.shape == ref_out.shape
+    torch.testing.assert_close(out, ref_out)
+
+
+def test_fused_add_rms_norm_reads_strided_rows():
+    # The attention output arrives contiguous, the residual may be a view: both work.
+    x = randn(4, 2, 64, dtype=torch.float32)[:, 1]  # [4, 64], row stride 128
+    residual = randn(4, 64, dtype=torch.float32, seed=3)
+    weight = randn(64, dtype=torch.float32, seed=1)
+    out, summed = fused_add_rms_norm(x, residual, weight, 1e-6)
+    ref_out, ref_summed = fused_add_rms_norm_ref(x, residual, weight, 1e-6)
+    torch.testing.assert_close(out, ref_out)
+    assert torch.equal(summed, ref_summed)
+
+
+def test_fused_add_rms_norm_rejects_a_mismatched_residual():
+    with pytest.raises(ValueError, match="residual"):
+        fused_add_rms_norm(torch.zeros(2, 8), torch.zeros(2, 4), torch.ones(8), 1e-5)
+    with pytest.raises(ValueError, match="residual"):
+        fused_add_rms_norm(
+            torch.zeros(2, 8), torch.zeros(2, 8, dtype=torch.float16), torch.ones(8), 1e-5
+        )
 
 
 @pytest.mark.parametrize("shape", [(4, 200), (2, 3, 1376), (1, 6)])
@@ -71,6 +118,52 @@ def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, d
     assert not torch.equal(q_out, q)  # it rotated something
 
 
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(8, 4, 32), (3, 3, 96)])
+@pytest.mark.parametrize("dtype,cache_dtype", [(torch.float32, torch.float32),
+                                               (torch.float16, torch.float16),
+                                               (torch.float32, torch.float16)])  # fmt: skip
+def test_rotary_embedding_and_store_kv_matches_reference(
+    num_heads, num_kv_heads, head_dim, dtype, cache_dtype
+):
+    num_tokens, num_slots = 5, 16
+    qkv = randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_dim, dtype=dtype)
+    q, k, v = qkv.split(
+        [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], -1
+    )
+    q = q.reshape(num_tokens, num_heads, head_dim)  # strided views, as in the model
+    k = k.reshape(num_tokens, num_kv_heads, head_dim)
+    v = v.reshape(num_tokens, num_kv_heads, head_dim)
+    cos, sin = rope_tables(64, head_dim)
+    positions = torch.tensor([3, 0, 63, 17, 4])
+    slots = torch.tensor([9, 2, 15, 1, 7])  # scattered, as the allocator hands them out
+    caches = [randn(num_slots, num_kv_heads, head_dim, dtype=cache_dtype, seed=s) for s in (5, 6)]
+    ref_caches = [cache.clone() for cache in caches]
+    q_out, k_out = rotary_embedding_and_store_kv(positions, q, k, v, cos, sin, *caches, slots)
+    q_ref, k_ref = rotary_embedding_and_store_kv_ref(
+        positions, q, k, v, cos, sin, *ref_caches, slots
+    )
+    torch.testing.assert_close(q_out, q_ref)
+    torch.testing.assert_close(k_out, k_ref)
+    for cache, ref in zip(caches, ref_caches, strict=True):
+        torch.testing.assert_close(cache, ref)
+    untouched = torch.ones(num_slots, dtype=torch.bool)
+    untouched[slots] = False
+    assert torch.equal(caches[0][untouched], randn(num_slots, num_kv_heads, head_dim,
+                                                   dtype=cache_dtype, seed=5)[untouched])  # fmt: skip
+    assert torch.equal(caches[1][slots], v.to(cache_dtype))  # values stored unrotated
+
+
+def test_rotary_embedding_and_store_kv_rejects_a_bad_cache():
+    q = torch.zeros(2, 2, 8)
+    cos, sin = rope_tables(4, 8)
+    slots = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match="k_cache"):
+        rotary_embedding_and_store_kv(
+            torch.zeros(2, dtype=torch.int64), q, q, q, cos, sin, torch.zeros(4, 3, 8),
+            torch.zeros(4, 2, 8), slots,
+        )  # fmt: skip
+
+
 def test_rotary_embedding_rejects_bad_positions():
     q = torch.zeros(2, 2, 8)
     cos, sin = rope_tables(4, 8)
@@ -84,6 +177,11 @@ def test_fused_layers_cuda_bf16():
     x = randn(64, 4096, dtype=torch.bfloat16, device="cuda")
     weight = randn(4096, dtype=torch.bfloat16, seed=1, device="cuda")
     torch.testing.assert_close(rms_norm(x, weight, 1e-5), rms_norm_ref(x, weight, 1e-5))
+    residual = randn(64, 4096, dtype=torch.bfloat16, seed=3, device="cuda")
+    out, summed = fused_add_rms_norm(x, residual, weight, 1e-5)
+    ref_out, ref_summed = fused_add_rms_norm_ref(x, residual, weight, 1e-5)
+    assert torch.equal(summed, ref_summed)
+    torch.testing.assert_close(out, ref_out)
     gate_up = randn(64, 2 * 14336, dtype=torch.bfloat16, device="cuda")
     torch.testing.assert_close(silu_and_mul(gate_up), silu_and_mul_ref(gate_up))
     q = randn(64, 32, 128, dtype=torch.bfloat16, device="cuda")
@@ -95,3 +193,8 @@ def test_fused_layers_cuda_bf16():
         # On the H200 1.8% of elements differ by one bf16 ulp (max 0.0039 on O(1) values): the
         # GPU compiler fuses the multiply-add, which torch rounds in two steps.
         torch.testing.assert_close(out, ref, atol=1e-2, rtol=1.6e-2)
+    v = randn(64, 8, 128, dtype=torch.bfloat16, seed=4, device="cuda")
+    k_cache, v_cache = (torch.zeros(256, 8, 128, dtype=torch.bfloat16, device="cuda") for _ in "kv")
+    slots = torch.randperm(256, device="cuda")[:64]
+    _, k_out = rotary_embedding_and_store_kv(positions, q, k, v, cos, sin, k_cache, v_cache, slots)
+    assert torch.equal(k_cache[slots], k_out) and torch.equal(v_cache[slots], v)

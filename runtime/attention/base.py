@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 
 class AttentionBackend(abc.ABC):
-    """Computes attention for one layer, after writing the new tokens' K/V to their slots.
+    """Computes attention for one layer, after writing the new tokens' K/V to their slots
+    (unless the caller did).
 
     The model calls `forward` once per layer; `init_forward_metadata` once per batch, so a
     backend can precompute index tensors shared by all layers.
@@ -30,5 +31,8 @@ class AttentionBackend(abc.ABC):
         layer_id: int,
         forward_batch: ForwardBatch,
         scaling: float,
+        *,
+        kv_stored: bool = False,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
-        ...
+        """`kv_stored`: the caller already wrote k and v to the layer's slots
+        (`forward_batch.out_cache_loc`), e.g. with the fused rotary kernel."""

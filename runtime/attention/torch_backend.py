@@ -76,12 +76,15 @@ class TorchAttentionBackend(AttentionBackend):
         layer_id: int,
         forward_batch: ForwardBatch,
         scaling: float,
+        *,
+        kv_stored: bool = False,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
         # Metadata of another batch would silently mix histories: recompute if stale.
         if self.metadata is None or self.metadata.forward_batch is not forward_batch:
             self.init_forward_metadata(forward_batch)
         pool = forward_batch.token_to_kv_pool
-        pool.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
+        if not kv_stored:
+            pool.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
         k_buffer, v_buffer = pool.get_kv_buffer(layer_id)
         k_scale, v_scale = pool.kv_scales(layer_id)
         group_size = q.shape[1] // k.shape[1]

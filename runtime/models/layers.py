@@ -7,8 +7,8 @@ import math
 import torch
 from torch import nn
 
-from radixgen.kernels.rms_norm import rms_norm
-from radixgen.kernels.rotary import rotary_embedding
+from radixgen.kernels.rms_norm import fused_add_rms_norm, rms_norm
+from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_and_store_kv
 from radixgen.runtime.model_config import RopeConfig
 
 
@@ -27,6 +27,18 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(input_dtype)
+
+    def add_and_norm(
+        self,
+        x: torch.Tensor,  # [..., hidden_size]
+        residual: torch.Tensor,  # [..., hidden_size]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`h = x + residual`; returns `(self(h), h)`: the residual add before each norm of a
+        decoder layer, in one kernel on CUDA (same values: the sum is rounded as torch does)."""
+        if x.is_cuda:
+            return fused_add_rms_norm(x, residual, self.weight, self.eps)
+        summed = x + residual
+        return self(summed), summed
 
 
 def rope_inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:
@@ -78,6 +90,27 @@ class RotaryEmbedding(nn.Module):
         cos = self.cos_cache[positions].unsqueeze(1).to(q.dtype)  # [num_tokens, 1, head_dim]
         sin = self.sin_cache[positions].unsqueeze(1).to(q.dtype)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+    def forward_and_store_kv(
+        self,
+        positions: torch.Tensor,  # [num_tokens] int64
+        q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+        v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+        slots: torch.Tensor,  # [num_tokens] int64
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, plus the rotated keys and the values written to their cache slots: one
+        Triton kernel on CUDA (the attention backend then skips its own store)."""
+        if q.is_cuda:
+            return rotary_embedding_and_store_kv(
+                positions, q, k, v, self.cos_cache, self.sin_cache, k_cache, v_cache, slots
+            )
+        q, k = self(positions, q, k)
+        k_cache[slots] = k.to(k_cache.dtype)
+        v_cache[slots] = v.to(v_cache.dtype)
+        return q, k
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

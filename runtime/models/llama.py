@@ -87,10 +87,14 @@ class LlamaAttention(nn.Module):
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary_emb(forward_batch.positions, q, k)
+        # Rotary and the KV-cache store of the new tokens in one kernel on CUDA.
+        k_cache, v_cache = forward_batch.token_to_kv_pool.get_kv_buffer(self.layer_id)
+        q, k = rotary_emb.forward_and_store_kv(
+            forward_batch.positions, q, k, v, k_cache, v_cache, forward_batch.out_cache_loc
+        )
         # [num_tokens, num_heads, head_dim]
         attn_output = forward_batch.attn_backend.forward(
-            q, k, v, self.layer_id, forward_batch, self.scaling
+            q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
         )
         return self.o_proj(attn_output.reshape(num_tokens, self.q_size))
 
@@ -132,18 +136,21 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(
         self,
-        hidden_states: torch.Tensor,  # [num_tokens, hidden_size]
+        hidden_states: torch.Tensor,  # [num_tokens, hidden_size]: the previous layer's MLP out
+        residual: torch.Tensor | None,  # [num_tokens, hidden_size]; None in layer 0
         forward_batch: ForwardBatch,
         rotary_emb: RotaryEmbedding,
-    ) -> torch.Tensor:
-        residual = hidden_states
-        hidden_states = self.self_attn(
-            self.input_layernorm(hidden_states), forward_batch, rotary_emb
-        )
-        hidden_states = residual + hidden_states
-        residual = hidden_states
-        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
-        return residual + hidden_states
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (MLP output, residual), both not yet summed
+        # Each residual add is fused into the norm that follows it; the last layer's add is
+        # done by the final norm (`LlamaModel.forward`).
+        if residual is None:
+            residual = hidden_states
+            normed = self.input_layernorm(hidden_states)
+        else:
+            normed, residual = self.input_layernorm.add_and_norm(hidden_states, residual)
+        attn_output = self.self_attn(normed, forward_batch, rotary_emb)
+        normed, residual = self.post_attention_layernorm.add_and_norm(attn_output, residual)
+        return self.mlp(normed), residual
 
 
 class LlamaModel(nn.Module):
@@ -159,9 +166,12 @@ class LlamaModel(nn.Module):
 
     def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:  # [num_tokens, hidden]
         hidden_states = self.embed_tokens(forward_batch.input_ids)
+        residual = None
         for layer in self.layers:
-            hidden_states = layer(hidden_states, forward_batch, self.rotary_emb)
-        return self.norm(hidden_states)
+            hidden_states, residual = layer(hidden_states, residual, forward_batch, self.rotary_emb)
+        if residual is None:  # no layers
+            return self.norm(hidden_states)
+        return self.norm.add_and_norm(hidden_states, residual)[0]
 
 
 class LlamaForCausalLM(nn.Module):

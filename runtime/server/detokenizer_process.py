@@ -1,7 +1,10 @@
 """Process 3: turns the scheduler's token outputs into text deltas for the tokenizer manager.
 
 Running it in its own process keeps `tokenizer.decode` off both the scheduler's loop (which
-must keep the device busy) and the HTTP event loop.
+must keep the device busy) and the HTTP event loop. Per scheduler step it reads one
+`[RequestChanges, StepOutputs]` message and sends one `[StepOutputs, text deltas]` message on,
+the outputs frame forwarded as the bytes it came in (unpickled once, to read the token ids;
+never pickled again).
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from multiprocessing.connection import Connection
 import zmq
 
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
-from radixgen.runtime.io_struct import AbortReq, BatchTokenOutput, ReqOutput
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
-from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain
+from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain_multipart
 from radixgen.runtime.server.messages import (
-    BatchStrOutput,
     DetokenizeSpec,
     ProcessFailed,
     ProcessReady,
+    RequestChanges,
+    StepOutputs,
+    dump_frame,
+    load_frame,
 )
 from radixgen.runtime.server_args import ServerArgs
 
@@ -39,24 +44,33 @@ class DetokenizerManager:
         self.streams: dict[tuple[str, int], IncrementalDetokenizer] = {}
         self.unfinished_samples: dict[str, int] = {}
 
-    def handle(self, message: object) -> BatchStrOutput | None:
-        if isinstance(message, DetokenizeSpec):
-            self.specs[message.rid] = message
-            self.unfinished_samples[message.rid] = message.num_samples
-        elif isinstance(message, AbortReq):
-            self._forget(message.rid)
-        elif isinstance(message, BatchTokenOutput):
-            deltas = [self._detokenize(output) for output in message.outputs]
-            return BatchStrOutput(outputs=message.outputs, text_deltas=deltas)
-        else:
-            logger.error("detokenizer: unexpected message %r", type(message).__name__)
-        return None
+    def apply(self, changes: RequestChanges) -> None:
+        """Starts and forgets requests, in the scheduler's order."""
+        for spec in changes.specs:
+            self.specs[spec.rid] = spec
+            self.unfinished_samples[spec.rid] = spec.num_samples
+        for rid in changes.aborted_rids:
+            self._forget(rid)
 
-    def _detokenize(self, output: ReqOutput) -> str:
-        key = (output.rid, output.index)
+    def detokenize(self, step: StepOutputs) -> list[str]:
+        """The text new in each row of `step` (stop strings trimmed; "" while a multi-byte
+        character is incomplete)."""
+        finished = step.finished.tolist()
+        return [
+            self._detokenize(
+                step.rids[row],
+                int(step.sample_indices[row]),
+                step.new_token_ids(row),
+                finished[row],
+            )
+            for row in range(len(step))
+        ]
+
+    def _detokenize(self, rid: str, index: int, new_token_ids: list[int], finished: bool) -> str:
+        key = (rid, index)
         stream = self.streams.get(key)
         if stream is None:
-            spec = self.specs.get(output.rid)
+            spec = self.specs.get(rid)
             if spec is None:
                 # Rejected before it was registered (an error output): nothing to decode.
                 return ""
@@ -67,12 +81,12 @@ class DetokenizerManager:
                 stop_strings=spec.stop_strings,
             )
             self.streams[key] = stream
-        delta = stream.add_tokens(output.new_token_ids, finished=output.finished)
-        if output.finished:
+        delta = stream.add_tokens(new_token_ids, finished=finished)
+        if finished:
             del self.streams[key]
-            self.unfinished_samples[output.rid] -= 1
-            if self.unfinished_samples[output.rid] == 0:
-                self._forget(output.rid)
+            self.unfinished_samples[rid] -= 1
+            if self.unfinished_samples[rid] == 0:
+                self._forget(rid)
         return delta
 
     def _forget(self, rid: str) -> None:
@@ -103,8 +117,11 @@ def run_detokenizer_process(
     while parent_is_alive(parent_pid):
         if not pull.poll(POLL_INTERVAL_MS):
             continue
-        for message in drain(pull):
-            result = manager.handle(message)
-            if result is not None:
-                push.send_pyobj(result)
+        for changes_frame, outputs_frame in drain_multipart(pull):
+            changes = load_frame(changes_frame)
+            if changes is not None:
+                manager.apply(changes)
+            if outputs_frame:
+                deltas = manager.detokenize(load_frame(outputs_frame))
+                push.send_multipart([outputs_frame, dump_frame(deltas)])
     logger.info("parent process is gone; detokenizer exits")

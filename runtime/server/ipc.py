@@ -1,9 +1,9 @@
 """ZeroMQ plumbing between the server's three processes.
 
     tokenizer manager --(GenerateReq, AbortReq, FlushCacheReq, GetStatsReq)--> scheduler
-    scheduler --(BatchTokenOutput, AbortReq)--> detokenizer
-    detokenizer --(BatchStrOutput)--> tokenizer manager
-    scheduler --(SchedulerStats, FlushCacheOutput)--> tokenizer manager   (control replies)
+    scheduler --([RequestChanges, StepOutputs], one per step)--> detokenizer
+    detokenizer --([StepOutputs, text deltas], one per step)--> tokenizer manager
+    scheduler --(SchedulerStats, FlushCacheOutput, WarmupDone)--> tokenizer manager
 
 Each process binds the PULL socket it reads from; senders connect PUSH sockets. The sockets
 are unix-domain `ipc://` files in a private folder (mode 0700), so no other user on the
@@ -65,6 +65,16 @@ def connect_push(context: zmq.Context, address: str) -> zmq.Socket:
     socket = _configure(context.socket(zmq.PUSH))
     socket.connect(address)
     return socket
+
+
+def drain_multipart(socket: zmq.Socket) -> list[list[bytes]]:
+    """Every multi-frame message waiting on `socket` (its raw frames), without blocking."""
+    messages = []
+    while True:
+        try:
+            messages.append(socket.recv_multipart(zmq.NOBLOCK))
+        except zmq.Again:
+            return messages
 
 
 def drain(socket: zmq.Socket) -> list[object]:

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 
 import zmq
 
-from radixgen.runtime.io_struct import AbortReq, BatchTokenOutput, ReqOutput
+from radixgen.runtime.io_struct import AbortReq, ReqOutput
 from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.scheduler_loop import SchedulerLoop, SchedulerTransport
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
@@ -26,9 +26,14 @@ from radixgen.runtime.server.messages import (
     DetokenizeSpec,
     ProcessFailed,
     ProcessReady,
+    RequestChanges,
     ServedModelInfo,
+    StepOutputs,
+    WarmupDone,
+    dump_frame,
 )
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +46,9 @@ DETOKENIZE_CONTEXT_TOKENS = 8
 
 
 class ZmqTransport(SchedulerTransport):
-    """Requests from the tokenizer manager; outputs (and aborts, and each request's
-    `DetokenizeSpec` ahead of its outputs) to the detokenizer; control replies back."""
+    """Requests from the tokenizer manager; outputs to the detokenizer, one message per step
+    (`[RequestChanges, StepOutputs]`: the requests started and aborted since the last
+    message, ahead of the step's outputs); control replies back to the tokenizer manager."""
 
     def __init__(
         self,
@@ -56,6 +62,7 @@ class ZmqTransport(SchedulerTransport):
         self.to_detokenizer = to_detokenizer
         self.to_tokenizer = to_tokenizer
         self.parent_pid = parent_pid
+        self.changes = RequestChanges()  # for the detokenizer, sent with the next outputs
 
     def is_open(self) -> bool:
         if parent_is_alive(self.parent_pid):
@@ -65,12 +72,14 @@ class ZmqTransport(SchedulerTransport):
 
     def receive(self, *, block: bool) -> list[object]:
         if block:
+            if self.changes:  # idle: aborts must not wait for the next step's outputs
+                self._send_to_detokenizer(None)
             self.requests.poll(POLL_INTERVAL_MS)
         return drain(self.requests)
 
     def on_request(self, request: GenerateReq) -> None:
         params = request.sampling_params
-        self.to_detokenizer.send_pyobj(
+        self.changes.specs.append(
             DetokenizeSpec(
                 rid=request.rid,
                 num_samples=params.n,
@@ -81,11 +90,16 @@ class ZmqTransport(SchedulerTransport):
         )
 
     def on_abort(self, message: AbortReq) -> None:
-        self.to_detokenizer.send_pyobj(message)  # the detokenizer drops the request's state
+        self.changes.aborted_rids.append(message.rid)  # the detokenizer drops its state
 
     def deliver(self, outputs: list[ReqOutput]) -> list[str]:
-        self.to_detokenizer.send_pyobj(BatchTokenOutput(outputs=outputs))
+        self._send_to_detokenizer(StepOutputs.from_outputs(outputs))
         return []  # the tokenizer manager sends an AbortReq for a vanished client
+
+    def _send_to_detokenizer(self, outputs: StepOutputs | None) -> None:
+        changes = self.changes if self.changes else None
+        self.to_detokenizer.send_multipart([dump_frame(changes), dump_frame(outputs)])
+        self.changes = RequestChanges()
 
     def reply(self, message: object, value: object) -> None:
         self.to_tokenizer.send_pyobj(value)  # replies come back in request order
@@ -130,5 +144,15 @@ def run_scheduler_process(
         to_tokenizer=connect_push(context, ipc_paths.tokenizer_input),
         parent_pid=parent_pid,
     )
+    # Ready (the model is loaded) before the warm-up: the HTTP server starts meanwhile and
+    # answers /health with 503 "warming up" until `WarmupDone` arrives.
     ready_writer.send(ProcessReady("scheduler", info=dataclasses.asdict(model_info)))
+    report = WarmupReport(num_requests=0, duration_s=0.0)
+    if not server_args.skip_warmup:
+        try:
+            report = warm_up(scheduler)
+        except Exception:  # a broken model or kernel: never report healthy
+            logger.exception("warm-up failed; the scheduler exits")
+            raise SystemExit(1) from None
+    transport.to_tokenizer.send_pyobj(WarmupDone(report.num_requests, report.duration_s))
     SchedulerLoop(scheduler, transport).run()

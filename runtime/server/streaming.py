@@ -25,8 +25,6 @@ from radixgen.runtime.server.tokenizer_manager import StreamEvent, TokenizerMana
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-# How often a non-streaming handler checks whether its client is still connected.
-DISCONNECT_POLL_S = 0.25
 SSE_DONE = "data: [DONE]\n\n"
 
 
@@ -141,16 +139,23 @@ async def run_while_connected(request: Request, work: Awaitable[T]) -> T:
         RequestError(499): the client disconnected first.
     """
     task = asyncio.ensure_future(work)
+    # One waiter on the connection instead of polling `request.is_disconnected()`: each poll
+    # cost ~0.1 ms of event loop (a cancel scope), 4 times a second per waiting request.
+    disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                raise RequestError("the client disconnected", status_code=499)
+        done, _ = await asyncio.wait({task, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        raise RequestError("the client disconnected", status_code=499)
     finally:
-        if not task.done():
-            await _cancel_and_wait([task])
+        await _cancel_and_wait([t for t in (task, disconnected) if not t.done()])
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    """Returns once the client has gone (the request body was already read: the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def sse_event(payload: dict) -> str:

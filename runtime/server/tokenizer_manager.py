@@ -1,8 +1,9 @@
 """The front end's core, in the HTTP process: tokenizes, admits, sends requests to the scheduler
 and hands each request's outputs back to the handler awaiting them.
 
-One asyncio task reads the detokenizer's `BatchStrOutput`s (and the scheduler's control
-replies) and routes each output to its request's queue by rid. A handler iterates
+One asyncio task reads the detokenizer's per-step `[StepOutputs, text deltas]` messages (and
+the scheduler's control replies) and routes each output row to its request's `RequestInbox`
+by rid. A handler iterates
 `generate()`; leaving the iteration early (client gone, error) aborts the request, which
 frees its KV in the scheduler.
 """
@@ -18,7 +19,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import zmq
 import zmq.asyncio
@@ -39,8 +39,14 @@ from radixgen.runtime.request_schema import (
 )
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
-from radixgen.runtime.server.messages import BatchStrOutput, ServedModelInfo
+from radixgen.runtime.server.messages import (
+    ServedModelInfo,
+    StepOutputs,
+    WarmupDone,
+    load_frame,
+)
 from radixgen.runtime.server.metrics import ServerMetrics
+from radixgen.runtime.server.request_inbox import RequestInbox, StreamEvent
 from radixgen.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -49,21 +55,6 @@ logger = logging.getLogger(__name__)
 CONTROL_REPLY_TIMEOUT_S = 30.0
 # How the scheduler's rejection for a full queue begins (`Scheduler.add_request`).
 SCHEDULER_QUEUE_FULL_PREFIX = "the queue is full"
-
-
-@dataclass
-class StreamEvent:
-    """One output of one sample: the scheduler's `ReqOutput` plus its new text."""
-
-    output: ReqOutput
-    text_delta: str
-
-
-@dataclass
-class _RequestState:
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    created_s: float = field(default_factory=time.perf_counter)
-    first_token_s: float | None = None
 
 
 class TokenizerManager:
@@ -95,7 +86,7 @@ class TokenizerManager:
         self._to_scheduler = connect_push(self._sync_context, ipc_paths.scheduler_input)
         self._async_context = zmq.asyncio.Context()
         self._from_workers = bind_pull(self._async_context, ipc_paths.tokenizer_input)
-        self._states: dict[str, _RequestState] = {}
+        self._states: dict[str, RequestInbox] = {}
         self._stats_waiters: deque[asyncio.Future] = deque()
         self._flush_waiters: deque[asyncio.Future] = deque()
         self._rid_prefix = f"{os.getpid():x}-{uuid.uuid4().hex[:8]}"
@@ -103,6 +94,8 @@ class TokenizerManager:
         self._receive_task: asyncio.Task | None = None
         self.failure: str | None = None  # set once a child process died: refuse new work
         self.draining = False  # set on SIGTERM: refuse new work, let running requests finish
+        # Until the scheduler's `WarmupDone`: refuse new work (503), /health included.
+        self.warming_up = True
         # Sequences (requests times their `n`) running or waiting, beyond which new requests
         # get 503: a full batch plus the queue limit.
         self.max_samples_in_flight = (
@@ -145,8 +138,8 @@ class TokenizerManager:
 
         Each handler's generator then aborts its request in the scheduler (freeing its KV).
         """
-        for state in self._states.values():
-            state.events.put_nowait(RequestError(message, status_code=status_code))
+        for inbox in self._states.values():
+            inbox.put_error(RequestError(message, status_code=status_code))
 
     def refusal(self) -> str | None:
         """Why new requests are refused now (503), or None."""
@@ -154,6 +147,8 @@ class TokenizerManager:
             return self.failure
         if self.draining:
             return "the server is shutting down"
+        if self.warming_up:
+            return "the server is warming up"
         return None
 
     @property
@@ -245,29 +240,31 @@ class TokenizerManager:
                 503 when the server is at capacity or a child process died.
         """
         rid = self._admit(request)
-        state = _RequestState()
-        self._states[rid] = state
+        inbox = RequestInbox()
+        self._states[rid] = inbox
         unfinished_samples = request.sampling_params.n
         self.num_samples_in_flight += unfinished_samples
         # The scheduler gets the request without its text (it needs only the ids).
         self._to_scheduler.send_pyobj(dataclasses.replace(request, rid=rid, text=None))
         try:
             while unfinished_samples > 0:
-                item = await state.events.get()
-                if isinstance(item, RequestError):
+                try:
+                    events = await inbox.take()  # the steps since the last take, merged
+                except RequestError:
                     unfinished_samples = 0  # the scheduler is gone; nothing to abort
-                    raise item
-                output = item.output
-                if output.error is not None:
-                    unfinished_samples = 0  # the scheduler dropped the request itself
-                    self.metrics.requests.labels(outcome="rejected").inc()
-                    raise _rejection_error(output.error)
-                if output.finished:
-                    unfinished_samples -= 1
-                    if unfinished_samples == 0:
-                        self.metrics.requests.labels(outcome="finished").inc()
-                self._observe(state, output)
-                yield item
+                    raise
+                for event in events:
+                    output = event.output
+                    if output.error is not None:
+                        unfinished_samples = 0  # the scheduler dropped the request itself
+                        self.metrics.requests.labels(outcome="rejected").inc()
+                        raise _rejection_error(output.error)
+                    if output.finished:
+                        unfinished_samples -= 1
+                        if unfinished_samples == 0:
+                            self.metrics.requests.labels(outcome="finished").inc()
+                    self._observe(inbox, output)
+                    yield event
         finally:
             del self._states[rid]
             self.num_samples_in_flight -= request.sampling_params.n
@@ -276,7 +273,7 @@ class TokenizerManager:
                 self._to_scheduler.send_pyobj(AbortReq(rid=rid))
                 self.metrics.requests.labels(outcome="aborted").inc()
 
-    def _observe(self, state: _RequestState, output: ReqOutput) -> None:
+    def _observe(self, state: RequestInbox, output: ReqOutput) -> None:
         now = time.perf_counter()
         if output.new_token_ids and state.first_token_s is None:
             state.first_token_s = now
@@ -316,18 +313,31 @@ class TokenizerManager:
     async def _receive_loop(self) -> None:
         while True:
             try:
-                self._dispatch(await self._from_workers.recv_pyobj())
+                frames = await self._from_workers.recv_multipart()
+                if len(frames) == 2:  # the detokenizer's [StepOutputs, text deltas]
+                    self._route_outputs(load_frame(frames[0]), load_frame(frames[1]))
+                else:  # the scheduler's control replies
+                    self._dispatch(load_frame(frames[0]))
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad message must not silence every later output
                 logger.exception("dropped a message from the scheduler or detokenizer")
 
+    def _route_outputs(self, step: StepOutputs, text_deltas: list[str]) -> None:
+        states = self._states
+        for row, rid in enumerate(step.rids):
+            inbox = states.get(rid)
+            if inbox is not None:  # None: aborted while this output was on its way
+                inbox.put_row(step, row, text_deltas[row])
+
     def _dispatch(self, message: object) -> None:
-        if isinstance(message, BatchStrOutput):
-            for output, text_delta in zip(message.outputs, message.text_deltas, strict=True):
-                state = self._states.get(output.rid)
-                if state is not None:  # None: aborted while this output was on its way
-                    state.events.put_nowait(StreamEvent(output=output, text_delta=text_delta))
+        if isinstance(message, WarmupDone):
+            self.warming_up = False
+            logger.info(
+                "warm-up done (%d requests, %.2f s): ready",
+                message.num_requests,
+                message.duration_s,
+            )
         elif isinstance(message, SchedulerStats):
             _resolve_oldest(self._stats_waiters, message)
         elif isinstance(message, FlushCacheOutput):
