@@ -131,9 +131,11 @@ def warmup_rounds(
 def _request(
     rid: str, prompt_len: int, vocab_size: int, sampling: dict, regex: str | None = None
 ) -> GenerateReq:
-    span = max(1, vocab_size - _FIRST_ORDINARY_ID)
-    # A deterministic spread of ordinary ids (not one repeated token).
-    input_ids = [_FIRST_ORDINARY_ID + (i * 7919) % span for i in range(prompt_len)]
+    # A deterministic spread of ordinary ids (not one repeated token); a test model's
+    # vocabulary may be smaller than the first ordinary id: then any id of it.
+    first = _FIRST_ORDINARY_ID if vocab_size > 2 * _FIRST_ORDINARY_ID else 0
+    span = vocab_size - first
+    input_ids = [first + (i * 7919) % span for i in range(prompt_len)]
     params = SamplingParams(
         max_new_tokens=WARMUP_NEW_TOKENS,
         ignore_eos=regex is None,
