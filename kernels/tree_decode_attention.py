@@ -33,59 +33,18 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.decode_attention import LOG2_E, MAX_KV_SPLITS, default_num_kv_splits
+from radixgen.kernels.decode_attention import (
+    LOG2_E,
+    MAX_KV_SPLITS,
+    attend_paged_range,
+    check_decode_inputs,
+    decode_split_kernel,
+    default_decode_blocks,
+    default_num_kv_splits,
+)
 from radixgen.kernels.tree_decode_plan import TreeDecodePlan
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-@triton.jit
-def _attend_range(
-    q,  # [BLOCK_M, BLOCK_D] in the compute dtype
-    k_base,  # K of one KV head: slot s at k_base + s * stride_k_slot
-    v_base,
-    slot_row_ptr,  # req_to_token row: the slot of each position
-    start,
-    end,
-    qk_scale,  # scaling * log2(e) * k_scale
-    stride_k_slot,
-    stride_v_slot,
-    BLOCK_M: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """Online softmax of q over positions [start, end): (acc [M, D], max [M], sum [M]), base 2."""
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_d = offs_d < HEAD_DIM
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for n in range(start, end, BLOCK_N):
-        pos = n + offs_n
-        mask_n = pos < end
-        slots = tl.load(slot_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(
-            k_base + slots[None, :] * stride_k_slot + offs_d[:, None],
-            mask=mask_n[None, :] & mask_d[:, None],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]
-        v = tl.load(
-            v_base + slots[:, None] * stride_v_slot + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
-        qk = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N]
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        # Position n < end is valid, so every row's max is finite.
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    return acc, m_i, l_i
 
 
 @triton.jit
@@ -144,7 +103,7 @@ def _tree_shared_kernel(
         mask=mask_m[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_M, BLOCK_D]
-    acc, m_i, l_i = _attend_range(
+    acc, m_i, l_i = attend_paged_range(
         q,
         k_buffer_ptr + kv_head * stride_kb_head,
         v_buffer_ptr + kv_head * stride_vb_head,
@@ -168,84 +127,6 @@ def _tree_shared_kernel(
         mask=mask_m[:, None] & mask_d[None, :],
     )
     tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
-
-
-@triton.jit
-def _tree_suffix_kernel(
-    q_ptr,  # [batch, num_heads, head_dim]
-    k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
-    v_buffer_ptr,
-    req_to_token_ptr,  # [rows, max_context_len] int32
-    req_pool_indices_ptr,  # [batch]
-    seq_lens_ptr,  # [batch]
-    suffix_starts_ptr,  # [batch] int32
-    partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
-    partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
-    qk_scale,
-    stride_q_batch,
-    stride_q_head,
-    stride_kb_slot,
-    stride_kb_head,
-    stride_vb_slot,
-    stride_vb_head,
-    stride_req_row,
-    num_kv_splits,
-    GROUP_SIZE: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    req = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
-    suffix_start = tl.load(suffix_starts_ptr + req)
-    row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
-    split_len = tl.cdiv(tl.cdiv(seq_len - suffix_start, num_kv_splits), BLOCK_N) * BLOCK_N
-    split_start = suffix_start + split * split_len
-    split_end = tl.minimum(split_start + split_len, seq_len)
-
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_h = offs_h < GROUP_SIZE
-    mask_d = offs_d < HEAD_DIM
-    heads = kv_head * GROUP_SIZE + offs_h
-    q = tl.load(
-        q_ptr + req * stride_q_batch + heads[:, None] * stride_q_head + offs_d[None, :],
-        mask=mask_h[:, None] & mask_d[None, :],
-        other=0.0,
-    )  # [BLOCK_H, BLOCK_D]
-    acc, m_i, l_i = _attend_range(
-        q,
-        k_buffer_ptr + kv_head * stride_kb_head,
-        v_buffer_ptr + kv_head * stride_vb_head,
-        req_to_token_ptr + row * stride_req_row,
-        split_start,
-        split_end,
-        qk_scale,
-        stride_kb_slot,
-        stride_vb_slot,
-        BLOCK_H,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-    )
-    partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
-    if split_end > split_start:
-        lse = m_i + tl.math.log2(l_i)
-        out = acc / l_i[:, None]
-    else:  # an empty split (short or empty suffix): weight 0 in the merge
-        lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-        out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    tl.store(
-        partial_out_ptr
-        + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
-        + offs_d[None, :],
-        out,
-        mask=mask_h[:, None] & mask_d[None, :],
-    )
-    tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
 
 
 @triton.jit
@@ -347,36 +228,11 @@ class TreeDecodeWorkspace:
 
 
 def _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan):
-    if q.dim() != 3 or q.stride(2) != 1:
-        raise ValueError(
-            f"q must be [batch, num_heads, head_dim] contiguous in head_dim, got {tuple(q.shape)}"
-        )
-    batch, num_heads, head_dim = q.shape
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"q must be float16/bfloat16/float32, got {q.dtype}")
-    for name, t in (("k_buffer", k_buffer), ("v_buffer", v_buffer)):
-        if t.dim() != 3 or t.shape[2] != head_dim or t.stride(2) != 1:
-            raise ValueError(
-                f"{name} must be [num_slots, num_kv_heads, head_dim={head_dim}] contiguous in "
-                f"head_dim, got {tuple(t.shape)}"
-            )
-        if t.dtype not in KV_DTYPES:
-            raise TypeError(f"{name} dtype must be one of {KV_DTYPES}, got {t.dtype}")
-    num_kv_heads = k_buffer.shape[1]
-    if v_buffer.shape[1] != num_kv_heads or num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}); "
-            f"v_buffer has {v_buffer.shape[1]} heads"
-        )
-    if head_dim > 256:
-        raise ValueError(f"head_dim must be <= 256, got {head_dim}")
-    if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
-        raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
-    for name, t in (("req_pool_indices", req_pool_indices), ("seq_lens", seq_lens)):
-        if t.shape != (batch,) or t.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{name} must be an int32/int64 [batch={batch}] tensor")
-    if not isinstance(plan, TreeDecodePlan) or plan.batch_size != batch:
-        raise ValueError(f"plan must be a TreeDecodePlan for a batch of {batch} requests")
+    check_decode_inputs(
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, kv_dtypes=KV_DTYPES
+    )
+    if not isinstance(plan, TreeDecodePlan) or plan.batch_size != q.shape[0]:
+        raise ValueError(f"plan must be a TreeDecodePlan for a batch of {q.shape[0]} requests")
     if plan.packed.device != q.device:
         raise ValueError(f"plan is on {plan.packed.device}, q on {q.device}")
 
@@ -451,7 +307,8 @@ def tree_decode_attention(
     qk_scale = scaling * LOG2_E * k_scale
     block_d = max(16, triton.next_power_of_2(head_dim))
     on_cuda = q.device.type == "cuda"
-    block_n = block_n or (64 if on_cuda and head_dim <= 128 else 32)
+    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
+    block_n = block_n or default_n
     strides = (
         q.stride(0),
         q.stride(1),
@@ -489,7 +346,7 @@ def tree_decode_attention(
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
             num_stages=2 if on_cuda else 1,
         )
-    _tree_suffix_kernel[(batch, num_kv_heads, num_kv_splits)](
+    decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
         v_buffer,
@@ -502,13 +359,14 @@ def tree_decode_attention(
         qk_scale,
         *strides,
         num_kv_splits,
+        HAS_KV_STARTS=True,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         BLOCK_H=max(16, triton.next_power_of_2(group_size)),
         BLOCK_N=block_n,
-        num_warps=4,
-        num_stages=3 if on_cuda else 1,
+        num_warps=default_warps,
+        num_stages=default_stages,
     )
     _tree_merge_kernel[(batch, num_heads)](
         workspace.suffix_out,
