@@ -254,6 +254,7 @@ def tree_decode_attention(
     workspace: TreeDecodeWorkspace | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """`decode_attention` with the plan's shared segments read once per item.
 
@@ -266,7 +267,7 @@ def tree_decode_attention(
         out: optional output tensor like q.
         num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
         workspace: optional preallocated partials (CUDA graphs keep one static).
-        block_n, num_warps: tuning overrides (benchmarks).
+        block_n, num_warps, num_stages: tuning overrides of the shared pass (benchmarks).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -344,7 +345,7 @@ def tree_decode_attention(
             BLOCK_D=block_d,
             BLOCK_N=block_n,
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
-            num_stages=2 if on_cuda else 1,
+            num_stages=num_stages or (2 if on_cuda else 1),
         )
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
