@@ -21,6 +21,7 @@ capacity replays any grouping that fits it (`None` is returned when a grouping d
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ _CPU_TARGET_ITEMS = 4
 _CHUNK_ALIGN = 64  # chunk lengths are multiples of the kernel's largest BLOCK_N
 _MIN_CHUNK_TOKENS = 256  # shorter chunks cost more in partial writes than they gain in occupancy
 _QUERY_ROWS_PER_ITEM = 64  # members_per_item * group_size, the Q tile of one item
+_GRAPH_ENTRIES_PER_ROW = 8  # shared partials per row in a CUDA graph's plan (32 MB at batch 256)
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,11 @@ class TreeDecodePlan:
         num_entries: int = 0,
     ) -> TreeDecodePlan:
         sizes = _table_sizes(batch_size, members_per_item, max_items)
-        if packed.shape != (sum(sizes),) or packed.dtype != torch.int32:
-            raise ValueError(f"packed must be an int32 [{sum(sizes)}] tensor")
-        rows, starts, ends, counts, members, entries, suffix, offsets = packed.split(sizes)
+        aligned = [_aligned(size) for size in sizes]
+        if packed.shape != (sum(aligned),) or packed.dtype != torch.int32:
+            raise ValueError(f"packed must be an int32 [{sum(aligned)}] tensor")
+        tables = [t[:size] for t, size in zip(packed.split(aligned), sizes, strict=True)]
+        rows, starts, ends, counts, members, entries, suffix, offsets = tables
         return cls(
             batch_size=batch_size,
             members_per_item=members_per_item,
@@ -120,7 +124,7 @@ class TreeDecodePlan:
     ) -> TreeDecodePlan:
         """A plan with no shared item (every request attends over its whole history as its
         suffix): what a CUDA graph is captured with before real plans are copied in."""
-        size = sum(_table_sizes(batch_size, members_per_item, max_items))
+        size = sum(_aligned(n) for n in _table_sizes(batch_size, members_per_item, max_items))
         packed = torch.zeros(size, dtype=torch.int32, device=device)
         return cls.from_packed(
             packed,
@@ -144,17 +148,37 @@ def _table_sizes(batch_size: int, members_per_item: int, max_items: int) -> list
     return [max_items] * 4 + [block, block, batch_size, batch_size + 1]
 
 
+def _aligned(num_ints: int) -> int:
+    """Tables start at 16-byte boundaries: Triton specialises kernels on pointer alignment, so
+    unaligned views would compile one variant per plan shape."""
+    return triton.cdiv(num_ints, 4) * 4
+
+
 def default_members_per_item(group_size: int) -> int:
     """Requests per item: a 64-row Q tile (16 requests at GQA group 4), a power of two."""
     return max(1, _QUERY_ROWS_PER_ITEM // triton.next_power_of_2(group_size))
 
 
+@functools.cache
 def default_target_items(num_kv_heads: int, device: torch.device) -> int:
     """Shared items that give about `_PROGRAMS_PER_SM` programs per SM (one per KV head)."""
     if device.type != "cuda":
         return _CPU_TARGET_ITEMS
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     return triton.cdiv(_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+
+
+def graph_plan_capacity(
+    batch_size: int, *, num_kv_heads: int, device: torch.device
+) -> tuple[int, int]:
+    """(max_items, max_entries) of a CUDA graph's plan for `batch_size` rows.
+
+    Items: the automatic chunking targets `default_target_items`, plus one partly filled member
+    block per row at most. Entries: 8 per row (a row's levels times its segments' chunks; the
+    builder lengthens the chunks of a plan that needs more, or refuses a deeper tree).
+    """
+    target = default_target_items(num_kv_heads, device)
+    return target + batch_size, _GRAPH_ENTRIES_PER_ROW * batch_size
 
 
 def _check_segments(segments: Sequence[SharedSegment], batch_size: int) -> list[int]:
@@ -263,25 +287,13 @@ def build_tree_decode_plan(
                 item_entries += [cursor[member] + chunk for member in block] + padding
         for member in segment.members:
             cursor[member] += num_chunks
-    item_padding = [0] * (max_items - num_items)
-    member_padding = item_padding * members_per_item
-    host = [
-        *rows,
-        *item_padding,
-        *starts,
-        *item_padding,
-        *ends,
-        *item_padding,
-        *counts,
-        *item_padding,
-        *item_members,
-        *member_padding,
-        *item_entries,
-        *member_padding,
-        *suffix_starts,
-        *entry_offsets,
-    ]
-    packed = torch.tensor(host, dtype=torch.int32)
+    tables = [rows, starts, ends, counts, item_members, item_entries, suffix_starts, entry_offsets]
+    sizes = _table_sizes(batch_size, members_per_item, max_items)
+    packed = torch.zeros(sum(_aligned(size) for size in sizes), dtype=torch.int32)
+    offset = 0
+    for values, size in zip(tables, sizes, strict=True):
+        packed[offset : offset + len(values)] = torch.tensor(values, dtype=torch.int32)
+        offset += _aligned(size)  # the padding of each table stays 0
     if device.type == "cuda":
         # Pinned, so the copy is queued without waiting for the kernels in flight.
         packed = packed.pin_memory().to(device, non_blocking=True)

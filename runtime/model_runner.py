@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from radixgen.kernels.tree_decode_plan import SharedSegment
 from radixgen.radix_cache.memory_pool import (
     KVBudget,
     ReqToTokenPool,
@@ -83,6 +84,7 @@ class ModelRunner:
         max_total_num_tokens: allocatable KV slots (excluding the padding slot 0).
         max_running_requests: rows of req_to_token.
         attn_backend_name, attn_backend: the attention implementation in use.
+        tree_attention_enabled: decode batches may carry `shared_prefixes` (tree attention).
     """
 
     def __init__(self, server_args: ServerArgs):
@@ -91,6 +93,11 @@ class ModelRunner:
         self.device = resolve_device(server_args.device)
         self.dtype = resolve_dtype(server_args.dtype, self.device)
         self.attn_backend_name = self._choose_attention_backend()  # before the slow load
+        # Decode batches with shared cached prefixes read them once (tree attention): a Triton
+        # backend path; the torch backend stays the plain reference.
+        self.tree_attention_enabled = (
+            self.attn_backend_name == "triton" and not server_args.disable_tree_attention
+        )
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
         if self.context_length > self.model_config.context_length:
@@ -112,7 +119,7 @@ class ModelRunner:
         self.attn_backend = self._create_attention_backend(self.attn_backend_name)
         self.cuda_graph_runner = self._create_cuda_graph_runner()
         logger.info(
-            "loaded %s (%s) on %s in %s: %d KV slots, %d request rows, %s attention",
+            "loaded %s (%s) on %s in %s: %d KV slots, %d request rows, %s attention%s",
             self.model_path,
             self.model_config.architecture,
             self.device,
@@ -120,6 +127,7 @@ class ModelRunner:
             self.max_total_num_tokens,
             self.max_running_requests,
             self.attn_backend_name,
+            " (tree decode attention)" if self.tree_attention_enabled else "",
         )
 
     @property
@@ -154,6 +162,7 @@ class ModelRunner:
         prefix_lens: Sequence[int],
         out_cache_loc: torch.Tensor,
         return_all_logits: bool = False,
+        shared_prefixes: tuple[SharedSegment, ...] | None = None,
     ) -> ForwardBatch:
         """`build_forward_batch` over this runner's pools and attention backend."""
         return build_forward_batch(
@@ -166,6 +175,7 @@ class ModelRunner:
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,
             return_all_logits=return_all_logits,
+            shared_prefixes=shared_prefixes,
         )
 
     def _init_memory_pools(self) -> None:
