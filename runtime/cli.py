@@ -42,8 +42,8 @@ _FLAG_HELP = {
     "the host (default: on for CUDA)",
     "disable_cuda_graph": "run decode eagerly (CUDA graphs are on by default on CUDA)",
     "cuda_graph_max_bs": "largest decode batch replayed from a CUDA graph",
-    "disable_tree_attention": "read shared prefixes once per request in decode (tree attention "
-    "is on by default with the triton backend)",
+    "disable_tree_attention": "decode with plain attention: no reading of shared cached "
+    "prefixes once per group (tree attention, on by default with the triton backend)",
     "constrained_compile_timeout_s": "a regex/JSON-schema compile slower than this fails its "
     "request alone",
     "grammar_backend": "who compiles constraints and computes token masks (llguidance also "

@@ -2,7 +2,7 @@
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf
-# offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
+# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -128,6 +128,28 @@ offline_200() {  # $1: cuda_graph_max_bs
     2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
 }
 
+tree() {  # issue 17: tree decode attention; GSP in-process with it on and off, no-sharing check
+  log "tree attention: GPU tests, microbenchmark"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_tree_attention.py \
+    tests/test_engine_tree_attention.py tests/test_kernels_decode_attention.py \
+    tests/test_kernels_runtime.py 2>&1 | tee "$OUT/tree_gpu_tests.log" | tail -15
+  timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_tree_attention.py \
+    --out "$OUT/bench_tree_attention.json" 2>&1 | tail -30
+  for mode in tree notree; do
+    log "bench offline generated-shared-prefix (defaults), $mode"
+    $BENCH offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
+      $([ $mode = notree ] && echo --disable-tree-attention) \
+      --output-json "$OUT/offline_gsp_$mode.json" 2>&1 \
+      | grep -E "duration|throughput|hit_rate|successful" | tail -8
+    python3 -c "import json; s = json.load(open('$OUT/offline_gsp_$mode.json'))['engine_stats']; \
+print('tree attention steps', s['num_tree_attention_steps'], 'of', s['num_forward_steps'])"
+  done
+  log "bench offline 1000 x (200 in / 200 out), tree attention on (no sharing: plain kernel)"
+  $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
+    --random-input-len 200 --random-output-len 200 --output-json "$OUT/offline_1000_200_200_tree.json" \
+    2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -144,6 +166,7 @@ for stage in "$@"; do
     offline-200-before) offline_200_before ;;
     offline-200-g256) offline_200 256 ;;
     offline-200-g1024) offline_200 1024 ;;
+    tree) tree ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

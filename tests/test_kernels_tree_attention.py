@@ -328,5 +328,5 @@ def test_tree_attention_random_trees_bf16_cuda():
     assert relative_error(out, decode_attention(**args)) < 1e-2
     assert (
         relative_error(tree_decode_attention_ref(**args, plan=plan), decode_attention_ref(**args))
-        < 1e-3
+        < 5e-3  # both fp32 math; bf16 outputs may round one ulp apart
     )
