@@ -267,7 +267,7 @@ def tree_decode_attention(
         out: optional output tensor like q.
         num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
         workspace: optional preallocated partials (CUDA graphs keep one static).
-        block_n, num_warps, num_stages: tuning overrides of the shared pass (benchmarks).
+        block_n (both passes), num_warps, num_stages (the shared pass): tuning overrides.
 
     Returns:
         The attention output, shaped and typed like q.

@@ -10,7 +10,7 @@ scattered slots) plus `suffix` own tokens. Both kernels run on the same inputs; 
 is built once outside the timing (its host cost is reported separately). The main case is the
 issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item / chunk_tokens on it
 (and the shared pass's
-pipeline stages) shows the tuning margin. JSON goes to --out, or $OUT/bench_tree_attention.json.
+pipeline stages and warps) shows the tuning margin. JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ CASES = [
 ]
 QUICK_CASES = CASES[:1]
 SWEEP = [
-    dict(members_per_item=members, chunk_tokens=chunk, num_stages=stages)
+    dict(members_per_item=members, chunk_tokens=chunk, num_stages=stages, num_warps=warps)
     for members in (8, 16, 32)
     for chunk in (256, 512, 1024)
     for stages in (2, 3)
+    for warps in (4, 8)
 ]
 
 
@@ -90,7 +91,15 @@ def relative_error(out, ref) -> float:
 
 
 def bench_case(
-    groups, per_group, prefix, suffix, *, modes=("graph", "eager"), num_stages=None, **plan_options
+    groups,
+    per_group,
+    prefix,
+    suffix,
+    *,
+    modes=("graph", "eager"),
+    num_stages=None,
+    num_warps=None,
+    **plan_options,
 ) -> dict:
     device = torch.device("cuda")
     args, segments = make_case(groups, per_group, prefix, suffix)
@@ -122,7 +131,12 @@ def bench_case(
 
     def run_tree():
         tree_decode_attention(
-            **args, plan=plan, workspace=workspace, out=tree_out, num_stages=num_stages
+            **args,
+            plan=plan,
+            workspace=workspace,
+            out=tree_out,
+            num_stages=num_stages,
+            num_warps=num_warps,
         )
 
     run_decode()

@@ -330,3 +330,34 @@ def test_tree_attention_random_trees_bf16_cuda():
         relative_error(tree_decode_attention_ref(**args, plan=plan), decode_attention_ref(**args))
         < 5e-3  # both fp32 math; bf16 outputs may round one ulp apart
     )
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float8_e4m3fn])
+def test_kv_dtype_is_a_parameter(kv_dtype):
+    """K/V stored in another dtype than q (fp16, fp8) with per-tensor scales: the output is the
+    attention over the dequantised K/V."""
+    args, segments = random_tree_case(
+        num_groups=1,
+        requests_per_group=4,
+        num_unshared=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        dtype=torch.float32,
+        seed=5,
+    )
+    k_scale, v_scale = 0.5, 2.0
+    stored_k = (args["k_buffer"] / k_scale).to(kv_dtype)
+    stored_v = (args["v_buffer"] / v_scale).to(kv_dtype)
+    dequantised = dict(
+        args, k_buffer=stored_k.float() * k_scale, v_buffer=stored_v.float() * v_scale
+    )
+    quantised = dict(args, k_buffer=stored_k, v_buffer=stored_v)
+    plan = make_plan(args, segments, members_per_item=4, chunk_tokens=16)
+    out = tree_decode_attention(
+        **quantised, plan=plan, k_scale=k_scale, v_scale=v_scale, num_kv_splits=2
+    )
+    expected = decode_attention_ref(**dequantised)
+    assert relative_error(out, expected) < 1e-5
+    reference = tree_decode_attention_ref(**quantised, plan=plan, k_scale=k_scale, v_scale=v_scale)
+    assert relative_error(reference, expected) < 1e-5
