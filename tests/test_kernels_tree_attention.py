@@ -23,13 +23,13 @@ from radixgen.kernels.tree_decode_plan import (
 
 def random_tree_case(
     *,
-    num_groups,
-    requests_per_group,
-    num_unshared,
-    num_heads,
-    num_kv_heads,
-    head_dim,
-    dtype,
+    num_groups=2,
+    requests_per_group=3,
+    num_unshared=1,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    dtype=torch.float32,
     max_node_len=24,
     max_suffix_len=20,
     device="cpu",
@@ -181,17 +181,7 @@ def test_tree_attention_equals_decode_attention(
 def test_tree_attention_equals_the_decode_kernel_with_empty_suffixes():
     """Requests whose whole history is shared (empty suffix) next to ones sharing nothing; the
     tree kernel gives the existing Triton decode kernel's output."""
-    args, segments = random_tree_case(
-        num_groups=2,
-        requests_per_group=3,
-        num_unshared=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        dtype=torch.float32,
-        max_suffix_len=1,
-        seed=7,
-    )
+    args, segments = random_tree_case(num_unshared=2, head_dim=32, max_suffix_len=1, seed=7)
     suffixes = args["seq_lens"] - make_plan(args, segments).suffix_starts
     assert (suffixes == 0).any() and (suffixes > 0).any()
     plan = make_plan(args, segments, members_per_item=4, chunk_tokens=16)
@@ -202,16 +192,7 @@ def test_tree_attention_equals_the_decode_kernel_with_empty_suffixes():
 def test_padded_plan_gives_the_same_output():
     """A plan padded to larger capacities (CUDA graphs) and an empty plan (no sharing) are
     exact; rebuilt into the static tables of the capture."""
-    args, segments = random_tree_case(
-        num_groups=2,
-        requests_per_group=3,
-        num_unshared=1,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        dtype=torch.float32,
-        seed=3,
-    )
+    args, segments = random_tree_case(seed=3)
     batch = args["q"].shape[0]
     exact = make_plan(args, segments, members_per_item=2, chunk_tokens=16)
     padded = make_plan(
@@ -336,16 +317,7 @@ def test_tree_attention_random_trees_bf16_cuda():
 def test_kv_dtype_is_a_parameter(kv_dtype):
     """K/V stored in another dtype than q (fp16, fp8) with per-tensor scales: the output is the
     attention over the dequantised K/V."""
-    args, segments = random_tree_case(
-        num_groups=1,
-        requests_per_group=4,
-        num_unshared=1,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        dtype=torch.float32,
-        seed=5,
-    )
+    args, segments = random_tree_case(num_groups=1, requests_per_group=4, seed=5)
     k_scale, v_scale = 0.5, 2.0
     stored_k = (args["k_buffer"] / k_scale).to(kv_dtype)
     stored_v = (args["v_buffer"] / v_scale).to(kv_dtype)
