@@ -27,8 +27,6 @@ tiles are converted to q's dtype for the tensor-core dots; softmax and accumulat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -42,7 +40,7 @@ from radixgen.kernels.decode_attention import (
     default_decode_blocks,
     default_num_kv_splits,
 )
-from radixgen.kernels.tree_decode_plan import TreeDecodePlan
+from radixgen.kernels.tree_decode_plan import TreeDecodePlan, TreeDecodeWorkspace
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -201,30 +199,6 @@ def _tree_merge_kernel(
         out.to(o_ptr.dtype.element_ty),
         mask=mask_d,
     )
-
-
-@dataclass
-class TreeDecodeWorkspace:
-    """fp32 partial results; CUDA graphs keep one alive (the kernels write in place)."""
-
-    shared_out: torch.Tensor  # [max_entries, num_heads, head_dim]
-    shared_lse: torch.Tensor  # [max_entries, num_heads]
-    suffix_out: torch.Tensor  # [batch, num_heads, num_kv_splits, head_dim]
-    suffix_lse: torch.Tensor  # [batch, num_heads, num_kv_splits]
-
-    @classmethod
-    def allocate(
-        cls, *, max_entries, batch_size, num_heads, head_dim, num_kv_splits, device
-    ) -> TreeDecodeWorkspace:
-        def empty(*shape):
-            return torch.empty(shape, dtype=torch.float32, device=device)
-
-        return cls(
-            shared_out=empty(max(max_entries, 1), num_heads, head_dim),
-            shared_lse=empty(max(max_entries, 1), num_heads),
-            suffix_out=empty(batch_size, num_heads, num_kv_splits, head_dim),
-            suffix_lse=empty(batch_size, num_heads, num_kv_splits),
-        )
 
 
 def _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan):

@@ -1,4 +1,5 @@
-"""The work list of `tree_decode_attention`: shared KV ranges read once for all their queries.
+"""The work list of `tree_decode_attention` (shared KV ranges read once for all their queries),
+and its fp32 workspace.
 
 The histories of a decode batch form a tree. Request i's history `[0, seq_len_i)` is a chain of
 shared segments (position ranges whose KV slots are the same for every member request, e.g. a
@@ -140,6 +141,30 @@ class TreeDecodePlan:
             other.members_per_item,
             other.max_items,
             other.max_entries,
+        )
+
+
+@dataclass
+class TreeDecodeWorkspace:
+    """fp32 partial results; CUDA graphs keep one alive (the kernels write in place)."""
+
+    shared_out: torch.Tensor  # [max_entries, num_heads, head_dim]
+    shared_lse: torch.Tensor  # [max_entries, num_heads]
+    suffix_out: torch.Tensor  # [batch, num_heads, num_kv_splits, head_dim]
+    suffix_lse: torch.Tensor  # [batch, num_heads, num_kv_splits]
+
+    @classmethod
+    def allocate(
+        cls, *, max_entries, batch_size, num_heads, head_dim, num_kv_splits, device
+    ) -> TreeDecodeWorkspace:
+        def empty(*shape):
+            return torch.empty(shape, dtype=torch.float32, device=device)
+
+        return cls(
+            shared_out=empty(max(max_entries, 1), num_heads, head_dim),
+            shared_lse=empty(max(max_entries, 1), num_heads),
+            suffix_out=empty(batch_size, num_heads, num_kv_splits, head_dim),
+            suffix_lse=empty(batch_size, num_heads, num_kv_splits),
         )
 
 

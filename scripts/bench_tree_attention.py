@@ -24,8 +24,12 @@ import torch
 import triton
 
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
-from radixgen.kernels.tree_decode_attention import TreeDecodeWorkspace, tree_decode_attention
-from radixgen.kernels.tree_decode_plan import SharedSegment, build_tree_decode_plan
+from radixgen.kernels.tree_decode_attention import tree_decode_attention
+from radixgen.kernels.tree_decode_plan import (
+    SharedSegment,
+    TreeDecodeWorkspace,
+    build_tree_decode_plan,
+)
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 DTYPE = torch.bfloat16

@@ -10,13 +10,13 @@ import torch
 
 from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
 from radixgen.kernels.tree_decode_attention import (
-    TreeDecodeWorkspace,
     tree_decode_attention,
     tree_decode_attention_ref,
 )
 from radixgen.kernels.tree_decode_plan import (
     SharedSegment,
     TreeDecodePlan,
+    TreeDecodeWorkspace,
     build_tree_decode_plan,
 )
 

@@ -23,10 +23,11 @@ import torch
 
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
 from radixgen.kernels.extend_attention import extend_attention
-from radixgen.kernels.tree_decode_attention import TreeDecodeWorkspace, tree_decode_attention
+from radixgen.kernels.tree_decode_attention import tree_decode_attention
 from radixgen.kernels.tree_decode_plan import (
     SharedSegment,
     TreeDecodePlan,
+    TreeDecodeWorkspace,
     build_tree_decode_plan,
     default_members_per_item,
     graph_plan_capacity,
