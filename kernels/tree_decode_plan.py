@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import triton
 
 # Target of the automatic chunking: shared-pass programs per SM (like decode's split count).
 _PROGRAMS_PER_SM = 4
@@ -168,6 +167,14 @@ class TreeDecodeWorkspace:
         )
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _table_sizes(batch_size: int, members_per_item: int, max_items: int) -> list[int]:
     block = max_items * members_per_item
     return [max_items] * 4 + [block, block, batch_size, batch_size + 1]
@@ -176,12 +183,12 @@ def _table_sizes(batch_size: int, members_per_item: int, max_items: int) -> list
 def _aligned(num_ints: int) -> int:
     """Tables start at 16-byte boundaries: Triton specialises kernels on pointer alignment, so
     unaligned views would compile one variant per plan shape."""
-    return triton.cdiv(num_ints, 4) * 4
+    return _cdiv(num_ints, 4) * 4
 
 
 def default_members_per_item(group_size: int) -> int:
     """Requests per item: a 64-row Q tile (16 requests at GQA group 4), a power of two."""
-    return max(1, _QUERY_ROWS_PER_ITEM // triton.next_power_of_2(group_size))
+    return max(1, _QUERY_ROWS_PER_ITEM // _next_power_of_2(group_size))
 
 
 @functools.cache
@@ -190,7 +197,7 @@ def default_target_items(num_kv_heads: int, device: torch.device) -> int:
     if device.type != "cuda":
         return _CPU_TARGET_ITEMS
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return triton.cdiv(_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+    return _cdiv(_PROGRAMS_PER_SM * num_sms, num_kv_heads)
 
 
 def graph_plan_capacity(
@@ -264,17 +271,17 @@ def build_tree_decode_plan(
     if members_per_item & (members_per_item - 1):
         raise ValueError(f"members_per_item must be a power of two, got {members_per_item}")
     suffix_starts = _check_segments(segments, batch_size)
-    blocks = [triton.cdiv(len(s.members), members_per_item) for s in segments]
+    blocks = [_cdiv(len(s.members), members_per_item) for s in segments]
     if chunk_tokens is None:
         work = sum(b * (s.end - s.start) for s, b in zip(segments, blocks, strict=True))
         target = default_target_items(num_kv_heads, device)
-        chunk_tokens = max(_MIN_CHUNK_TOKENS, triton.cdiv(work, max(target, 1)))
-        chunk_tokens = triton.cdiv(chunk_tokens, _CHUNK_ALIGN) * _CHUNK_ALIGN
+        chunk_tokens = max(_MIN_CHUNK_TOKENS, _cdiv(work, max(target, 1)))
+        chunk_tokens = _cdiv(chunk_tokens, _CHUNK_ALIGN) * _CHUNK_ALIGN
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     longest = max((s.end - s.start for s in segments), default=1)
     while True:
-        chunks = [triton.cdiv(s.end - s.start, chunk_tokens) for s in segments]
+        chunks = [_cdiv(s.end - s.start, chunk_tokens) for s in segments]
         num_items = sum(b * c for b, c in zip(blocks, chunks, strict=True))
         num_entries = sum(len(s.members) * c for s, c in zip(segments, chunks, strict=True))
         fits = (max_items is None or num_items <= max_items) and (
