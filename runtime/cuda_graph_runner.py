@@ -153,18 +153,30 @@ class CudaGraphRunner:
                 metadata = backend.make_metadata(forward_batch)
                 self.graphs[batch_size] = self._capture(stream, forward_batch, metadata)
                 if with_tree and batch_size >= 2:
-                    # Its own ForwardBatch (same static tensors): the backend matches metadata
-                    # to the batch object.
-                    forward_batch = self._static_forward_batch(batch_size)
-                    metadata = backend.make_graph_tree_metadata(forward_batch)
-                    self.tree_graphs[batch_size] = self._capture(stream, forward_batch, metadata)
+                    with_tree = self._capture_tree(stream, batch_size)
         backend.metadata = None
         torch.cuda.synchronize(self.device)
         logger.info(
             "captured decode CUDA graphs for batch sizes %s%s",
             self.batch_sizes,
-            " (plain and tree attention)" if with_tree else "",
+            " (plain and tree attention)" if self.tree_graphs else "",
         )
+
+    def _capture_tree(self, stream, batch_size: int) -> bool:
+        """Captures the tree-attention graph of `batch_size`; False (tree attention turned off
+        for this runner, with the error logged) if its kernels fail to build, so that a fault
+        of the newer kernel leaves the engine serving with plain decode attention."""
+        # Its own ForwardBatch (same static tensors): the backend matches metadata to the batch.
+        forward_batch = self._static_forward_batch(batch_size)
+        metadata = self.model_runner.attn_backend.make_graph_tree_metadata(forward_batch)
+        try:
+            self.tree_graphs[batch_size] = self._capture(stream, forward_batch, metadata)
+        except Exception:  # the warm-up compiles the kernels, before any graph capture starts
+            logger.exception("tree attention turned off: its decode graph failed to build")
+            self.tree_graphs.clear()
+            self.model_runner.tree_attention_enabled = False
+            return False
+        return True
 
     def _capture(self, stream, forward_batch: ForwardBatch, metadata) -> _CapturedGraph:
         model = self.model_runner.model
