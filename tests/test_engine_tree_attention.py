@@ -8,9 +8,12 @@ import random
 import pytest
 import torch
 
+from radixgen.kernels.tree_decode_plan import SharedSegment, build_tree_decode_plan
 from radixgen.runtime.attention import tree_grouping
 from radixgen.runtime.attention.tree_grouping import shared_prefix_segments
 from radixgen.runtime.engine import Engine
+from radixgen.runtime.forward_batch import ForwardMode
+from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.request_schema import GenerateReq, SamplingParams
 from radixgen.runtime.scheduler import Scheduler
 from radixgen.runtime.server_args import ServerArgs
@@ -131,3 +134,49 @@ def test_greedy_outputs_unchanged_by_tree_attention_cuda(tiny_model_path, disabl
     # flip one sequence's greedy token; the others must be identical.
     same = sum(a == b for a, b in zip(with_tree, without, strict=True))
     assert same >= len(without) - 1, (with_tree, without)
+
+
+def test_graph_plan_is_filled_in_place_and_refused_when_too_big(tiny_model_path):
+    """The CUDA-graph side of the backend, on the CPU: a static plan of fixed capacity takes any
+    grouping that fits (refilled only when the grouping changes) and refuses one that does not
+    (the graph runner then replays the plain graph)."""
+    runner = ModelRunner(
+        ServerArgs(
+            model_path=tiny_model_path,
+            device="cpu",
+            attention_backend="triton",
+            max_total_tokens=256,
+            max_running_requests=8,
+        )
+    )
+    backend = runner.attn_backend
+    forward_batch = runner.build_forward_batch(
+        mode=ForwardMode.DECODE,
+        input_ids=[[5]] * 4,
+        req_pool_indices=[0, 1, 2, 3],
+        prefix_lens=[20] * 4,
+        out_cache_loc=runner.slot_allocator.alloc(4),
+    )
+    metadata = backend.make_graph_tree_metadata(forward_batch)
+    static = metadata.plan
+    assert static.num_items == 0 and not static.packed.any()  # captured with no sharing
+
+    fits = (SharedSegment(kv_row=1, start=0, end=12, members=(0, 1, 3)),)
+    assert backend.fill_graph_tree_plan(metadata, fits)
+    options = dict(
+        batch_size=4,
+        group_size=2,
+        num_kv_heads=4,
+        device=torch.device("cpu"),
+        members_per_item=static.members_per_item,
+        max_items=static.max_items,
+        max_entries=static.max_entries,
+    )
+    assert torch.equal(static.packed, build_tree_decode_plan(fits, **options).packed)
+    static.packed.zero_()
+    assert backend.fill_graph_tree_plan(metadata, fits)  # unchanged grouping: not rebuilt
+    assert not static.packed.any()
+
+    # One shared segment per position: more items than the capacity, whatever the chunking.
+    too_many = tuple(SharedSegment(0, p, p + 1, (0, 1)) for p in range(static.max_items + 1))
+    assert not backend.fill_graph_tree_plan(metadata, too_many)
