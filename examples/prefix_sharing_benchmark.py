@@ -2,8 +2,12 @@
 common prefix, and fork(n) against n independent runs of the same prefix.
 
     python examples/prefix_sharing_benchmark.py [--model-path DIR] [--batch-size N]
+        [--max-tokens N] [--load-format dummy] [--disable-tree-attention]
 
-Reports prefill tokens the engine computed (from `Engine.get_stats()`) and wall time.
+Reports prefill tokens the engine computed (from `Engine.get_stats()`), the decode steps that
+read the shared prefix once (tree attention) and wall time. Longer outputs (`--max-tokens`)
+make decode, and thus tree attention, matter (compare with `--disable-tree-attention`); EOS
+is ignored, so every branch generates exactly that many tokens.
 """
 
 from __future__ import annotations
@@ -19,42 +23,55 @@ FEW_SHOT = "".join(
 
 
 @rg.function
-def classify(s, review):
+def classify(s, review, max_tokens=2):
     s += FEW_SHOT + f"Review: {review}\nSentiment: "
-    s += rg.gen("label", max_tokens=2)
+    s += rg.gen("label", max_tokens=max_tokens, ignore_eos=True)
 
 
 @rg.function
-def branches(s, num_branches):
+def branches(s, num_branches, max_tokens=2):
     s += FEW_SHOT + "Review: one more.\nSentiment: "
     forks = s.fork(num_branches)
-    forks += rg.gen("label", max_tokens=2)
+    forks += rg.gen("label", max_tokens=max_tokens, ignore_eos=True)
     forks.join()
 
 
 @rg.function
-def single_branch(s):
+def single_branch(s, max_tokens=2):
     s += FEW_SHOT + "Review: one more.\nSentiment: "
-    s += rg.gen("label", max_tokens=2)
+    s += rg.gen("label", max_tokens=max_tokens, ignore_eos=True)
 
 
-def measure(engine, run) -> tuple[int, float]:
-    """(prefill tokens computed, seconds) of `run()`, starting from an empty cache."""
+def measure(engine, run) -> tuple[int, int, float]:
+    """(prefill tokens computed, tree-attention decode steps, seconds) of `run()`, starting
+    from an empty cache."""
     assert engine.flush_cache()
-    before = engine.get_stats()["num_computed_prefill_tokens"]
+    before = engine.get_stats()
     start = time.perf_counter()
     run()
     elapsed = time.perf_counter() - start
-    return engine.get_stats()["num_computed_prefill_tokens"] - before, elapsed
+    after = engine.get_stats()
+    return (
+        after["num_computed_prefill_tokens"] - before["num_computed_prefill_tokens"],
+        after["num_tree_attention_steps"] - before["num_tree_attention_steps"],
+        elapsed,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", default="tiny")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=2, help="tokens each branch generates")
+    parser.add_argument("--load-format", default="auto", help="'dummy': random weights")
+    parser.add_argument("--disable-tree-attention", action="store_true")
     args = parser.parse_args()
-    batch = [{"review": f"text {i}"} for i in range(args.batch_size)]
-    with rg.Engine(model_path=args.model_path) as engine:
+    max_tokens = args.max_tokens
+    batch = [{"review": f"text {i}", "max_tokens": max_tokens} for i in range(args.batch_size)]
+    engine_args = dict(
+        load_format=args.load_format, disable_tree_attention=args.disable_tree_attention
+    )
+    with rg.Engine(model_path=args.model_path, **engine_args) as engine:
         prefix_tokens = len(engine.tokenizer.encode(FEW_SHOT))
         print(f"shared prefix: {prefix_tokens} tokens, batch of {len(batch)}")
         rows = {
@@ -65,17 +82,20 @@ def main() -> None:
                 batch, backend=engine, progress_bar=False, temperature=0.0, warm_prefix=False
             ),
             f"fork({len(batch)})": lambda: branches.run(
-                num_branches=len(batch), backend=engine, temperature=0.0
+                num_branches=len(batch), max_tokens=max_tokens, backend=engine, temperature=0.0
             ),
             f"{len(batch)} separate runs, concurrent": lambda: single_branch.run_batch(
-                [{}] * len(batch), backend=engine, progress_bar=False, warm_prefix=False
+                [{"max_tokens": max_tokens}] * len(batch),
+                backend=engine,
+                progress_bar=False,
+                warm_prefix=False,
             ),
         }
-        print("| case | prefill tokens computed | wall s |")
-        print("| --- | ---: | ---: |")
+        print("| case | prefill tokens computed | tree-attention steps | wall s |")
+        print("| --- | ---: | ---: | ---: |")
         for name, run in rows.items():
-            tokens, seconds = measure(engine, run)
-            print(f"| {name} | {tokens} | {seconds:.2f} |")
+            tokens, tree_steps, seconds = measure(engine, run)
+            print(f"| {name} | {tokens} | {tree_steps} | {seconds:.2f} |")
 
 
 if __name__ == "__main__":

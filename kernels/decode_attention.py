@@ -16,6 +16,10 @@ FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are load
 `k_scale` is folded into the softmax scale and `v_scale` into each split's normalised output,
 so the math stays fp32-accumulated exactly as for a bf16 pool.
 
+The stage-1 kernel (`decode_split_kernel`, with `HAS_KV_STARTS`: positions `[kv_start, seq_len)`)
+and its inner loop (`attend_paged_range`) also serve tree decode attention
+(`tree_decode_attention.py`), for each request's own suffix and for shared segments.
+
 `num_kv_splits` depends only on the batch size and the device, never on the lengths, so the
 grid is fixed for a batch size and the launch can be captured in a CUDA graph; lengths are read
 on the device. Splitting fills the GPU when batch * num_kv_heads is small and contexts are long.
@@ -35,13 +39,67 @@ FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
-def _decode_split_kernel(
+def attend_paged_range(
+    q,  # [BLOCK_M, BLOCK_D] in the compute dtype
+    k_base,  # K of one KV head: slot s at k_base + s * stride_k_slot
+    v_base,
+    slot_row_ptr,  # a req_to_token row: the KV slot of each position
+    start,
+    end,
+    qk_scale,  # scaling * log2(e) (times a K dequantisation scale)
+    stride_k_slot,
+    stride_v_slot,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Online softmax of q's rows over positions [start, end) of one paged history, base 2.
+
+    K/V tiles are converted to q's dtype (a no-op unless the pool stores another dtype) for the
+    tensor-core dots; accumulators are fp32. Returns (acc [M, D], row max [M], row sum [M]).
+    """
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < HEAD_DIM
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for n in range(start, end, BLOCK_N):
+        pos = n + offs_n
+        mask_n = pos < end
+        slots = tl.load(slot_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
+        k = tl.load(
+            k_base + slots[None, :] * stride_k_slot + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None],
+            other=0.0,
+        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]
+        v = tl.load(
+            v_base + slots[:, None] * stride_v_slot + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
+        qk = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        # Position n < end is valid, so every row's max is finite.
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def decode_split_kernel(
     q_ptr,  # [batch, num_heads, head_dim]
     k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
     v_buffer_ptr,
     req_to_token_ptr,  # [rows, max_context_len] int32
     req_pool_indices_ptr,  # [batch]
     seq_lens_ptr,  # [batch]
+    kv_starts_ptr,  # [batch] int32, first position attended (read only if HAS_KV_STARTS)
     partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
     partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
     qk_scale,  # softmax scale * log2(e) * k_scale
@@ -54,6 +112,7 @@ def _decode_split_kernel(
     stride_vb_head,
     stride_req_row,
     num_kv_splits,  # runtime: tuning it does not recompile
+    HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -65,14 +124,14 @@ def _decode_split_kernel(
     split = tl.program_id(2)
 
     seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
+    kv_start = tl.load(kv_starts_ptr + req) if HAS_KV_STARTS else 0
     row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N
-    split_start = split * split_len
+    split_len = tl.cdiv(tl.cdiv(seq_len - kv_start, num_kv_splits), BLOCK_N) * BLOCK_N
+    split_start = kv_start + split * split_len
     split_end = tl.minimum(split_start + split_len, seq_len)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
     mask_h = offs_h < GROUP_SIZE
     mask_d = offs_d < HEAD_DIM
     heads = kv_head * GROUP_SIZE + offs_h
@@ -82,42 +141,28 @@ def _decode_split_kernel(
         mask=mask_h[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_H, BLOCK_D]
-
-    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    k_base = k_buffer_ptr + kv_head * stride_kb_head
-    v_base = v_buffer_ptr + kv_head * stride_vb_head
-    for n in range(split_start, split_end, BLOCK_N):
-        pos = n + offs_n
-        mask_n = pos < split_end
-        slots = tl.load(req_to_token_ptr + row * stride_req_row + pos, mask=mask_n, other=0)
-        slots = slots.to(tl.int64)
-        k = tl.load(
-            k_base + slots[None, :] * stride_kb_slot + offs_d[:, None],
-            mask=mask_n[None, :] & mask_d[:, None],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]; FP8 pools: converted exactly
-        v = tl.load(
-            v_base + slots[:, None] * stride_vb_slot + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
-        qk = tl.dot(q, k) * qk_scale  # [BLOCK_H, BLOCK_N], log2 units
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    acc, m_i, l_i = attend_paged_range(
+        q,
+        k_buffer_ptr + kv_head * stride_kb_head,
+        v_buffer_ptr + kv_head * stride_vb_head,
+        req_to_token_ptr + row * stride_req_row,
+        split_start,
+        split_end,
+        qk_scale,
+        stride_kb_slot,
+        stride_vb_slot,
+        BLOCK_H,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+    )
 
     # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
     partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
     if split_end > split_start:
         lse = m_i + tl.math.log2(l_i)
         out = acc * (v_scale / l_i[:, None])
-    else:
+    else:  # an empty split (a short range): weight 0 in the merge
         lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     tl.store(
@@ -188,14 +233,18 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
 
-def _default_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
+def default_decode_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages); measured on the H200."""
     if device.type != "cuda":
         return 32, 4, 1
     return (64, 4, 3) if head_dim <= 128 else (32, 4, 2)
 
 
-def _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens):
+def check_decode_inputs(
+    q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, *, kv_dtypes=None
+) -> None:
+    """Shapes, strides and dtypes of a paged decode call; K/V must have q's dtype unless
+    `kv_dtypes` lists the allowed ones. Raises ValueError/TypeError naming the argument."""
     if q.dim() != 3:
         raise ValueError(f"q must be [batch, num_heads, head_dim], got {tuple(q.shape)}")
     batch, num_heads, head_dim = q.shape
@@ -215,9 +264,16 @@ def _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, 
         raise ValueError("q must be contiguous in head_dim")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"q must be float16/bfloat16/float32, got {q.dtype}")
-    if k_buffer.dtype != v_buffer.dtype or k_buffer.dtype not in (q.dtype, *FP8_KV_DTYPES):
+    if kv_dtypes is None and (
+        k_buffer.dtype != v_buffer.dtype or k_buffer.dtype not in (q.dtype, *FP8_KV_DTYPES)
+    ):
         raise TypeError(
             f"k_buffer/v_buffer dtype must be q's ({q.dtype}) or FP8 (e4m3/e5m2), got "
+            f"{k_buffer.dtype}/{v_buffer.dtype}"
+        )
+    if kv_dtypes is not None and not {k_buffer.dtype, v_buffer.dtype} <= set(kv_dtypes):
+        raise TypeError(
+            f"k_buffer/v_buffer dtype must be one of {kv_dtypes}, got "
             f"{k_buffer.dtype}/{v_buffer.dtype}"
         )
     if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
@@ -268,7 +324,7 @@ def decode_attention(
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
     """
-    _check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+    check_decode_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     if out is None:
@@ -292,14 +348,15 @@ def decode_attention(
 
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
-    default_n, default_warps, default_stages = _default_blocks(head_dim, q.device)
-    _decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
+    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
+    decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
         v_buffer,
         req_to_token,
         req_pool_indices,
         seq_lens,
+        seq_lens,  # kv_starts: unused (HAS_KV_STARTS=False)
         partial_out,
         partial_lse,
         scaling * LOG2_E * k_scale,
@@ -312,6 +369,7 @@ def decode_attention(
         v_buffer.stride(1),
         req_to_token.stride(0),
         num_kv_splits,
+        HAS_KV_STARTS=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

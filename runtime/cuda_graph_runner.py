@@ -15,6 +15,11 @@ How it stays correct:
   capture and kept alive by this runner: the graph holds its pointers. The Triton decode
   kernels read the lengths on the device, so one graph serves every length.
 - The KV pool and `req_to_token` are the runner's own tensors, never reallocated.
+- Tree attention (`model_runner.tree_attention_enabled`): each batch size of 2 or more gets a
+  second graph whose attention is `tree_decode_attention` over a static `TreeDecodePlan` of fixed
+  capacities. A batch with `shared_prefixes` copies its plan into that graph's tables and replays
+  it; a plan that does not fit them, or a batch without sharing, replays the plain graph. The
+  tree kernels' grids depend only on the capacities, so one graph serves every grouping.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class CudaGraphRunner:
         self.static = _StaticInputs(buffer(), buffer(), buffer(), buffer(), buffer())
         self.static.fill_padding()
         self.graphs: dict[int, _CapturedGraph] = {}
+        self.tree_graphs: dict[int, _CapturedGraph] = {}  # tree attention, batch sizes >= 2
         self.memory_pool = torch.cuda.graph_pool_handle()
         self._capture_all()
 
@@ -124,31 +130,66 @@ class CudaGraphRunner:
         static.seq_lens[:batch].copy_(forward_batch.seq_lens)
         static.out_cache_loc[:batch].copy_(forward_batch.out_cache_loc)
         captured = self.graphs[padded]
+        tree_graph = self.tree_graphs.get(padded)
+        if (
+            forward_batch.shared_prefixes is not None
+            and tree_graph is not None
+            and self.model_runner.attn_backend.fill_graph_tree_plan(
+                tree_graph.attn_metadata, forward_batch.shared_prefixes
+            )
+        ):
+            captured = tree_graph
         captured.graph.replay()
         return captured.logits[:batch].clone()
 
     def _capture_all(self) -> None:
-        model = self.model_runner.model
         backend = self.model_runner.attn_backend
         stream = torch.cuda.Stream(device=self.device)
         # Largest first: the smaller graphs then fit in the memory the largest left in the pool.
+        with_tree = self.model_runner.tree_attention_enabled
         with torch.no_grad():
             for batch_size in reversed(self.batch_sizes):
                 forward_batch = self._static_forward_batch(batch_size)
                 metadata = backend.make_metadata(forward_batch)
-                backend.metadata = metadata
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # warm-up: compiles kernels, settles allocations
-                        model(forward_batch)
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.memory_pool, stream=stream):
-                    logits = model(forward_batch)
-                self.graphs[batch_size] = _CapturedGraph(graph, forward_batch, metadata, logits)
+                self.graphs[batch_size] = self._capture(stream, forward_batch, metadata)
+                if with_tree and batch_size >= 2:
+                    with_tree = self._capture_tree(stream, batch_size)
         backend.metadata = None
         torch.cuda.synchronize(self.device)
-        logger.info("captured decode CUDA graphs for batch sizes %s", self.batch_sizes)
+        logger.info(
+            "captured decode CUDA graphs for batch sizes %s%s",
+            self.batch_sizes,
+            " (plain and tree attention)" if self.tree_graphs else "",
+        )
+
+    def _capture_tree(self, stream, batch_size: int) -> bool:
+        """Captures the tree-attention graph of `batch_size`; False (tree attention turned off
+        for this runner, with the error logged) if its kernels fail to build, so that a fault
+        of the newer kernel leaves the engine serving with plain decode attention."""
+        # Its own ForwardBatch (same static tensors): the backend matches metadata to the batch.
+        forward_batch = self._static_forward_batch(batch_size)
+        metadata = self.model_runner.attn_backend.make_graph_tree_metadata(forward_batch)
+        try:
+            self.tree_graphs[batch_size] = self._capture(stream, forward_batch, metadata)
+        except Exception:  # the warm-up compiles the kernels, before any graph capture starts
+            logger.exception("tree attention turned off: its decode graph failed to build")
+            self.tree_graphs.clear()
+            self.model_runner.tree_attention_enabled = False
+            return False
+        return True
+
+    def _capture(self, stream, forward_batch: ForwardBatch, metadata) -> _CapturedGraph:
+        model = self.model_runner.model
+        self.model_runner.attn_backend.metadata = metadata
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: compiles kernels, settles allocations
+                model(forward_batch)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.memory_pool, stream=stream):
+            logits = model(forward_batch)
+        return _CapturedGraph(graph, forward_batch, metadata, logits)
 
     def _static_forward_batch(self, batch_size: int) -> ForwardBatch:
         static = self.static

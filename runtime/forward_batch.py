@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from radixgen.kernels.tree_decode_plan import SharedSegment
     from radixgen.radix_cache.memory_pool import ReqToTokenPool, TokenToKVPool
     from radixgen.runtime.attention.base import AttentionBackend
 
@@ -54,6 +55,9 @@ class ForwardBatch:
     # If True the model returns logits for every token ([num_tokens, vocab]; prompt logprobs
     # and select() need them); otherwise only for the last token of each request ([batch, vocab]).
     return_all_logits: bool = False
+    # DECODE with tree attention: the cached prefixes that several rows share (members are row
+    # indices; runtime/attention/tree_grouping.py). None: plain decode attention.
+    shared_prefixes: tuple[SharedSegment, ...] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -80,6 +84,7 @@ def build_forward_batch(
     token_to_kv_pool: TokenToKVPool,
     attn_backend: AttentionBackend,
     return_all_logits: bool = False,
+    shared_prefixes: tuple[SharedSegment, ...] | None = None,
 ) -> ForwardBatch:
     """Packs a batch and writes its new tokens' slots into `req_to_token`.
 
@@ -97,6 +102,7 @@ def build_forward_batch(
         out_cache_loc: [sum of new tokens] KV slots of the new tokens, request by request.
         req_to_token_pool, token_to_kv_pool, attn_backend: the runner's pools and backend.
         return_all_logits: return logits for every token instead of each request's last.
+        shared_prefixes: DECODE only: the shared cached prefixes, for tree attention.
 
     Raises:
         ValueError: mismatched lengths, a request without new tokens, a DECODE request with
@@ -122,6 +128,8 @@ def build_forward_batch(
         raise ValueError("input_ids: every request needs at least one new token")
     if mode == ForwardMode.DECODE and max(extend_lens_cpu) != 1:
         raise ValueError("input_ids: DECODE takes exactly one new token per request")
+    if shared_prefixes is not None and mode != ForwardMode.DECODE:
+        raise ValueError("shared_prefixes are for DECODE batches only")
     if min(prefix_lens_cpu) < 0:
         raise ValueError(f"prefix_lens must be >= 0, got {prefix_lens_cpu}")
     if max(seq_lens_cpu) > req_to_token_pool.max_context_len:
@@ -180,6 +188,7 @@ def build_forward_batch(
         prefix_lens_cpu=prefix_lens_cpu,
         extend_lens_cpu=extend_lens_cpu,
         return_all_logits=return_all_logits,
+        shared_prefixes=shared_prefixes,
     )
 
 

@@ -111,6 +111,7 @@ class SchedulerStats:
     context_length: int = 0
     num_jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
     num_mixed_steps: int = 0  # extend forwards that also decoded the running requests
+    num_tree_attention_steps: int = 0  # decode forwards that read shared prefixes once
 
 
 @dataclass
@@ -124,6 +125,7 @@ class SchedulerCounters:
     jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
     forward_steps: int = 0
     mixed_steps: int = 0  # extend forwards that also decoded the running requests
+    tree_attention_steps: int = 0  # decode forwards with shared prefixes (tree attention)
     retractions: int = 0
     finished_reqs: int = 0
 
@@ -164,4 +166,5 @@ class SchedulerCounters:
             context_length=context_length,
             num_jump_forward_tokens=self.jump_forward_tokens,
             num_mixed_steps=self.mixed_steps,
+            num_tree_attention_steps=self.tree_attention_steps,
         )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from radixgen.kernels.tree_decode_plan import SharedSegment
 from radixgen.radix_cache.memory_pool import (
     KVBudget,
     ReqToTokenPool,
@@ -119,6 +120,7 @@ class ModelRunner:
         max_total_num_tokens: allocatable KV slots (excluding the padding slot 0).
         max_running_requests: rows of req_to_token.
         attn_backend_name, attn_backend: the attention implementation in use.
+        tree_attention_enabled: decode batches may carry `shared_prefixes` (tree attention).
     """
 
     def __init__(self, server_args: ServerArgs):
@@ -130,6 +132,11 @@ class ModelRunner:
         if self.kv_cache_dtype != self.dtype and self.kv_cache_dtype.itemsize == 1:
             check_fp8_support(self.device, f"kv_cache_dtype={server_args.kv_cache_dtype!r}")
         self.attn_backend_name = self._choose_attention_backend()  # before the slow load
+        # Decode batches with shared cached prefixes read them once (tree attention): a Triton
+        # backend path; the torch backend stays the plain reference.
+        self.tree_attention_enabled = (
+            self.attn_backend_name == "triton" and not server_args.disable_tree_attention
+        )
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
         if self.context_length > self.model_config.context_length:
@@ -157,7 +164,7 @@ class ModelRunner:
         self.cuda_graph_runner = self._create_cuda_graph_runner()
         logger.info(
             "loaded %s (%s) on %s in %s (linear layers: %s): %d KV slots of %s, %d request rows, "
-            "%s attention",
+            "%s attention%s",
             self.model_path,
             self.model_config.architecture,
             self.device,
@@ -167,6 +174,7 @@ class ModelRunner:
             self.kv_cache_dtype,
             self.max_running_requests,
             self.attn_backend_name,
+            " (tree decode attention)" if self.tree_attention_enabled else "",
         )
 
     @property
@@ -201,6 +209,7 @@ class ModelRunner:
         prefix_lens: Sequence[int],
         out_cache_loc: torch.Tensor,
         return_all_logits: bool = False,
+        shared_prefixes: tuple[SharedSegment, ...] | None = None,
     ) -> ForwardBatch:
         """`build_forward_batch` over this runner's pools and attention backend."""
         return build_forward_batch(
@@ -213,6 +222,7 @@ class ModelRunner:
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,
             return_all_logits=return_all_logits,
+            shared_prefixes=shared_prefixes,
         )
 
     def _init_memory_pools(self) -> None:

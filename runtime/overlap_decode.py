@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.runtime.attention.tree_grouping import decode_shared_prefixes
 from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
 from radixgen.runtime.io_struct import SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
@@ -182,6 +183,7 @@ class OverlapDecoder:
         )
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
+        self.counters.tree_attention_steps += forward_batch.shared_prefixes is not None
         # While the device computes the forward: process the step in flight (it waits for
         # that step's ids only, queued before this forward), which advances the matchers,
         # so sampling can then fill this step's masks. Requests it finishes keep a wasted row;
@@ -235,12 +237,14 @@ class OverlapDecoder:
             input_ids = pending_ids
         else:
             input_ids = [[0] if run is None else run for run in host_runs]  # 0: placeholder
+        mode = ForwardMode.DECODE if is_decode else ForwardMode.EXTEND
         forward_batch = self.runner.build_forward_batch(
-            mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
+            mode=mode,
             input_ids=input_ids,
             req_pool_indices=[r.req_pool_idx for r in next_reqs],
             prefix_lens=prefix_lens,
             out_cache_loc=self.kv.alloc_slots(sum(counts)),
+            shared_prefixes=decode_shared_prefixes(self.runner, next_reqs, mode),
         )
         if pending_ids is not None and input_ids is not pending_ids:
             starts = list(itertools.accumulate(counts, initial=0))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from radixgen.runtime.attention.tree_grouping import decode_shared_prefixes
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req
@@ -81,6 +82,7 @@ class ScheduleBatch:
             prefix_lens=[r.kv_committed_len for r in reqs],
             out_cache_loc=out_cache_loc,
             return_all_logits=self.wants_all_logits,
+            shared_prefixes=decode_shared_prefixes(runner, reqs, mode),
         )
 
     def filter(self, keep: list[int]) -> None:

@@ -232,6 +232,7 @@ class Scheduler:
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
+        self.counters.tree_attention_steps += forward_batch.shared_prefixes is not None
         if batch.mode == ForwardMode.EXTEND:
             if batch.mixed_decode_reqs:  # their rows follow the extend requests' rows
                 num_extend = len(batch.reqs)

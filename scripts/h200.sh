@@ -3,7 +3,7 @@
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
 # fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
-# offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
+# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -159,6 +159,34 @@ fp8_latency() {  # batch-1 decode ms/token (target <= 2.6 ms with FP8 weights), 
   done
 }
 
+tree() {  # issue 17: tree decode attention; GSP in-process with it on and off, no-sharing check
+  log "tree attention: GPU tests, microbenchmark"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_tree_attention.py \
+    tests/test_engine_tree_attention.py tests/test_kernels_decode_attention.py \
+    tests/test_kernels_runtime.py 2>&1 | tee "$OUT/tree_gpu_tests.log" | tail -15
+  timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_tree_attention.py \
+    --out "$OUT/bench_tree_attention.json" 2>&1 | tail -30
+  for mode in tree notree; do
+    log "bench offline generated-shared-prefix (defaults), $mode"
+    $BENCH offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
+      $([ $mode = notree ] && echo --disable-tree-attention) \
+      --output-json "$OUT/offline_gsp_$mode.json" 2>&1 \
+      | grep -E "duration|throughput|hit_rate|successful" | tail -8
+    python3 -c "import json; s = json.load(open('$OUT/offline_gsp_$mode.json'))['engine_stats']; \
+print('tree attention steps', s['num_tree_attention_steps'], 'of', s['num_forward_steps'])"
+  done
+  for flag in "" --disable-tree-attention; do
+    log "DSL prefix sharing (fork / run_batch), 64 branches x 256 tokens $flag"
+    timeout ${STAGE_TIMEOUT:-330} python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
+      --load-format dummy --batch-size 64 --max-tokens 256 $flag 2>&1 | grep '^|' \
+      | tee "$OUT/dsl_prefix_sharing${flag:+_notree}.md"
+  done
+  log "bench offline 1000 x (200 in / 200 out), tree attention on (no sharing: plain kernel)"
+  $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
+    --random-input-len 200 --random-output-len 200 --output-json "$OUT/offline_1000_200_200_tree.json" \
+    2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -184,6 +212,7 @@ for stage in "$@"; do
     fp8-offline-w8) fp8_offline fp8w --quantization fp8 ;;
     fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
     fp8-offline-w8kv8) fp8_offline fp8w_fp8kv --quantization fp8 --kv-cache-dtype fp8_e4m3 ;;
+    tree) tree ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -87,14 +87,17 @@ class LlamaAttention(nn.Module):
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        # Rotary and the KV-cache store of the new tokens in one kernel on CUDA.
-        k_cache, v_cache = forward_batch.token_to_kv_pool.get_kv_buffer(self.layer_id)
-        q, k = rotary_emb.forward_and_store_kv(
-            forward_batch.positions, q, k, v, k_cache, v_cache, forward_batch.out_cache_loc
-        )
+        pool = forward_batch.token_to_kv_pool
+        if pool.is_fp8:  # the quantising store (scale, clamp, cast) is the pool's: unfused
+            q, k = rotary_emb(forward_batch.positions, q, k)
+        else:  # rotary and the KV-cache store of the new tokens in one kernel on CUDA
+            k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
+            q, k = rotary_emb.forward_and_store_kv(
+                forward_batch.positions, q, k, v, k_cache, v_cache, forward_batch.out_cache_loc
+            )
         # [num_tokens, num_heads, head_dim]
         attn_output = forward_batch.attn_backend.forward(
-            q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
+            q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=not pool.is_fp8
         )
         return self.o_proj(attn_output.reshape(num_tokens, self.q_size))
 

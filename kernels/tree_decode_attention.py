@@ -1,0 +1,414 @@
+"""Tree (cascade) decode attention: shared prefixes read once for all the queries that share them.
+
+Decode attention reads every request's whole history; when 16 requests share a 2048-token
+prompt, its KV is read 16 times per step. Here a batch's histories are a tree
+(`TreeDecodePlan`, built from `SharedSegment`s): shared segments, then each request's suffix.
+Attention over a union of disjoint ranges is the log-sum-exp merge of the per-range results,
+so three launches compute exactly what `decode_attention` computes:
+
+1. Shared pass, grid `(max_items, num_kv_heads)`. One program takes one item (a token chunk of a
+   segment and up to `members_per_item` member requests) and one KV head. Its Q tile is the
+   members' query heads of that KV head, `[members_per_item * BLOCK_G, head_dim]` (64 rows by
+   default), as in prefill: every K/V row read serves all of them. It writes each member's
+   normalised partial output and base-2 log-sum-exp to the member's entry. Padding items (no
+   members, empty range) write nothing.
+2. Suffix pass, grid `(batch, num_kv_heads, num_kv_splits)`: decode's split-KV program over
+   `[suffix_starts[i], seq_lens[i])` (the whole history for a request that shares nothing).
+3. Merge, grid `(batch, num_heads)`: the suffix splits and the request's shared entries
+   `entry_offsets[i] .. entry_offsets[i+1]`, weighted by `exp2(lse - max lse)`.
+
+Grids depend only on the plan's capacities, the batch size and the split count; lengths and the
+grouping are read on the device, so the launches can be captured in a CUDA graph
+(`TreeDecodePlan.empty` at capture, real plans copied into its `packed` tensor before replay).
+
+K/V may be stored in another dtype than q (`k_scale`/`v_scale` dequantise per tensor): K/V
+tiles are converted to q's dtype for the tensor-core dots; softmax and accumulators are fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radixgen.kernels.decode_attention import (
+    LOG2_E,
+    MAX_KV_SPLITS,
+    attend_paged_range,
+    check_decode_inputs,
+    decode_split_kernel,
+    default_decode_blocks,
+    default_num_kv_splits,
+)
+from radixgen.kernels.tree_decode_plan import TreeDecodePlan, TreeDecodeWorkspace
+
+KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+@triton.jit
+def _tree_shared_kernel(
+    q_ptr,  # [batch, num_heads, head_dim]
+    k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer_ptr,
+    req_to_token_ptr,  # [rows, max_context_len] int32
+    item_kv_rows_ptr,  # [max_items] int32
+    item_kv_starts_ptr,
+    item_kv_ends_ptr,
+    item_num_members_ptr,
+    item_members_ptr,  # [max_items, MEMBERS] int32
+    item_entries_ptr,  # [max_items, MEMBERS] int32
+    partial_out_ptr,  # [max_entries, num_heads, head_dim] fp32
+    partial_lse_ptr,  # [max_entries, num_heads] fp32
+    qk_scale,
+    num_heads,
+    stride_q_batch,
+    stride_q_head,
+    stride_kb_slot,
+    stride_kb_head,
+    stride_vb_slot,
+    stride_vb_head,
+    stride_req_row,
+    GROUP_SIZE: tl.constexpr,
+    MEMBERS: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # >= GROUP_SIZE, a power of two; MEMBERS * BLOCK_G >= 16
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    item = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    start = tl.load(item_kv_starts_ptr + item)
+    end = tl.load(item_kv_ends_ptr + item)
+    num_members = tl.load(item_num_members_ptr + item)
+    row = tl.load(item_kv_rows_ptr + item).to(tl.int64)
+
+    BLOCK_M: tl.constexpr = MEMBERS * BLOCK_G
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    member = offs_m // BLOCK_G  # row m is query head (m % BLOCK_G) of member (m // BLOCK_G)
+    head_in_group = offs_m % BLOCK_G
+    mask_member = member < num_members
+    mask_m = mask_member & (head_in_group < GROUP_SIZE)
+    mask_d = offs_d < HEAD_DIM
+    request = tl.load(item_members_ptr + item * MEMBERS + member, mask=mask_member, other=0)
+    entry = tl.load(item_entries_ptr + item * MEMBERS + member, mask=mask_member, other=0)
+    heads = kv_head * GROUP_SIZE + head_in_group
+    q = tl.load(
+        q_ptr
+        + request.to(tl.int64)[:, None] * stride_q_batch
+        + heads[:, None] * stride_q_head
+        + offs_d[None, :],
+        mask=mask_m[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # [BLOCK_M, BLOCK_D]
+    acc, m_i, l_i = attend_paged_range(
+        q,
+        k_buffer_ptr + kv_head * stride_kb_head,
+        v_buffer_ptr + kv_head * stride_vb_head,
+        req_to_token_ptr + row * stride_req_row,
+        start,
+        end,
+        qk_scale,
+        stride_kb_slot,
+        stride_vb_slot,
+        BLOCK_M,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+    )
+    # Padding items have no members (every store below is masked off) and an empty range.
+    l_i = tl.where(l_i > 0, l_i, 1.0)
+    out_row = entry.to(tl.int64) * num_heads + heads  # [BLOCK_M]
+    tl.store(
+        partial_out_ptr + out_row[:, None] * HEAD_DIM + offs_d[None, :],
+        acc / l_i[:, None],
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
+    tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
+
+
+@triton.jit
+def _tree_merge_kernel(
+    suffix_out_ptr,  # [batch, num_heads, NUM_KV_SPLITS, head_dim] fp32
+    suffix_lse_ptr,  # [batch, num_heads, NUM_KV_SPLITS] fp32
+    shared_out_ptr,  # [max_entries, num_heads, head_dim] fp32
+    shared_lse_ptr,  # [max_entries, num_heads] fp32
+    entry_offsets_ptr,  # [batch + 1] int32
+    o_ptr,  # [batch, num_heads, head_dim]
+    v_scale,
+    stride_o_batch,
+    stride_o_head,
+    NUM_KV_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    num_heads = tl.num_programs(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_s = offs_s < NUM_KV_SPLITS
+    mask_d = offs_d < HEAD_DIM
+    suffix_row = (req * num_heads + head).to(tl.int64)
+    suffix_lse = tl.load(
+        suffix_lse_ptr + suffix_row * NUM_KV_SPLITS + offs_s, mask=mask_s, other=float("-inf")
+    )  # [BLOCK_S]
+    entry_start = tl.load(entry_offsets_ptr + req)
+    entry_end = tl.load(entry_offsets_ptr + req + 1)
+
+    # Pass 1: the largest lse (finite: the history is non-empty).
+    m = tl.max(suffix_lse, 0)
+    for e in range(entry_start, entry_end, BLOCK_E):
+        entries = e + offs_e
+        lse = tl.load(
+            shared_lse_ptr + entries.to(tl.int64) * num_heads + head,
+            mask=entries < entry_end,
+            other=float("-inf"),
+        )
+        m = tl.maximum(m, tl.max(lse, 0))
+    # Pass 2: the weighted sum of the partial outputs.
+    weights = tl.math.exp2(suffix_lse - m)  # [BLOCK_S], 0 for empty splits
+    partial = tl.load(
+        suffix_out_ptr
+        + (suffix_row * NUM_KV_SPLITS + offs_s[:, None]) * HEAD_DIM
+        + offs_d[None, :],
+        mask=mask_s[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # [BLOCK_S, BLOCK_D]
+    acc = tl.sum(partial * weights[:, None], 0)  # [BLOCK_D]
+    total = tl.sum(weights, 0)
+    # Fresh names in the loop: Triton refuses a loop-carried variable whose shape changes
+    # ([BLOCK_S] above, [BLOCK_E] here), which the interpreter does not check.
+    for e in range(entry_start, entry_end, BLOCK_E):
+        entries = e + offs_e
+        mask_e = entries < entry_end
+        rows = entries.to(tl.int64) * num_heads + head
+        entry_lse = tl.load(shared_lse_ptr + rows, mask=mask_e, other=float("-inf"))
+        entry_out = tl.load(
+            shared_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=mask_e[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # [BLOCK_E, BLOCK_D]
+        entry_weights = tl.math.exp2(entry_lse - m)
+        acc += tl.sum(entry_out * entry_weights[:, None], 0)
+        total += tl.sum(entry_weights, 0)
+    out = acc / total * v_scale
+    tl.store(
+        o_ptr + req * stride_o_batch + head * stride_o_head + offs_d,
+        out.to(o_ptr.dtype.element_ty),
+        mask=mask_d,
+    )
+
+
+def _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan):
+    check_decode_inputs(
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, kv_dtypes=KV_DTYPES
+    )
+    if not isinstance(plan, TreeDecodePlan) or plan.batch_size != q.shape[0]:
+        raise ValueError(f"plan must be a TreeDecodePlan for a batch of {q.shape[0]} requests")
+    if plan.packed.device != q.device:
+        raise ValueError(f"plan is on {plan.packed.device}, q on {q.device}")
+
+
+def tree_decode_attention(
+    q: torch.Tensor,  # [batch, num_heads, head_dim]
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    seq_lens: torch.Tensor,  # [batch], >= 1, history length including the current token
+    plan: TreeDecodePlan,
+    scaling: float,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    out: torch.Tensor | None = None,
+    num_kv_splits: int | None = None,
+    workspace: TreeDecodeWorkspace | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:  # [batch, num_heads, head_dim]
+    """`decode_attention` with the plan's shared segments read once per item.
+
+    Args:
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, scaling: as in
+            `decode_attention`; K/V may be fp16/bf16/fp32/fp8 whatever q's dtype.
+        plan: the grouping (`build_tree_decode_plan`); its segments' slots must be equal in
+            every member's `req_to_token` row (the kernel reads them from `kv_row`).
+        k_scale, v_scale: per-tensor dequantisation scales of K and V (1.0 unless quantised).
+        out: optional output tensor like q.
+        num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
+        workspace: optional preallocated partials (CUDA graphs keep one static).
+        block_n (both passes), num_warps, num_stages (the shared pass): tuning overrides.
+
+    Returns:
+        The attention output, shaped and typed like q.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes, strides or plan.
+    """
+    _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan)
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    group_size = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must be like q {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)}")
+    if batch == 0:
+        return out
+    num_kv_splits = num_kv_splits or default_num_kv_splits(batch, num_kv_heads, q.device)
+    if not 1 <= num_kv_splits <= MAX_KV_SPLITS:
+        raise ValueError(f"num_kv_splits must be in [1, {MAX_KV_SPLITS}], got {num_kv_splits}")
+    if workspace is None:
+        workspace = TreeDecodeWorkspace.allocate(
+            max_entries=plan.max_entries,
+            batch_size=batch,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            num_kv_splits=num_kv_splits,
+            device=q.device,
+        )
+    if workspace.shared_out.shape[0] < plan.max_entries or workspace.suffix_out.shape != (
+        batch,
+        num_heads,
+        num_kv_splits,
+        head_dim,
+    ):
+        raise ValueError("workspace is too small for the plan, batch or num_kv_splits")
+
+    qk_scale = scaling * LOG2_E * k_scale
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    on_cuda = q.device.type == "cuda"
+    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
+    block_n = block_n or default_n
+    strides = (
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        req_to_token.stride(0),
+    )
+    if plan.max_items > 0:
+        members = plan.members_per_item
+        block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
+        _tree_shared_kernel[(plan.max_items, num_kv_heads)](
+            q,
+            k_buffer,
+            v_buffer,
+            req_to_token,
+            plan.item_kv_rows,
+            plan.item_kv_starts,
+            plan.item_kv_ends,
+            plan.item_num_members,
+            plan.item_members,
+            plan.item_entries,
+            workspace.shared_out,
+            workspace.shared_lse,
+            qk_scale,
+            num_heads,
+            *strides,
+            GROUP_SIZE=group_size,
+            MEMBERS=members,
+            BLOCK_G=block_g,
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            BLOCK_N=block_n,
+            num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
+            num_stages=num_stages or (2 if on_cuda else 1),
+        )
+    decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        plan.suffix_starts,
+        workspace.suffix_out,
+        workspace.suffix_lse,
+        qk_scale,
+        1.0,  # v_scale: applied once, by the merge
+        *strides,
+        num_kv_splits,
+        HAS_KV_STARTS=True,
+        GROUP_SIZE=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
+        BLOCK_N=block_n,
+        num_warps=default_warps,
+        num_stages=default_stages,
+    )
+    _tree_merge_kernel[(batch, num_heads)](
+        workspace.suffix_out,
+        workspace.suffix_lse,
+        workspace.shared_out,
+        workspace.shared_lse,
+        plan.entry_offsets,
+        out,
+        v_scale,
+        out.stride(0),
+        out.stride(1),
+        NUM_KV_SPLITS=num_kv_splits,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_S=triton.next_power_of_2(num_kv_splits),
+        BLOCK_E=8,
+        num_warps=4 if head_dim >= 128 else 2,
+    )
+    return out
+
+
+def tree_decode_attention_ref(
+    q: torch.Tensor,  # [batch, num_heads, head_dim]
+    k_buffer: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,  # [rows, max_context_len] int32
+    req_pool_indices: torch.Tensor,  # [batch]
+    seq_lens: torch.Tensor,  # [batch]
+    plan: TreeDecodePlan,
+    scaling: float,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
+    """Plain-torch reference of `tree_decode_attention`: the same decomposition (one partial
+    per item member and one per suffix, natural-log lse), merged per request; fp32 math."""
+    group = q.shape[1] // k_buffer.shape[1]
+    queries = q.float()
+
+    def attend(rows: list[int], slots: torch.Tensor):
+        """Partials of requests `rows` over `slots`: ([len(rows), H, D], [len(rows), H])."""
+        keys = (k_buffer[slots].float() * k_scale).repeat_interleave(group, dim=1)
+        values = (v_buffer[slots].float() * v_scale).repeat_interleave(group, dim=1)
+        scores = torch.einsum("rhd,khd->rhk", queries[rows], keys) * scaling
+        lse = torch.logsumexp(scores, dim=-1)
+        return torch.einsum("rhk,khd->rhd", scores.softmax(dim=-1), values), lse
+
+    parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(q.shape[0])]
+    for item in range(plan.num_items):
+        members = plan.item_members[item, : int(plan.item_num_members[item])].tolist()
+        start, end = int(plan.item_kv_starts[item]), int(plan.item_kv_ends[item])
+        slots = req_to_token[int(plan.item_kv_rows[item]), start:end].long()
+        outs, lses = attend(members, slots)
+        for i, member in enumerate(members):
+            parts[member].append((outs[i], lses[i]))
+    for request in range(q.shape[0]):
+        start, end = int(plan.suffix_starts[request]), int(seq_lens[request])
+        if end > start:
+            slots = req_to_token[int(req_pool_indices[request]), start:end].long()
+            outs, lses = attend([request], slots)
+            parts[request].append((outs[0], lses[0]))
+    out = torch.empty_like(q)
+    for request, request_parts in enumerate(parts):
+        outs = torch.stack([o for o, _ in request_parts])  # [parts, H, D]
+        weights = torch.stack([lse for _, lse in request_parts]).softmax(dim=0)  # [parts, H]
+        out[request] = (outs * weights[..., None]).sum(dim=0).to(q.dtype)
+    return out

@@ -1,0 +1,219 @@
+"""Microbenchmark: tree (cascade) decode attention against today's decode kernel (CUDA GPU).
+
+    python scripts/bench_tree_attention.py [--out PATH] [--quick]
+
+Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV). Each case is
+`groups` x `per_group` requests sharing a `prefix`-token prefix (one shared segment per group,
+scattered slots) plus `suffix` own tokens. Both kernels run on the same inputs; outputs must agree
+(relative error < 1e-2, bf16) or the script fails. Times are medians of CUDA-graph replays
+(`triton.testing.do_bench_cudagraph`, as the engine runs decode) and of eager launches; the plan
+is built once outside the timing (its host cost is reported separately). The main case is the
+issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item / chunk_tokens on it
+(and the shared pass's
+pipeline stages and warps) shows the tuning margin. JSON goes to --out, or $OUT/bench_tree_attention.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import triton
+
+from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
+from radixgen.kernels.tree_decode_attention import tree_decode_attention
+from radixgen.kernels.tree_decode_plan import (
+    SharedSegment,
+    TreeDecodeWorkspace,
+    build_tree_decode_plan,
+)
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
+DTYPE = torch.bfloat16
+KV_BYTES_PER_TOKEN = 2 * NUM_KV_HEADS * HEAD_DIM * DTYPE.itemsize  # one layer, K and V
+
+CASES = [
+    # (groups, per_group, prefix, suffix): the target first
+    (16, 16, 2048, 256),
+    (64, 4, 2048, 128),  # generated-shared-prefix (128-token questions), 256 running
+    (16, 16, 2048, 16),  # early in decode: suffix = question only
+    (1, 256, 4096, 256),  # one big group (a shared system prompt)
+    (128, 2, 512, 256),  # pairs, short prefix: near the break-even
+    (256, 1, 0, 2304),  # no sharing: the tree kernel with an empty plan (fallback overhead)
+]
+QUICK_CASES = CASES[:1]
+SWEEP = [
+    dict(members_per_item=members, chunk_tokens=chunk, num_stages=stages, num_warps=warps)
+    for members in (8, 16, 32)
+    for chunk in (256, 512, 1024)
+    for stages in (2, 3)
+    for warps in (4, 8)
+]
+
+
+def make_case(groups: int, per_group: int, prefix: int, suffix: int, device="cuda", seed=0):
+    """Inputs of both kernels and the groups' shared segments (none for groups of one)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    batch = groups * per_group
+    seq_len = prefix + suffix
+    num_slots = groups * prefix + batch * suffix + 1
+    perm = torch.randperm(num_slots - 1, device=device, generator=gen).int() + 1
+    req_to_token = torch.zeros(batch, seq_len, dtype=torch.int32, device=device)
+    segments = []
+    for g in range(groups):
+        members = list(range(g * per_group, (g + 1) * per_group))
+        if prefix:
+            req_to_token[members, :prefix] = perm[g * prefix : (g + 1) * prefix]
+        if prefix and per_group > 1:
+            segments.append(SharedSegment(members[0], 0, prefix, tuple(members)))
+    req_to_token[:, prefix:] = perm[groups * prefix :].view(batch, suffix)
+    k_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device=device, generator=gen)
+    v_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device=device, generator=gen)
+    args = dict(
+        q=torch.randn(batch, NUM_HEADS, HEAD_DIM, device=device, generator=gen).to(DTYPE),
+        k_buffer=k_buffer.to(DTYPE),
+        v_buffer=v_buffer.to(DTYPE),
+        req_to_token=req_to_token,
+        req_pool_indices=torch.arange(batch, device=device),
+        seq_lens=torch.full((batch,), seq_len, device=device),
+        scaling=HEAD_DIM**-0.5,
+    )
+    return args, segments
+
+
+def time_us(fn, graph: bool) -> float:
+    if graph:
+        return 1e3 * triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def relative_error(out, ref) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def bench_case(
+    groups,
+    per_group,
+    prefix,
+    suffix,
+    *,
+    modes=("graph", "eager"),
+    num_stages=None,
+    num_warps=None,
+    **plan_options,
+) -> dict:
+    device = torch.device("cuda")
+    args, segments = make_case(groups, per_group, prefix, suffix)
+    batch = groups * per_group
+    start = time.perf_counter()
+    plan = build_tree_decode_plan(
+        segments,
+        batch_size=batch,
+        group_size=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        device=device,
+        **plan_options,
+    )
+    torch.cuda.synchronize()
+    plan_build_us = 1e6 * (time.perf_counter() - start)
+    workspace = TreeDecodeWorkspace.allocate(
+        max_entries=plan.max_entries,
+        batch_size=batch,
+        num_heads=NUM_HEADS,
+        head_dim=HEAD_DIM,
+        num_kv_splits=default_num_kv_splits(batch, NUM_KV_HEADS, device),
+        device=device,
+    )
+    decode_out = torch.empty_like(args["q"])
+    tree_out = torch.empty_like(args["q"])
+
+    def run_decode():
+        decode_attention(**args, out=decode_out)
+
+    def run_tree():
+        tree_decode_attention(
+            **args,
+            plan=plan,
+            workspace=workspace,
+            out=tree_out,
+            num_stages=num_stages,
+            num_warps=num_warps,
+        )
+
+    run_decode()
+    run_tree()
+    error = relative_error(tree_out, decode_out)
+    if not error < 1e-2:
+        raise SystemExit(f"tree output differs from decode: relative error {error}")
+    result = dict(
+        groups=groups,
+        per_group=per_group,
+        prefix=prefix,
+        suffix=suffix,
+        batch=batch,
+        members_per_item=plan.members_per_item,
+        num_items=plan.num_items,
+        num_entries=plan.num_entries,
+        relative_error=error,
+        plan_build_us=plan_build_us,
+        decode_kv_mb=batch * (prefix + suffix) * KV_BYTES_PER_TOKEN / 1e6,
+        tree_kv_mb=(len(segments) * prefix + batch * suffix) * KV_BYTES_PER_TOKEN / 1e6
+        if segments
+        else batch * (prefix + suffix) * KV_BYTES_PER_TOKEN / 1e6,
+    )
+    for mode in modes:
+        decode_us = time_us(run_decode, mode == "graph")
+        tree_us = time_us(run_tree, mode == "graph")
+        result[f"decode_us_{mode}"] = decode_us
+        result[f"tree_us_{mode}"] = tree_us
+        result[f"speedup_{mode}"] = decode_us / tree_us
+    # MB / us = TB/s: the bandwidth each kernel achieves on the KV bytes it has to read.
+    result["decode_tb_s"] = result["decode_kv_mb"] / result["decode_us_graph"]
+    result["tree_tb_s"] = result["tree_kv_mb"] / result["tree_us_graph"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
+    parser.add_argument("--quick", action="store_true", help="the target case only, no sweep")
+    options = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    out_path = options.out or os.path.join(os.environ.get("OUT", "."), "bench_tree_attention.json")
+    results = dict(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        cases=[],
+        sweep=[],
+    )
+    header = f"{'case':>26} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6}"
+    print(header)
+    for case in QUICK_CASES if options.quick else CASES:
+        row = bench_case(*case)
+        results["cases"].append(row)
+        name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
+        print(
+            f"{name:>26} {row['decode_us_graph']:>10.1f} {row['tree_us_graph']:>9.1f} "
+            f"{row['speedup_graph']:>7.2f}x {row['num_items']:>6}"
+        )
+    if not options.quick:
+        for tuning in SWEEP:
+            row = bench_case(*CASES[0], modes=("graph",), **tuning)
+            results["sweep"].append({**row, **tuning})
+            print(
+                f"   sweep {tuning}: tree {row['tree_us_graph']:.1f} us ({row['speedup_graph']:.2f}x)"
+            )
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
