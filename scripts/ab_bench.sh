@@ -74,6 +74,11 @@ stage_serving_json_outlines() {  # this tree with the outlines grammar backend
   stage_serving_json new-outlines --grammar-backend outlines
 }
 
+stage_serving_json_new() {  # this tree only, with $NEW_SERVER_FLAGS
+  [ "$1" = new ] || return 0
+  stage_serving_json new ${NEW_SERVER_FLAGS:-}
+}
+
 stage_serving_json() {  # $1: name; more: server flags
   local name=$1
   shift

@@ -2,7 +2,8 @@
 # One H200 lease for this session's before/after (2026-12-01, second session): GPU tests of the
 # new kernels, the tree-attention microbenchmark, constrained serving (main at 551fdd1 in .base/
 # vs this tree), generated-shared-prefix in-process with tree attention on and off, then
-# (PART=2) batch-1 latency before/after and jump-forward off/on.
+# (PART=2) batch-1 latency before/after and constrained serving of this tree without tree
+# attention (its tree-attention server ran out of memory in part 1).
 # Through the device tool: carry [".whl", ".base"]; OUT is set by the tool.
 set -uo pipefail
 OUT=${OUT:-h200_out}
@@ -30,5 +31,5 @@ if [ "${PART:-1}" = 1 ]; then
   done
   bash scripts/ab_bench.sh .base serving-json 2>&1 | grep -E "^\[|median_tpot|extra_ms|Error" | head -40
 else
-  bash scripts/ab_bench.sh .base latency jump-forward 2>&1 | grep -E "^\[|decode|output_token_throughput|median_tpot|Error" | head -40
+  NEW_SERVER_FLAGS=--disable-tree-attention bash scripts/ab_bench.sh .base latency serving-json-new 2>&1 | grep -E "^\[|decode|output_token_throughput|median_tpot|Error" | head -40
 fi
