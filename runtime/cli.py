@@ -47,8 +47,8 @@ _FLAG_HELP = {
     "cuda_graph_max_bs": "largest decode batch replayed from a CUDA graph",
     "skip_warmup": "report healthy without running warm-up requests first (kernels then "
     "compile inside the first requests)",
-    "disable_tree_attention": "decode with plain attention: no reading of shared cached "
-    "prefixes once per group (tree attention, on by default with the triton backend)",
+    "enable_tree_attention": "decode shared cached prefixes once per group of requests (tree "
+    "attention, Triton backend; opt-in: docs/kernels.md)",
     "constrained_compile_timeout_s": "a regex/JSON-schema compile slower than this fails its "
     "request alone",
     "grammar_backend": "who compiles constraints and computes token masks (llguidance also "

@@ -135,7 +135,7 @@ class ModelRunner:
         # Decode batches with shared cached prefixes read them once (tree attention): a Triton
         # backend path; the torch backend stays the plain reference.
         self.tree_attention_enabled = (
-            self.attn_backend_name == "triton" and not server_args.disable_tree_attention
+            self.attn_backend_name == "triton" and server_args.enable_tree_attention
         )
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length

@@ -69,7 +69,9 @@ class ServerArgs:
     disable_cuda_graph: bool = False
     # Tree (cascade) decode attention: requests sharing a cached prefix of >= 64 tokens read its
     # KV once per decode step (kernels/tree_decode_attention.py). On with the Triton backend.
-    disable_tree_attention: bool = False
+    # Tree (cascade) decode attention over shared cached prefixes (Triton backend). Opt-in until
+    # the H200 meets its targets (docs/benchmarks.md: 2.6x of the 4x kernel target).
+    enable_tree_attention: bool = False
     # Decode batches up to this size replay CUDA graphs (capped by max_running_requests).
     # Above 256 an eager decode step costs ~17 ms more (measured, H200, 8B at batch 1000).
     cuda_graph_max_bs: int = 1024

@@ -2,8 +2,8 @@
 # One H200 lease for this session's before/after (2026-12-01, second session): GPU tests of the
 # new kernels, the tree-attention microbenchmark, constrained serving (main at 551fdd1 in .base/
 # vs this tree), generated-shared-prefix in-process with tree attention on and off, then
-# (PART=2) batch-1 latency before/after and constrained serving of this tree without tree
-# attention (its tree-attention server ran out of memory in part 1).
+# (PART=2) batch-1 latency before/after and constrained serving of this tree (tree attention
+# was on by default when part 1 ran and its server ran out of memory; the flag is now opt-in).
 # Through the device tool: carry [".whl", ".base"]; OUT is set by the tool.
 set -uo pipefail
 OUT=${OUT:-h200_out}
@@ -26,10 +26,10 @@ if [ "${PART:-1}" = 1 ]; then
     log "offline generated-shared-prefix defaults, $mode"
     timeout 150 python3 -m radixgen.runtime.bench.cli offline --model-path /tmp/llama-3.1-8b \
       --load-format dummy --dataset generated-shared-prefix \
-      $([ $mode = notree ] && echo --disable-tree-attention) \
+      $([ $mode = tree ] && echo --enable-tree-attention) \
       --output-json "$OUT/offline_gsp_$mode.json" 2>&1 | grep -E "duration|output_token_throughput" | tail -2
   done
   bash scripts/ab_bench.sh .base serving-json 2>&1 | grep -E "^\[|median_tpot|extra_ms|Error" | head -40
 else
-  NEW_SERVER_FLAGS=--disable-tree-attention bash scripts/ab_bench.sh .base latency serving-json-new 2>&1 | grep -E "^\[|decode|output_token_throughput|median_tpot|Error" | head -40
+  bash scripts/ab_bench.sh .base latency serving-json-new 2>&1 | grep -E "^\[|decode|output_token_throughput|median_tpot|Error" | head -40
 fi

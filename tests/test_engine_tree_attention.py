@@ -66,7 +66,9 @@ def run_engine(path: str, sampling_params=GREEDY, **options) -> tuple[list[list[
 def test_tree_attention_engine_outputs_equal_the_reference(tiny_model_path):
     """The Triton backend (interpreter on CPU) with tree attention on gives the greedy outputs
     of the torch reference backend (plain decode attention)."""
-    with_tree, stats = run_engine(tiny_model_path, attention_backend="triton")
+    with_tree, stats = run_engine(
+        tiny_model_path, attention_backend="triton", enable_tree_attention=True
+    )
     reference, reference_stats = run_engine(tiny_model_path, attention_backend="torch")
     assert stats["num_tree_attention_steps"] == 1  # the decode step
     assert reference_stats["num_tree_attention_steps"] == 0
@@ -75,10 +77,10 @@ def test_tree_attention_engine_outputs_equal_the_reference(tiny_model_path):
 
 @pytest.mark.slow
 def test_greedy_outputs_unchanged_by_tree_attention(tiny_model_path):
-    with_tree, stats = run_engine(tiny_model_path, attention_backend="triton")
-    without, plain_stats = run_engine(
-        tiny_model_path, attention_backend="triton", disable_tree_attention=True
+    with_tree, stats = run_engine(
+        tiny_model_path, attention_backend="triton", enable_tree_attention=True
     )
+    without, plain_stats = run_engine(tiny_model_path, attention_backend="triton")
     assert stats["num_tree_attention_steps"] > 0
     assert plain_stats["num_tree_attention_steps"] == 0
     assert with_tree == without
@@ -127,8 +129,8 @@ def test_greedy_outputs_unchanged_by_tree_attention_cuda(tiny_model_path, disabl
     """CUDA, with and without CUDA graphs (overlap schedule on): 24 tokens, tree on and off."""
     options = dict(device="cuda", attention_backend="triton", disable_cuda_graph=disable_cuda_graph)
     params = {**GREEDY, "max_new_tokens": 24}
-    with_tree, stats = run_engine(tiny_model_path, params, **options)
-    without, plain = run_engine(tiny_model_path, params, disable_tree_attention=True, **options)
+    with_tree, stats = run_engine(tiny_model_path, params, enable_tree_attention=True, **options)
+    without, plain = run_engine(tiny_model_path, params, **options)
     assert stats["num_tree_attention_steps"] > 0 and plain["num_tree_attention_steps"] == 0
     # fp32 dots run as TF32 on the GPU and the two paths sum in another order: a near tie may
     # flip one sequence's greedy token; the others must be identical.
@@ -145,6 +147,7 @@ def test_graph_plan_is_filled_in_place_and_refused_when_too_big(tiny_model_path)
             model_path=tiny_model_path,
             device="cpu",
             attention_backend="triton",
+            enable_tree_attention=True,
             max_total_tokens=256,
             max_running_requests=8,
         )
