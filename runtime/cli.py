@@ -49,6 +49,10 @@ _FLAG_HELP = {
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
     "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
     "they end as a complete match)",
+    "chat_template": "a Jinja chat template file that replaces the tokenizer's own",
+    "tool_call_parser": "how tool calls are written and parsed on /v1/chat/completions "
+    "(hermes = qwen25: <tool_call> blocks; llama3 = llama3_json; mistral: [TOOL_CALLS])",
+    "enable_auto_tool_choice": "accepted for vLLM's users: tool_choice 'auto' is always on",
     "seed": "seed of the dummy weights and of unseeded sampling",
     "max_queued_requests": "requests waiting beyond this get HTTP 503",
     "disable_radix_cache": "turn the prefix cache off",

@@ -22,7 +22,8 @@ MAX_STOP_STRING_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
 MAX_CACHE_SALT_CHARS = 256
 MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
-MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit (the field itself is not supported yet)
+MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit: token id -> bias entries per request
+MAX_ABS_LOGIT_BIAS = 100.0  # OpenAI's range: -100 (ban) to 100 (force)
 CONSTRAINT_FIELDS = (
     "regex", "json_schema", "choices", "ebnf", "lark", "json_object", "structural_tag"
 )  # fmt: skip
@@ -161,6 +162,36 @@ def _string(name: str, *, max_chars: int | None = None, allow_empty: bool = Fals
     return check
 
 
+def _logit_bias_map(value: Any) -> dict[int, float]:
+    """OpenAI's `logit_bias` (token id, or its decimal string as JSON keys are, -> bias in
+    [-100, 100]) as {int: float}; the ids' vocabulary bound is checked once tokenized."""
+    name = "logit_bias"
+    if not isinstance(value, dict):
+        raise RequestFieldError(
+            name, f"logit_bias must be an object of token id -> bias, got {value!r:.80}"
+        )
+    if len(value) > MAX_LOGIT_BIAS_ENTRIES:
+        raise RequestFieldError(
+            name, f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got {len(value)}"
+        )
+    biases = {}
+    for key, bias in value.items():
+        token_id = key if type(key) is int else int(key) if _is_decimal(key) else None
+        if token_id is None or token_id < 0:
+            raise RequestFieldError(
+                name, f"logit_bias keys must be token ids (ints >= 0), got {key!r:.40}"
+            )
+        Bound(float, low=-MAX_ABS_LOGIT_BIAS, high=MAX_ABS_LOGIT_BIAS).check(
+            name, bias, f"logit_bias[{key!r:.40}]"
+        )
+        biases[token_id] = float(bias)
+    return biases
+
+
+def _is_decimal(key: Any) -> bool:
+    return isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 18
+
+
 def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 
@@ -272,11 +303,13 @@ def structural_tag_string(value: Any) -> str:
     return json.dumps({"structures": canonical, "triggers": triggers})
 
 
-def _check_keys(value: dict, allowed: set[str], required: set[str], where: str) -> None:
+def _check_keys(
+    value: dict, allowed: set[str], required: set[str], where: str, field: str = "structural_tag"
+) -> None:
     unknown, missing = set(value) - allowed, required - set(value)
     if unknown or missing:
         raise RequestFieldError(
-            "structural_tag",
+            field,
             f"{where} takes {sorted(allowed)}; unknown: {sorted(unknown)}, missing: "
             f"{sorted(missing)}",
         )
@@ -304,6 +337,78 @@ def _tag_text(value: Any, where: str, *, allow_empty: bool) -> str:
     return value
 
 
+MAX_TOOLS = 128  # function definitions in one request
+MAX_TOOL_NAME_CHARS = 64  # OpenAI's limit on a function name
+
+
+def tool_definitions(value: Any, name: str = "tools") -> list[dict[str, Any]]:
+    """OpenAI's `tools` (`[{"type": "function", "function": {"name", "description",
+    "parameters", "strict"}}]`, or the bare function objects) -> the function objects, each
+    with `parameters` (default: any object). Names are unique and OpenAI-shaped.
+
+    Raises:
+        RequestFieldError naming `name` (and the index of the bad tool).
+    """
+    items = _list_of(name, value, lambda item: isinstance(item, dict), "a list of tools", MAX_TOOLS)
+    if not items:
+        raise RequestFieldError(name, f"{name} must not be empty")
+    functions, seen = [], set()
+    for index, tool in enumerate(items):
+        where = f"{name}[{index}]"
+        if "function" in tool:
+            if tool.get("type", "function") != "function":
+                raise RequestFieldError(
+                    name, f"{where}.type must be 'function', got {tool.get('type')!r:.40}"
+                )
+            _check_keys(tool, {"type", "function"}, {"function"}, where, name)
+            tool, where = tool["function"], f"{where}.function"
+            if not isinstance(tool, dict):
+                raise RequestFieldError(name, f"{where} must be an object")
+        _check_keys(tool, {"name", "description", "parameters", "strict"}, {"name"}, where, name)
+        function_name = tool["name"]
+        if not (
+            isinstance(function_name, str)
+            and 0 < len(function_name) <= MAX_TOOL_NAME_CHARS
+            and all(c.isascii() and (c.isalnum() or c in "_-.") for c in function_name)
+        ):
+            raise RequestFieldError(
+                name,
+                f"{where}.name must be 1-{MAX_TOOL_NAME_CHARS} characters of a-z, A-Z, 0-9, "
+                f"'_', '-', '.', got {function_name!r:.80}",
+            )
+        if function_name in seen:
+            raise RequestFieldError(name, f"{where}.name {function_name!r} is given twice")
+        seen.add(function_name)
+        parameters = tool.get("parameters")
+        if parameters is None:
+            parameters = {"type": "object"}
+        if not isinstance(parameters, dict) or json_depth(parameters) > MAX_JSON_DEPTH:
+            raise RequestFieldError(name, f"{where}.parameters must be a JSON schema object")
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise RequestFieldError(name, f"{where}.description must be a string")
+        functions.append({**tool, "parameters": parameters})
+    return functions
+
+
+def tool_call_schema(functions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of one call of any of `functions` (from `tool_definitions`):
+    `{"name": <one of the names>, "arguments": <that function's parameters>}`."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": function["name"]},
+                "arguments": function["parameters"],
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for function in functions
+    ]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
 NORMALISERS = {
     "stop": _stop_list,
     "stop_token_ids": _stop_token_id_list,
@@ -313,6 +418,7 @@ NORMALISERS = {
     "ebnf": _string("ebnf"),
     "lark": _string("lark"),
     "structural_tag": structural_tag_string,
+    "logit_bias": _logit_bias_map,
     "cache_salt": _string("cache_salt", max_chars=MAX_CACHE_SALT_CHARS),
     "rid": _string("rid"),
 }

@@ -18,6 +18,8 @@ AttentionBackendName = Literal["torch", "triton"]
 SamplingBackendName = Literal["auto", "torch", "triton"]
 # Mirrors radixgen.constrained.grammar_interface.GrammarBackendName (kept import-free here).
 GrammarBackendName = Literal["llguidance", "outlines"]
+# runtime/server/tool_parsers.py's formats, under SGLang's and vLLM's names.
+ToolCallParserName = Literal["hermes", "qwen25", "llama3", "llama3_json", "mistral"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ class ServerArgs:
     # (constrained/completion_budget.py); disabling skips their per-grammar table build too.
     disable_constraint_budget: bool = False
 
+    # Chat and tools
+    chat_template: str | None = None  # a Jinja file that replaces the tokenizer's template
+    tool_call_parser: ToolCallParserName = "hermes"
+    # vLLM's flag, accepted for its users: tool_choice "auto" is always on here.
+    enable_auto_tool_choice: bool = False
+
     # Server
     host: str = "127.0.0.1"
     port: int = 30000
@@ -117,6 +125,7 @@ class ServerArgs:
             "schedule_policy": SchedulePolicy,
             "sampling_backend": SamplingBackendName,
             "grammar_backend": GrammarBackendName,
+            "tool_call_parser": ToolCallParserName,
         }
         for name, literal in choices.items():
             allowed = literal.__args__

@@ -11,9 +11,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from radixgen.runtime.request_fields import CONSTRAINT_FIELDS
 from radixgen.runtime.request_schema import (
     FIELD_BOUNDS,
-    MAX_LOGIT_BIAS_ENTRIES,
     GenerateReq,
     RequestFieldError,
 )
@@ -27,6 +27,7 @@ from radixgen.runtime.server.openai_protocol import (
     SamplingExtras,
 )
 from radixgen.runtime.server.openai_render import ChatRenderer, CompletionRenderer
+from radixgen.runtime.server.openai_tools import plan_tools, template_messages
 from radixgen.runtime.server.streaming import (
     collect,
     collect_all,
@@ -35,26 +36,17 @@ from radixgen.runtime.server.streaming import (
     sse_response,
 )
 from radixgen.runtime.server.tokenizer_manager import TokenizerManager
+from radixgen.runtime.server.tool_parsers import tool_call_parser
 
 router = APIRouter(prefix="/v1")
 
 
 def _reject_unsupported(body: SamplingExtras) -> None:
-    if body.logit_bias is not None and len(body.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
-        raise RequestError(
-            f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got "
-            f"{len(body.logit_bias)}",
-            param="logit_bias",
-        )
     if body.best_of is not None:
         try:
             FIELD_BOUNDS["best_of"].check("best_of", body.best_of)
         except RequestFieldError as error:
             raise RequestError(str(error), param="best_of") from None
-    if body.tools:
-        raise RequestError("tools are not supported", param="tools")
-    if body.logit_bias:
-        raise RequestError("logit_bias is not supported", param="logit_bias")
     if body.best_of is not None and body.best_of != body.n:
         raise RequestError("best_of other than n is not supported", param="best_of")
 
@@ -89,6 +81,10 @@ def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
     return {**fields, "json_schema": _response_format_schema(response_format)}
 
 
+def _given_constraints(fields: dict[str, Any]) -> list[str]:
+    return [name for name in CONSTRAINT_FIELDS if fields.get(name) not in (None, False)]
+
+
 def _response_format_schema(response_format) -> str | dict:
     if response_format.json_schema is None or response_format.json_schema.schema_ is None:
         raise RequestError(
@@ -105,6 +101,7 @@ def _to_input(
     *,
     max_tokens: int | None,
     top_logprobs_num: int | None,
+    tool_constraint: dict[str, Any] | None = None,
 ) -> GenerateReq:
     if max_tokens is None:
         # No limit given: whatever room the context leaves (at least 1, so a too-long
@@ -124,8 +121,18 @@ def _to_input(
         "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens,
         "stop_token_ids": body.stop_token_ids,
+        "logit_bias": body.logit_bias,
         **_constraint_fields(body),
     }
+    if tool_constraint:
+        given = _given_constraints(params)
+        if given:
+            raise RequestError(
+                f"tool_choice required or a named function constrains the output itself; it "
+                f"cannot be combined with {given[0]}",
+                param="tool_choice",
+            )
+        params.update(tool_constraint)
     if body.temperature is not None:
         params["temperature"] = body.temperature
     if body.top_p is not None:
@@ -212,21 +219,6 @@ async def completions(request: Request):
     return renderer.response(results)
 
 
-def _chat_messages(body: ChatCompletionRequest) -> list[dict]:
-    messages = []
-    for position, message in enumerate(body.messages):
-        content = message.content
-        if isinstance(content, list):
-            if any(part.type != "text" for part in content):
-                raise RequestError(
-                    f"messages[{position}]: only text content parts are supported",
-                    param="messages",
-                )
-            content = "".join(part.text or "" for part in content)
-        messages.append({"role": message.role, "content": content or ""})
-    return messages
-
-
 @router.post("/chat/completions")
 async def chat_completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
@@ -235,18 +227,33 @@ async def chat_completions(request: Request):
     _reject_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
-    input_ids = await manager.apply_chat_template_async(_chat_messages(body))
+    server_args = manager.server_args
+    tool_plan = plan_tools(body, tool_call_parser(server_args.tool_call_parser))
+    tools = tool_plan.template_tools() if tool_plan else None
+    input_ids = await manager.apply_chat_template_async(template_messages(body), tools)
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     top_logprobs_num = (body.top_logprobs or 0) if body.logprobs else None
+    tool_constraint = None
+    if tool_plan is not None:
+        structural_tags = server_args.grammar_backend == "llguidance"
+        tool_constraint = tool_plan.constraint(structural_tags=structural_tags)
+        if tool_plan.mode == "auto" and _given_constraints(_constraint_fields(body)):
+            tool_constraint = None  # the client's own constraint wins; calls are still read
     generate_input = _to_input(
-        manager, body, input_ids, max_tokens=max_tokens, top_logprobs_num=top_logprobs_num
+        manager,
+        body,
+        input_ids,
+        max_tokens=max_tokens,
+        top_logprobs_num=top_logprobs_num,
+        tool_constraint=tool_constraint,
     )
     renderer = ChatRenderer(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         model=_served_name(manager),
         decode_token=manager.decode_token,
+        tool_plan=tool_plan,
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -98,10 +98,9 @@ class SamplingExtras(_Request):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    logit_bias: dict[str, float] | None = None  # token id -> bias in [-100, 100]
     # Unsupported OpenAI features, declared so the handlers can reject them by name.
-    logit_bias: dict[str, float] | None = None
     best_of: StrictInt | None = None
-    tools: list[Any] | None = None
     # SGLang extras (extra_body).
     top_k: StrictInt = -1
     min_p: StrictFloat = 0.0
@@ -170,14 +169,40 @@ class ChatContentPart(_Request):
     text: str | None = None
 
 
+class FunctionCall(_Request):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Request):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ChatContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls (content may be null)
+    tool_call_id: str | None = None  # a tool result's call
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class ChatCompletionRequest(SamplingExtras):
     messages: list[ChatMessage] = Field(min_length=1)
+    # OpenAI function objects, checked by request_schema.tool_definitions.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
     max_tokens: StrictInt | None = None
     max_completion_tokens: StrictInt | None = None
     logprobs: StrictBool = False
@@ -201,9 +226,22 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob]
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ResponseToolCall(BaseModel):
+    index: int | None = None  # stream chunks only
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ResponseFunctionCall
+
+
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatCompletionChoice(BaseModel):
@@ -225,6 +263,7 @@ class ChatCompletionResponse(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatStreamChoice(BaseModel):
