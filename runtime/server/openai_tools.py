@@ -22,7 +22,11 @@ from typing import Any, Literal
 
 from radixgen.runtime.request_schema import RequestFieldError, tool_call_schema, tool_definitions
 from radixgen.runtime.server.errors import RequestError
-from radixgen.runtime.server.openai_protocol import ChatCompletionRequest
+from radixgen.runtime.server.openai_protocol import (
+    ChatCompletionRequest,
+    NamedFunction,
+    NamedToolChoice,
+)
 from radixgen.runtime.server.tool_parsers import ParsedOutput, ParsedToolCall, ToolCallParser
 
 ToolMode = Literal["none", "auto", "required", "named"]
@@ -85,15 +89,22 @@ def plan_tools(body: ChatCompletionRequest, parser: ToolCallParser) -> ToolPlan 
     Raises:
         RequestError(400) naming `tools` or `tool_choice`.
     """
-    choice = body.tool_choice
-    if not body.tools:
+    tools, choice, param = body.tools, body.tool_choice, "tools"
+    if body.functions is not None or body.function_call is not None:
+        # OpenAI's deprecated names: the same request, answered with tool_calls.
+        if tools is not None or choice is not None:
+            raise RequestError("give tools or functions, not both", param="functions")
+        tools, choice, param = body.functions, body.function_call, "functions"
+        if isinstance(choice, NamedFunction):
+            choice = NamedToolChoice(function=choice)
+    if not tools:
         if choice not in (None, "none"):
             raise RequestError("tool_choice needs tools", param="tool_choice")
         return None
     try:
-        functions = tool_definitions(body.tools)
+        functions = tool_definitions(tools, param)
     except RequestFieldError as error:
-        raise RequestError(str(error), param="tools") from None
+        raise RequestError(str(error), param=param) from None
     parallel = body.parallel_tool_calls is not False
     if choice is None or isinstance(choice, str):
         mode = choice or "auto"

@@ -1,11 +1,14 @@
-"""Tool calling and logit_bias through a real `radixgen serve` (tiny, CPU) with the official
-openai client: `tool_choice` required, named, auto (its call forced open with `logit_bias` on
-the trigger's tokens) and none, streamed and whole, multi-turn with tool results; every call
-returned parses and its arguments validate against the function's schema."""
+"""OpenAI compatibility through a real `radixgen serve` (tiny, CPU) with the official openai
+client: tool calling (`tool_choice` required, named, auto with its call forced open by
+`logit_bias` on the trigger's tokens, none; streamed and whole; multi-turn with tool results:
+every call returned parses and its arguments validate against the function's schema),
+`logit_bias`, vLLM's and SGLang's constraint fields, OpenAI's ignored fields, unknown fields
+refused, and `GET /v1/models/{id}`."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import jsonschema
@@ -203,3 +206,79 @@ def test_logit_bias_forces_and_bans_tokens(oai, tiny_model_path):
         logit_bias={str(first): -100},
     )  # fmt: skip
     assert tokenizer.encode(banned.choices[0].text, add_special_tokens=False)[0] != first
+
+
+def chat_text(oai, **request) -> str:
+    response = oai.chat.completions.create(model="tiny", messages=QUESTION, **request)
+    return response.choices[0].message.content
+
+
+def test_vllm_and_sglang_constraint_fields_constrain_the_output(oai):
+    pet = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
+           "required": ["name"], "additionalProperties": False}  # fmt: skip
+    budget = {"max_tokens": 32, "temperature": 1.0, "seed": 3}
+    for extra in ({"guided_json": pet}, {"structured_outputs": {"json": pet}},
+                  {"json_schema": json.dumps(pet)}):  # fmt: skip
+        jsonschema.validate(json.loads(chat_text(oai, extra_body=extra, **budget)), pet)
+    for extra in ({"guided_regex": "[0-9]{3}-[a-z]{2}"}, {"structured_outputs": {"regex":
+                  "[0-9]{3}-[a-z]{2}"}}, {"regex": "[0-9]{3}-[a-z]{2}"}):  # fmt: skip
+        assert re.fullmatch("[0-9]{3}-[a-z]{2}", chat_text(oai, extra_body=extra, **budget))
+    for extra in ({"guided_choice": ["red", "blue"]}, {"structured_outputs": {"choice":
+                  ["red", "blue"]}}):  # fmt: skip
+        assert chat_text(oai, extra_body=extra, **budget) in ("red", "blue")
+    grammar = 'root ::= ("yes" | "no") "!"'
+    for extra in ({"guided_grammar": grammar}, {"ebnf": grammar},
+                  {"structured_outputs": {"grammar": grammar}}):  # fmt: skip
+        assert chat_text(oai, extra_body=extra, **budget) in ("yes!", "no!")
+    # Any JSON object (no budget: a cut one is still an object's start).
+    json_object = {"structured_outputs": {"json_object": True}}
+    assert chat_text(oai, extra_body=json_object, **budget).startswith("{")
+
+
+def test_openai_fields_are_accepted_and_ignored(oai):
+    text = chat_text(
+        oai, max_tokens=4, temperature=0, store=False, metadata={"team": "a"},
+        service_tier="auto", reasoning_effort="low", modalities=["text"], user="u1",
+        prediction={"type": "content", "content": "x"}, prompt_cache_key="k",
+        safety_identifier="s", verbosity="low", stream_options=None,
+        extra_body={"guided_decoding_backend": "xgrammar", "separate_reasoning": False,
+                    "chat_template_kwargs": {"enable_thinking": False}},
+    )  # fmt: skip
+    assert text == chat_text(oai, max_tokens=4, temperature=0)
+
+
+@pytest.mark.parametrize(
+    "path, body, param, message",
+    [
+        ("/v1/chat/completions", {"guided_jsn": {}}, "guided_jsn", "unknown field"),
+        ("/v1/completions", {"prompt": "x", "tools": []}, "tools", "unknown field"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "foo": 1}]},
+         "messages", "unknown field"),
+        ("/v1/chat/completions", {"guided_regex": "a", "guided_choice": ["a"]},
+         "guided_choice", "at most one of"),
+        ("/v1/chat/completions", {"regex": "a", "response_format": {"type": "json_object"}},
+         "response_format", "at most one of"),
+        ("/v1/chat/completions", {"modalities": ["text", "audio"]}, "modalities", "text"),
+        ("/v1/chat/completions", {"use_beam_search": True}, "use_beam_search", "not supported"),
+        ("/v1/completions", {"prompt": "x", "echo": True}, "echo", "not supported"),
+    ],
+)  # fmt: skip
+def test_unknown_and_unsupported_fields_are_400s_naming_them(server, path, body, param, message):
+    if path.endswith("chat/completions"):
+        body = {"messages": QUESTION, **body}
+    response = httpx.post(f"{server.base_url}{path}", json={"max_tokens": 4, **body}, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and message in error["message"], error
+
+
+def test_retrieve_model_and_legacy_functions(oai):
+    card = oai.models.retrieve("tiny")
+    assert card.id == "tiny" and card.object == "model"
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("gpt-4o")
+    response = oai.chat.completions.create(
+        model="tiny", messages=QUESTION, functions=[ADD], function_call={"name": "add"},
+        max_tokens=32, temperature=0,
+    )  # fmt: skip
+    assert assert_valid_calls(response.choices[0].message.tool_calls) == ["add"]
