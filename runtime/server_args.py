@@ -91,6 +91,7 @@ class ServerArgs:
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    metrics_no_auth: bool = False  # /metrics without the API key (for scrapers)
     log_level: str = "info"
     # Request bodies above this many bytes get HTTP 413 before they are parsed.
     max_request_bytes: int = 8 * 1024 * 1024

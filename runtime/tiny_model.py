@@ -20,6 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from radixgen.runtime.hf_cache import looks_like_hub_id, resolve_hub_id
+
 TINY_MODEL_NAME = "tiny"
 # Bump when the recipe changes: a cached build with another version is rebuilt.
 TINY_MODEL_VERSION = "3"
@@ -111,10 +113,19 @@ def cache_root() -> Path:
 
 
 def resolve_model_path(model_path: str) -> str:
-    """Returns a local checkpoint folder: builds `tiny` on first use; other paths as given."""
+    """Returns a local checkpoint folder: builds `tiny` on first use; a Hub ID that is not a
+    local path resolves from the local Hugging Face cache (hf_cache.py); other paths as given.
+
+    Raises:
+        FileNotFoundError: a Hub ID that is not in the local cache (the message says how to
+            point at a folder instead).
+    """
     if model_path == TINY_MODEL_NAME:
         return str(ensure_tiny_model(cache_root()))
-    return os.path.expanduser(model_path)
+    expanded = os.path.expanduser(model_path)
+    if "/" in model_path and looks_like_hub_id(expanded):
+        return resolve_hub_id(model_path)
+    return expanded
 
 
 def ensure_tiny_model(root: Path) -> Path:

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
+from radixgen.runtime.tiny_model import CHAT_TEMPLATE
 from radixgen.runtime.tokenizer import load_tokenizer
 
 WEATHER = {
@@ -61,15 +62,28 @@ HISTORY = [
 GREEDY = {"temperature": 0.0, "max_tokens": 48}
 
 
+API_KEY = "compat-key"
+# tiny's own template with a marker that renders nothing: the file replaces the tokenizer's.
+TEMPLATE_MARKER = "{# chat template from --chat-template #}"
+
+
 @pytest.fixture(scope="module")
-def server(tiny_model_path):
-    with ServerProcess(["--log-level", "warning", "--tool-call-parser", "qwen25"]) as running:
+def server(tiny_model_path, tmp_path_factory):
+    template = tmp_path_factory.mktemp("template") / "chat.jinja"
+    template.write_text(TEMPLATE_MARKER + CHAT_TEMPLATE)
+    flags = ["--log-level", "warning", "--tool-call-parser", "qwen25", "--metrics-no-auth",
+             "--chat-template", str(template)]  # fmt: skip
+    with ServerProcess(flags, api_key=API_KEY) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def oai(server):
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+
+def post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +199,7 @@ def test_tool_results_are_rendered_into_the_prompt(oai):
 )  # fmt: skip
 def test_bad_tool_requests_are_400s_naming_the_field(server, body, param, message):
     body = {"messages": QUESTION, "max_tokens": 4, **body}
-    response = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=30)
+    response = post(server, "/v1/chat/completions", body)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and message in error["message"], error
@@ -266,7 +280,7 @@ def test_openai_fields_are_accepted_and_ignored(oai):
 def test_unknown_and_unsupported_fields_are_400s_naming_them(server, path, body, param, message):
     if path.endswith("chat/completions"):
         body = {"messages": QUESTION, **body}
-    response = httpx.post(f"{server.base_url}{path}", json={"max_tokens": 4, **body}, timeout=30)
+    response = post(server, path, {"max_tokens": 4, **body})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and message in error["message"], error
@@ -282,3 +296,15 @@ def test_retrieve_model_and_legacy_functions(oai):
         max_tokens=32, temperature=0,
     )  # fmt: skip
     assert assert_valid_calls(response.choices[0].message.tool_calls) == ["add"]
+
+
+def test_metrics_without_the_key_and_the_chat_template_file(server, oai):
+    oai.completions.create(model="tiny", prompt="x", max_tokens=2)
+    metrics = httpx.get(f"{server.base_url}/metrics", timeout=30)  # no key: --metrics-no-auth
+    assert metrics.status_code == 200
+    for name in ("prompt_tokens_total", "generation_tokens_total", "e2e_request_latency_seconds"):
+        assert f"radixgen:{name}" in metrics.text
+    assert 'radixgen:prompt_tokens_total{model_name="tiny"}' in metrics.text
+    assert httpx.get(f"{server.base_url}/v1/models", timeout=30).status_code == 401
+    info = httpx.get(f"{server.base_url}/get_model_info", headers=server.headers, timeout=30)
+    assert info.json()["chat_template"].startswith(TEMPLATE_MARKER)
