@@ -89,8 +89,8 @@ def _strip_optional(annotation) -> tuple[object, bool]:
     return annotation, False
 
 
-def add_server_args(parser: argparse.ArgumentParser) -> None:
-    """Adds one flag per `ServerArgs` field to `parser`.
+def add_server_args(parser: argparse.ArgumentParser, skip: frozenset[str] = frozenset()) -> None:
+    """Adds one flag per `ServerArgs` field to `parser` (but the fields in `skip`).
 
     Every flag defaults to `argparse.SUPPRESS`, so `server_args_from_namespace` only passes
     the options the user gave and the dataclass defaults stay the single source of truth.
@@ -98,6 +98,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(ServerArgs)
     group = parser.add_argument_group("server options (ServerArgs)")
     for field in dataclasses.fields(ServerArgs):
+        if field.name in skip:
+            continue
         annotation, optional = _strip_optional(hints[field.name])
         help_text = _FLAG_HELP.get(field.name, "")
         # Help that already explains the default ("default: from the KV size") keeps it.
