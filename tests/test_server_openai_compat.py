@@ -87,9 +87,14 @@ def post(server, path: str, body: dict) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def trigger_bias(tiny_model_path) -> dict[str, int]:
+def tokenizer(tiny_model_path):
+    return load_tokenizer(tiny_model_path)
+
+
+@pytest.fixture(scope="module")
+def trigger_bias(tokenizer) -> dict[str, int]:
     """A logit_bias that favours the tokens of `<tool_call>` (the model picks their order)."""
-    token_ids = load_tokenizer(tiny_model_path).encode("<tool_call>", add_special_tokens=False)
+    token_ids = tokenizer.encode("<tool_call>", add_special_tokens=False)
     return {str(token_id): 10 for token_id in token_ids}
 
 
@@ -205,8 +210,7 @@ def test_bad_tool_requests_are_400s_naming_the_field(server, body, param, messag
     assert error["param"] == param and message in error["message"], error
 
 
-def test_logit_bias_forces_and_bans_tokens(oai, tiny_model_path):
-    tokenizer = load_tokenizer(tiny_model_path)
+def test_logit_bias_forces_and_bans_tokens(oai, tokenizer):
     [forced] = tokenizer.encode(" yes", add_special_tokens=False)
     response = oai.completions.create(
         model="tiny", prompt="def f(x):", max_tokens=6, temperature=1.0, seed=0,

@@ -238,6 +238,7 @@ class ToolCall(_Request):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
+    index: StrictInt | None = None  # what a client that merged stream deltas echoes back
 
 
 class ChatMessage(_Request):
@@ -311,17 +312,22 @@ class ResponseFunctionCall(BaseModel):
     arguments: str | None = None
 
 
-class ResponseToolCall(BaseModel):
-    index: int | None = None  # stream chunks only
-    id: str | None = None
-    type: Literal["function"] | None = None
+class MessageToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
     function: ResponseFunctionCall
+
+
+class ResponseToolCall(MessageToolCall):
+    """A call in a stream chunk: its position among the choice's calls."""
+
+    index: int
 
 
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
-    tool_calls: list[ResponseToolCall] | None = None
+    tool_calls: list[MessageToolCall] | None = None
 
 
 class ChatCompletionChoice(BaseModel):

@@ -23,6 +23,7 @@ from radixgen.runtime.server.openai_protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionResponse,
+    MessageToolCall,
     PromptTokensDetails,
     ResponseToolCall,
     TopLogprob,
@@ -46,14 +47,15 @@ def finish_reason_name(finish_reason: dict[str, Any] | None, called: bool = Fals
     return "tool_calls" if called else "stop"
 
 
-def _tool_calls(calls, first_index: int = 0, *, streamed: bool) -> list[ResponseToolCall] | None:
+def _tool_calls(calls, first_index: int = 0, *, streamed: bool) -> list[MessageToolCall] | None:
     if not calls:
         return None
     entries = tool_call_dicts(calls, first_index)
-    if not streamed:
-        for entry in entries:
-            del entry["index"]
-    return [ResponseToolCall(**entry) for entry in entries]
+    if streamed:
+        return [ResponseToolCall(**entry) for entry in entries]
+    return [
+        MessageToolCall(**{k: v for k, v in entry.items() if k != "index"}) for entry in entries
+    ]
 
 
 @dataclass
