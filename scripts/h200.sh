@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs radixgen's GPU checks and benchmarks on the lent H200 (through the device tool, with
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
-# bench-latency bench-offline bench-gsp bench-hf perf
+# bench-latency bench-offline bench-gsp bench-hf perf tools
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
@@ -128,6 +128,23 @@ offline_200() {  # $1: cuda_graph_max_bs
     2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
 }
 
+tools() {  # [10/14]: logit_bias on CUDA (torch and fused sampling paths), tool calling and the
+  # OpenAI compatibility suite against a server on the GPU (tiny); results as JSON
+  log "tools: logit_bias GPU test + OpenAI compatibility on CUDA"
+  python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_sampler.py \
+    tests/test_server_openai_compat.py tests/test_tool_parsers.py --junitxml="$OUT/tools.xml" \
+    2>&1 | tee "$OUT/tools_tests.log" | tail -15
+  python3 - "$OUT/tools.xml" "$OUT/tools_tests.json" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+rows = [{"test": f"{c.get('classname')}::{c.get('name')}", "time_s": float(c.get("time")),
+         "outcome": "failed" if c.find("failure") is not None or c.find("error") is not None
+         else "skipped" if c.find("skipped") is not None else "passed"} for c in cases]
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+print({o: sum(r["outcome"] == o for r in rows) for o in ("passed", "failed", "skipped")})
+PY
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -140,6 +157,7 @@ for stage in "$@"; do
     bench-gsp) bench_gsp ;;
     bench-hf) bench_hf ;;
     perf) perf ;;
+    tools) tools ;;
     perf-after) perf_after ;;
     offline-200-before) offline_200_before ;;
     offline-200-g256) offline_200 256 ;;
