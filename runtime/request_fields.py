@@ -100,7 +100,7 @@ BOOL_FIELDS = (
 )
 
 
-def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
+def list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
     """`value` as a list of at most `max_items` items that pass `is_item` (length first:
     nothing is scanned per item beyond the cap)."""
     if not isinstance(value, (list, tuple)):
@@ -114,7 +114,7 @@ def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
 
 def _stop_list(value: Any) -> list[str]:
     kind = "a string or a list of strings"
-    stop = _list_of(
+    stop = list_of(
         "stop", [value] if isinstance(value, str) else value, _is_str, kind, MAX_STOP_STRINGS
     )
     if any(s == "" for s in stop):
@@ -129,7 +129,7 @@ def _stop_list(value: Any) -> list[str]:
 
 def _stop_token_id_list(value: Any) -> list[int]:
     # type() is int: a bool is not a token id.
-    ids = _list_of(
+    ids = list_of(
         "stop_token_ids", value, lambda i: type(i) is int, "a list of ints", MAX_STOP_TOKEN_IDS
     )
     negative = [i for i in ids if i < 0]
@@ -141,7 +141,7 @@ def _stop_token_id_list(value: Any) -> list[int]:
 def _choice_list(value: Any) -> list[str]:
     # No cap of its own: the compiled constraint's size is bounded where it compiles.
     uncapped = len(value) if isinstance(value, (list, tuple)) else 0  # `choices: 1` is a 400
-    choices = _list_of("choices", value, _is_str, "a list of strings", uncapped)
+    choices = list_of("choices", value, _is_str, "a list of strings", uncapped)
     if not choices:
         raise RequestFieldError("choices", "choices must not be empty")
     return choices
@@ -279,7 +279,7 @@ def structural_tag_string(value: Any) -> str:
             raise RequestFieldError(name, f"structural_tag is not valid JSON: {error}") from None
     if not isinstance(value, dict):
         raise RequestFieldError(name, f"structural_tag must be a JSON object, got {value!r:.80}")
-    _check_keys(value, {"type", "structures", "triggers"}, {"structures", "triggers"}, name)
+    check_keys(value, {"type", "structures", "triggers"}, {"structures", "triggers"}, name)
     if value.get("type", name) != name:
         raise RequestFieldError(name, f"structural_tag.type must be 'structural_tag', got "
                                 f"{value['type']!r:.80}")  # fmt: skip
@@ -287,7 +287,7 @@ def structural_tag_string(value: Any) -> str:
     canonical = []
     for index, structure in enumerate(structures):
         where = f"structural_tag.structures[{index}]"
-        _check_keys(structure, {"begin", "schema", "end"}, {"begin", "schema", "end"}, where)
+        check_keys(structure, {"begin", "schema", "end"}, {"begin", "schema", "end"}, where)
         schema = structure["schema"]
         if not isinstance(schema, (dict, bool)) or json_depth(schema) > MAX_JSON_DEPTH:
             raise RequestFieldError(
@@ -303,7 +303,7 @@ def structural_tag_string(value: Any) -> str:
     return json.dumps({"structures": canonical, "triggers": triggers})
 
 
-def _check_keys(
+def check_keys(
     value: dict, allowed: set[str], required: set[str], where: str, field: str = "structural_tag"
 ) -> None:
     unknown, missing = set(value) - allowed, required - set(value)
@@ -335,78 +335,6 @@ def _tag_text(value: Any, where: str, *, allow_empty: bool) -> str:
             f"{MAX_TAG_TEXT_CHARS} chars, got {value!r:.80}",
         )
     return value
-
-
-MAX_TOOLS = 128  # function definitions in one request
-MAX_TOOL_NAME_CHARS = 64  # OpenAI's limit on a function name
-
-
-def tool_definitions(value: Any, name: str = "tools") -> list[dict[str, Any]]:
-    """OpenAI's `tools` (`[{"type": "function", "function": {"name", "description",
-    "parameters", "strict"}}]`, or the bare function objects) -> the function objects, each
-    with `parameters` (default: any object). Names are unique and OpenAI-shaped.
-
-    Raises:
-        RequestFieldError naming `name` (and the index of the bad tool).
-    """
-    items = _list_of(name, value, lambda item: isinstance(item, dict), "a list of tools", MAX_TOOLS)
-    if not items:
-        raise RequestFieldError(name, f"{name} must not be empty")
-    functions, seen = [], set()
-    for index, tool in enumerate(items):
-        where = f"{name}[{index}]"
-        if "function" in tool:
-            if tool.get("type", "function") != "function":
-                raise RequestFieldError(
-                    name, f"{where}.type must be 'function', got {tool.get('type')!r:.40}"
-                )
-            _check_keys(tool, {"type", "function"}, {"function"}, where, name)
-            tool, where = tool["function"], f"{where}.function"
-            if not isinstance(tool, dict):
-                raise RequestFieldError(name, f"{where} must be an object")
-        _check_keys(tool, {"name", "description", "parameters", "strict"}, {"name"}, where, name)
-        function_name = tool["name"]
-        if not (
-            isinstance(function_name, str)
-            and 0 < len(function_name) <= MAX_TOOL_NAME_CHARS
-            and all(c.isascii() and (c.isalnum() or c in "_-.") for c in function_name)
-        ):
-            raise RequestFieldError(
-                name,
-                f"{where}.name must be 1-{MAX_TOOL_NAME_CHARS} characters of a-z, A-Z, 0-9, "
-                f"'_', '-', '.', got {function_name!r:.80}",
-            )
-        if function_name in seen:
-            raise RequestFieldError(name, f"{where}.name {function_name!r} is given twice")
-        seen.add(function_name)
-        parameters = tool.get("parameters")
-        if parameters is None:
-            parameters = {"type": "object"}
-        if not isinstance(parameters, dict) or json_depth(parameters) > MAX_JSON_DEPTH:
-            raise RequestFieldError(name, f"{where}.parameters must be a JSON schema object")
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            raise RequestFieldError(name, f"{where}.description must be a string")
-        functions.append({**tool, "parameters": parameters})
-    return functions
-
-
-def tool_call_schema(functions: list[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON schema of one call of any of `functions` (from `tool_definitions`):
-    `{"name": <one of the names>, "arguments": <that function's parameters>}`."""
-    calls = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": function["name"]},
-                "arguments": function["parameters"],
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for function in functions
-    ]
-    return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
 NORMALISERS = {

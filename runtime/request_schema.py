@@ -40,9 +40,8 @@ from radixgen.runtime.request_fields import (
     RequestFieldError,
     json_depth,
     json_schema_string,
-    tool_call_schema,
-    tool_definitions,
 )
+from radixgen.runtime.tool_schema import tool_call_schema, tool_definitions
 
 # The schema's public names, with the field checks it re-exports from request_fields.py.
 __all__ = [

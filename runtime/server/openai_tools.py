@@ -206,6 +206,8 @@ class ToolCallStream:
             if self.call_start is None:
                 return self._content_until(parser.content_end(self.text)), []
         content = self._content_until(self.call_start)
+        if not any(char in delta for char in parser.closing_chars):
+            return content, []  # no call can have closed: the held text is not re-read
         calls = self.plan.parse(self.text[self.call_start :]).tool_calls
         return content, self._new_calls(calls)
 

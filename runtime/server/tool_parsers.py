@@ -34,9 +34,11 @@ class ParsedOutput:
 
 
 class ToolCallParser(ABC):
-    """Finds and parses the calls of one format; `trigger` is the text a call starts with."""
+    """Finds and parses the calls of one format; `trigger` is the text a call starts with, and
+    a call can only be complete once a character of `closing_chars` has been written."""
 
     trigger: str
+    closing_chars: str
 
     def call_start(self, text: str) -> int | None:
         """Where the first call starts in `text`, or None (the text is plain content)."""
@@ -85,6 +87,7 @@ class HermesParser(ToolCallParser):
 
     trigger = "<tool_call>"
     end = "</tool_call>"
+    closing_chars = ">"
     _block = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
     def parse(self, text: str) -> ParsedOutput:
@@ -120,6 +123,7 @@ class Llama3JsonParser(ToolCallParser):
 
     trigger = '{"name": '
     python_tag = "<|python_tag|>"
+    closing_chars = "}"
 
     def call_start(self, text: str) -> int | None:
         stripped = text.lstrip()
@@ -165,6 +169,7 @@ class MistralParser(ToolCallParser):
     """Mistral: `[TOOL_CALLS]` then a JSON list of `{"name", "arguments"}` objects."""
 
     trigger = "[TOOL_CALLS]"
+    closing_chars = "]"
 
     def parse(self, text: str) -> ParsedOutput:
         start = self.call_start(text)
