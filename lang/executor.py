@@ -12,6 +12,7 @@ raises it in the program's thread.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -157,7 +158,8 @@ class ProgramExecutor:
             output = self.backend.generate(prompt, request)
             output_text, meta_info = output.text, output.meta_info
             self._emit(transcript.add_text(output_text), gen.name)
-        self._store(gen.name, output_text, meta_info)
+        value = _parse_tool_call(output_text) if gen.parses_tool_call else output_text
+        self._store(gen.name, value, meta_info)
 
     def _run_select(self, select: Select) -> None:
         outcome = self.backend.select(self._prompt(), list(select.choices), select.method)
@@ -178,3 +180,14 @@ class ProgramExecutor:
             self.meta_infos[name] = meta_info
         self.assigned_names.add(name)
         self.text_stream.end_var(name)
+
+
+def _parse_tool_call(text: str) -> dict[str, Any]:
+    """rg.gen(tools=...)'s output -> {"name", "arguments"} (the constraint made it JSON)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(
+            f"the tool call was cut before it ended ({text[-40:]!r}): raise max_tokens, or keep "
+            "constraint_budget on so that a cut call still ends complete"
+        ) from None

@@ -69,6 +69,8 @@ class Gen(Expr):
     # The options rg.gen was given (validated, normalised): SamplingParams fields and
     # request options of radixgen.runtime.request_schema; unset ones come from the run.
     options: dict[str, Any] = field(hash=False)
+    # rg.gen(tools=...): the output is a tool call's JSON, stored parsed.
+    parses_tool_call: bool = False
 
     def __repr__(self) -> str:
         return f"rg.gen({self.name!r})"

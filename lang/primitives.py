@@ -14,7 +14,7 @@ from radixgen.ir import (
     check_choices_method,
     role_expr,
 )
-from radixgen.runtime.request_schema import validate_fields
+from radixgen.runtime.request_schema import tool_call_schema, tool_definitions, validate_fields
 
 # How errors name the fields that rg.gen spells differently (it follows OpenAI's names).
 _GEN_DISPLAY_NAMES = {
@@ -48,6 +48,7 @@ def gen(
     constraint_budget: bool | None = None,
     return_logprob: bool | None = None,
     top_logprobs_num: int | None = None,
+    tools: list[dict] | None = None,
 ) -> Gen:
     """Generate text at this point of the program and store it as `s[name]`.
 
@@ -60,6 +61,11 @@ def gen(
     free text whose tagged bodies match their schemas); grammars and structural tags need
     the llguidance grammar backend (the default). A constrained output cut by
     `max_tokens` still ends as a complete match unless `constraint_budget=False`.
+
+    `tools` (OpenAI's function definitions, `[{"type": "function", "function": {"name",
+    "parameters"}}]`) makes the output one call of one of them, its arguments under the
+    function's JSON schema: `s[name]` is the parsed call `{"name": ..., "arguments": {...}}`
+    (the text appended to the program is its JSON). It is a constraint: no other one with it.
 
     Raises:
         TypeError / ValueError naming the bad argument.
@@ -90,13 +96,19 @@ def gen(
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
     )
+    if tools is not None:
+        others = [c for c in ("regex", "json_schema", "choices", "ebnf", "lark", "structural_tag")
+                  if given[c] is not None]  # fmt: skip
+        if others:
+            raise ValueError(f"tools constrain the output; give no {others[0]} with them")
+        given["json_schema"] = tool_call_schema(tool_definitions(tools))
     # Checked field by field now, so a bad argument fails at the line that wrote it; the
     # whole request is validated once merged with the run's defaults (executor.py).
     options = validate_fields(
         {option: value for option, value in given.items() if value is not None},
         display_names=_GEN_DISPLAY_NAMES,
     )
-    return Gen(name, options)
+    return Gen(name, options, parses_tool_call=tools is not None)
 
 
 def select(

@@ -40,6 +40,10 @@ _FLAG_HELP = {
     "schedule_policy": "order of the waiting queue",
     "schedule_max_wait_s": "aging bound: a request waiting longer goes first, whatever the policy",
     "new_token_ratio": "decode headroom reserved per running request (fraction of its max tokens)",
+    "in_batch_prefix_min_tokens": "a waiting request whose next uncached tokens (at least this "
+    "many) an extending request computes waits one batch to find them cached (0: off)",
+    "constrained_cache_dir": "also keep compiled constraint indexes in this folder, reused "
+    "across restarts (default: in memory only)",
     "enable_mixed_chunk": "running requests decode inside prefill (extend) forwards",
     "enable_overlap_schedule": "launch each decode step before the previous one is processed on "
     "the host (default: on for CUDA)",
@@ -56,6 +60,10 @@ _FLAG_HELP = {
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
     "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
     "they end as a complete match)",
+    "chat_template": "a Jinja chat template file that replaces the tokenizer's own",
+    "tool_call_parser": "how tool calls are written and parsed on /v1/chat/completions "
+    "(hermes = qwen25: <tool_call> blocks; llama3 = llama3_json; mistral: [TOOL_CALLS])",
+    "enable_auto_tool_choice": "accepted for vLLM's users: tool_choice 'auto' is always on",
     "seed": "seed of the dummy weights and of unseeded sampling",
     "max_queued_requests": "requests waiting beyond this get HTTP 503",
     "disable_radix_cache": "turn the prefix cache off",
@@ -64,6 +72,7 @@ _FLAG_HELP = {
     "host": "address to bind (127.0.0.1 keeps the server local)",
     "port": "TCP port of the HTTP server",
     "api_key": "require 'Authorization: Bearer KEY' on every endpoint except /health",
+    "metrics_no_auth": "serve /metrics without the API key (for Prometheus scrapers)",
     "log_level": "logging level of every process",
     "max_request_bytes": "request bodies larger than this get HTTP 413",
     "shutdown_timeout": "seconds in-flight requests get to finish after SIGTERM before they are "
@@ -87,8 +96,8 @@ def _strip_optional(annotation) -> tuple[object, bool]:
     return annotation, False
 
 
-def add_server_args(parser: argparse.ArgumentParser) -> None:
-    """Adds one flag per `ServerArgs` field to `parser`.
+def add_server_args(parser: argparse.ArgumentParser, skip: frozenset[str] = frozenset()) -> None:
+    """Adds one flag per `ServerArgs` field to `parser` (but the fields in `skip`).
 
     Every flag defaults to `argparse.SUPPRESS`, so `server_args_from_namespace` only passes
     the options the user gave and the dataclass defaults stay the single source of truth.
@@ -96,6 +105,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(ServerArgs)
     group = parser.add_argument_group("server options (ServerArgs)")
     for field in dataclasses.fields(ServerArgs):
+        if field.name in skip:
+            continue
         annotation, optional = _strip_optional(hints[field.name])
         help_text = _FLAG_HELP.get(field.name, "")
         # Help that already explains the default ("default: from the KV size") keeps it.
@@ -106,8 +117,18 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
             "help": f"{help_text} {default_note}".strip(),
         }
         if annotation is bool:
-            # A switch turns an off-by-default feature on; a True default needs no flag to keep.
+            # A switch, and its opposite for --enable-X / --disable-X pairs (SGLang's users
+            # type either), so a default that differs by device can be set both ways.
             kwargs["action"] = "store_true"
+            opposite = _opposite_switch(field.name)
+            if opposite is not None:
+                group.add_argument(
+                    flag_name(opposite),
+                    dest=field.name,
+                    default=argparse.SUPPRESS,
+                    action="store_false",
+                    help=f"the opposite of {flag_name(field.name)}",
+                )
         elif typing.get_origin(annotation) is typing.Literal:
             kwargs["choices"] = list(typing.get_args(annotation))
             kwargs["metavar"] = "{" + ",".join(map(str, kwargs["choices"])) + "}"
@@ -123,6 +144,14 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
             kwargs["help"] += "; 'none' unsets it"
             kwargs["type"] = _none_or(kwargs["type"])
         group.add_argument(flag_name(field.name), **kwargs)
+
+
+def _opposite_switch(field_name: str) -> str | None:
+    """`enable_x` -> `disable_x` and back; None for other switches."""
+    for prefix, other in (("enable_", "disable_"), ("disable_", "enable_")):
+        if field_name.startswith(prefix):
+            return other + field_name.removeprefix(prefix)
+    return None
 
 
 def _none_or(convert: Callable[[str], object]) -> Callable[[str], object]:

@@ -22,7 +22,8 @@ MAX_STOP_STRING_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
 MAX_CACHE_SALT_CHARS = 256
 MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
-MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit (the field itself is not supported yet)
+MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit: token id -> bias entries per request
+MAX_ABS_LOGIT_BIAS = 100.0  # OpenAI's range: -100 (ban) to 100 (force)
 CONSTRAINT_FIELDS = (
     "regex", "json_schema", "choices", "ebnf", "lark", "json_object", "structural_tag"
 )  # fmt: skip
@@ -99,7 +100,7 @@ BOOL_FIELDS = (
 )
 
 
-def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
+def list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
     """`value` as a list of at most `max_items` items that pass `is_item` (length first:
     nothing is scanned per item beyond the cap)."""
     if not isinstance(value, (list, tuple)):
@@ -113,7 +114,7 @@ def _list_of(name: str, value: Any, is_item, kind: str, max_items: int) -> list:
 
 def _stop_list(value: Any) -> list[str]:
     kind = "a string or a list of strings"
-    stop = _list_of(
+    stop = list_of(
         "stop", [value] if isinstance(value, str) else value, _is_str, kind, MAX_STOP_STRINGS
     )
     if any(s == "" for s in stop):
@@ -128,7 +129,7 @@ def _stop_list(value: Any) -> list[str]:
 
 def _stop_token_id_list(value: Any) -> list[int]:
     # type() is int: a bool is not a token id.
-    ids = _list_of(
+    ids = list_of(
         "stop_token_ids", value, lambda i: type(i) is int, "a list of ints", MAX_STOP_TOKEN_IDS
     )
     negative = [i for i in ids if i < 0]
@@ -140,7 +141,7 @@ def _stop_token_id_list(value: Any) -> list[int]:
 def _choice_list(value: Any) -> list[str]:
     # No cap of its own: the compiled constraint's size is bounded where it compiles.
     uncapped = len(value) if isinstance(value, (list, tuple)) else 0  # `choices: 1` is a 400
-    choices = _list_of("choices", value, _is_str, "a list of strings", uncapped)
+    choices = list_of("choices", value, _is_str, "a list of strings", uncapped)
     if not choices:
         raise RequestFieldError("choices", "choices must not be empty")
     return choices
@@ -159,6 +160,36 @@ def _string(name: str, *, max_chars: int | None = None, allow_empty: bool = Fals
         return value
 
     return check
+
+
+def _logit_bias_map(value: Any) -> dict[int, float]:
+    """OpenAI's `logit_bias` (token id, or its decimal string as JSON keys are, -> bias in
+    [-100, 100]) as {int: float}; the ids' vocabulary bound is checked once tokenized."""
+    name = "logit_bias"
+    if not isinstance(value, dict):
+        raise RequestFieldError(
+            name, f"logit_bias must be an object of token id -> bias, got {value!r:.80}"
+        )
+    if len(value) > MAX_LOGIT_BIAS_ENTRIES:
+        raise RequestFieldError(
+            name, f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got {len(value)}"
+        )
+    biases = {}
+    for key, bias in value.items():
+        token_id = key if type(key) is int else int(key) if _is_decimal(key) else None
+        if token_id is None or token_id < 0:
+            raise RequestFieldError(
+                name, f"logit_bias keys must be token ids (ints >= 0), got {key!r:.40}"
+            )
+        Bound(float, low=-MAX_ABS_LOGIT_BIAS, high=MAX_ABS_LOGIT_BIAS).check(
+            name, bias, f"logit_bias[{key!r:.40}]"
+        )
+        biases[token_id] = float(bias)
+    return biases
+
+
+def _is_decimal(key: Any) -> bool:
+    return isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 18
 
 
 def _is_str(value: Any) -> bool:
@@ -248,7 +279,7 @@ def structural_tag_string(value: Any) -> str:
             raise RequestFieldError(name, f"structural_tag is not valid JSON: {error}") from None
     if not isinstance(value, dict):
         raise RequestFieldError(name, f"structural_tag must be a JSON object, got {value!r:.80}")
-    _check_keys(value, {"type", "structures", "triggers"}, {"structures", "triggers"}, name)
+    check_keys(value, {"type", "structures", "triggers"}, {"structures", "triggers"}, name)
     if value.get("type", name) != name:
         raise RequestFieldError(name, f"structural_tag.type must be 'structural_tag', got "
                                 f"{value['type']!r:.80}")  # fmt: skip
@@ -256,7 +287,7 @@ def structural_tag_string(value: Any) -> str:
     canonical = []
     for index, structure in enumerate(structures):
         where = f"structural_tag.structures[{index}]"
-        _check_keys(structure, {"begin", "schema", "end"}, {"begin", "schema", "end"}, where)
+        check_keys(structure, {"begin", "schema", "end"}, {"begin", "schema", "end"}, where)
         schema = structure["schema"]
         if not isinstance(schema, (dict, bool)) or json_depth(schema) > MAX_JSON_DEPTH:
             raise RequestFieldError(
@@ -272,11 +303,13 @@ def structural_tag_string(value: Any) -> str:
     return json.dumps({"structures": canonical, "triggers": triggers})
 
 
-def _check_keys(value: dict, allowed: set[str], required: set[str], where: str) -> None:
+def check_keys(
+    value: dict, allowed: set[str], required: set[str], where: str, field: str = "structural_tag"
+) -> None:
     unknown, missing = set(value) - allowed, required - set(value)
     if unknown or missing:
         raise RequestFieldError(
-            "structural_tag",
+            field,
             f"{where} takes {sorted(allowed)}; unknown: {sorted(unknown)}, missing: "
             f"{sorted(missing)}",
         )
@@ -313,6 +346,7 @@ NORMALISERS = {
     "ebnf": _string("ebnf"),
     "lark": _string("lark"),
     "structural_tag": structural_tag_string,
+    "logit_bias": _logit_bias_map,
     "cache_salt": _string("cache_salt", max_chars=MAX_CACHE_SALT_CHARS),
     "rid": _string("rid"),
 }

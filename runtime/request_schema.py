@@ -41,6 +41,7 @@ from radixgen.runtime.request_fields import (
     json_depth,
     json_schema_string,
 )
+from radixgen.runtime.tool_schema import tool_call_schema, tool_definitions
 
 # The schema's public names, with the field checks it re-exports from request_fields.py.
 __all__ = [
@@ -65,6 +66,8 @@ __all__ = [
     "check_num_prompts",
     "json_depth",
     "json_schema_string",
+    "tool_call_schema",
+    "tool_definitions",
     "validate_fields",
     "validate_request",
 ]
@@ -81,7 +84,8 @@ class SamplingParams:
     `choices`, `ebnf` (GBNF-style, as SGLang takes it), `lark` (a Lark grammar),
     `json_object` (any JSON object) and `structural_tag` (SGLang's: free text whose tagged
     bodies match schemas) constrain the output (at most one of them).
-    `constraint_budget` (default on) keeps a constrained output that runs out of
+    `logit_bias` (token id -> bias, OpenAI's) is added to the logits before the constraint
+    mask, penalties and temperature. `constraint_budget` (default on) keeps a constrained output that runs out of
     `max_new_tokens` or context a complete match; False truncates it raw.
     """
 
@@ -108,6 +112,8 @@ class SamplingParams:
     json_object: bool = False
     structural_tag: str | dict | None = None
     constraint_budget: bool = True
+    # OpenAI's: token id -> bias in [-100, 100], added to the logits before sampling.
+    logit_bias: dict[int, float] | None = None
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -339,11 +345,15 @@ def _check_tokenized(request: GenerateReq, limits: ModelLimits) -> None:
     if set(map(type, ids)) != {int} or min(ids) < 0 or max(ids) >= vocab_size:
         raise RequestFieldError("input_ids", f"input_ids must be ints in [0, {vocab_size})")
     params = request.sampling_params
-    bad_stops = [i for i in params.stop_token_ids or [] if i >= vocab_size]
-    if bad_stops:
-        raise RequestFieldError(
-            "stop_token_ids", f"stop_token_ids must be [0, {vocab_size}), got {bad_stops}"
-        )
+    for name, token_ids in [
+        ("stop_token_ids", params.stop_token_ids),
+        ("logit_bias", params.logit_bias),
+    ]:
+        out_of_vocab = sorted(i for i in token_ids or () if i >= vocab_size)
+        if out_of_vocab:
+            raise RequestFieldError(
+                name, f"{name} must be [0, {vocab_size}), got {out_of_vocab[:8]}"
+            )
     prompt_len, context_length = len(ids), limits.context_length
     if prompt_len >= context_length:
         raise RequestFieldError(

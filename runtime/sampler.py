@@ -106,9 +106,13 @@ class Sampler:
             and not info.need_min_p
         )
         mask_here = info.vocab_bitmask is not None and not fused
-        modifies = mask_here or info.banned_rows is not None or info.has_penalties
+        has_bias = info.logit_biases is not None
+        modifies = mask_here or info.banned_rows is not None or info.has_penalties or has_bias
         # The model's logits are not ours to change in place: copy only when we must.
         processed = logits.clone() if modifies else logits
+        if has_bias:
+            # Before the mask: a bias never re-allows a token the constraint forbids.
+            processed += info.logit_biases
         if mask_here:
             # The one mask function: a Triton kernel on CUDA, torch elsewhere.
             apply_token_bitmask_(processed, info.vocab_bitmask, info.vocab_bitmask_rows)

@@ -39,6 +39,9 @@ class SamplingBatchInfo:
     repetition_penalties: torch.Tensor | None = None  # [batch, 1] float32
     output_counts: torch.Tensor | None = None  # [batch, vocab] int32, output token counts
     seen_tokens: torch.Tensor | None = None  # [batch, vocab] bool, prompt or output tokens
+    # OpenAI's logit_bias, dense so that filter/merge stay row slices: allocated only when
+    # some row has one (each request holds at most 300 entries; the rest are zeros).
+    logit_biases: torch.Tensor | None = None  # [batch, vocab] float32
     # Per-step vocab-mask hook, set by the scheduler before sampling:
     # packed allowed-token bits, bit j of word w <-> token 32*w + j (constrained rows;
     # unconstrained rows are all ones).
@@ -85,7 +88,23 @@ class SamplingBatchInfo:
         )
         if any(_uses_penalties(p) for p in params):
             info._build_penalties(reqs, device)
+        if any(p.logit_bias for p in params):
+            info._build_logit_biases(params, device)
         return info
+
+    def _build_logit_biases(self, params: list, device: torch.device) -> None:
+        rows, token_ids, biases = [], [], []
+        for row, p in enumerate(params):
+            for token_id, bias in (p.logit_bias or {}).items():
+                rows.append(row)
+                token_ids.append(token_id)
+                biases.append(bias)
+        self.logit_biases = torch.zeros(
+            (len(params), self.vocab_size), dtype=torch.float32, device=device
+        )
+        # One upload of the (row, id, bias) triples, one scatter.
+        index = (host_ints_to_device(rows, device), host_ints_to_device(token_ids, device))
+        self.logit_biases[index] = torch.tensor(biases, dtype=torch.float32).to(device)
 
     def _build_penalties(self, reqs: list[Req], device: torch.device) -> None:
         params = [req.sampling_params for req in reqs]
@@ -152,6 +171,14 @@ class SamplingBatchInfo:
         if self.has_penalties != other.has_penalties:
             self._ensure_penalties()
             other._ensure_penalties()
+        if (self.logit_biases is None) != (other.logit_biases is None):
+            for info in (self, other):
+                if info.logit_biases is None:  # zero biases: no effect
+                    info.logit_biases = torch.zeros(
+                        (info.batch_size, info.vocab_size),
+                        dtype=torch.float32,
+                        device=info.top_ps.device,
+                    )
         for name in _ROW_TENSORS:
             mine, theirs = getattr(self, name), getattr(other, name)
             if mine is not None:
@@ -191,6 +218,7 @@ _ROW_TENSORS = (
     "repetition_penalties",
     "output_counts",
     "seen_tokens",
+    "logit_biases",
 )
 
 

@@ -58,7 +58,9 @@ class Scheduler:
         if tokenizer is None:
             from radixgen.runtime.tokenizer import load_tokenizer
 
-            tokenizer = load_tokenizer(server_args.tokenizer_path or model_runner.model_path)
+            tokenizer = load_tokenizer(
+                server_args.tokenizer_path or model_runner.model_path, server_args.chat_template
+            )
         self.server_args = server_args
         self.runner = model_runner
         self.tokenizer = tokenizer

@@ -22,6 +22,8 @@ KVCacheDType = Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"]
 SamplingBackendName = Literal["auto", "torch", "triton"]
 # Mirrors radixgen.constrained.grammar_interface.GrammarBackendName (kept import-free here).
 GrammarBackendName = Literal["llguidance", "outlines"]
+# runtime/server/tool_parsers.py's formats, under SGLang's and vLLM's names.
+ToolCallParserName = Literal["hermes", "qwen25", "llama3", "llama3_json", "mistral"]
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,17 @@ class ServerArgs:
     # (constrained/completion_budget.py); disabling skips their per-grammar table build too.
     disable_constraint_budget: bool = False
 
+    # Chat and tools
+    chat_template: str | None = None  # a Jinja file that replaces the tokenizer's template
+    tool_call_parser: ToolCallParserName = "hermes"
+    # vLLM's flag, accepted for its users: tool_choice "auto" is always on here.
+    enable_auto_tool_choice: bool = False
+
     # Server
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    metrics_no_auth: bool = False  # /metrics without the API key (for scrapers)
     log_level: str = "info"
     # Request bodies above this many bytes get HTTP 413 before they are parsed.
     max_request_bytes: int = 8 * 1024 * 1024
@@ -135,6 +144,7 @@ class ServerArgs:
             "sampling_backend": SamplingBackendName,
             "grammar_backend": GrammarBackendName,
             "kv_cache_dtype": KVCacheDType,
+            "tool_call_parser": ToolCallParserName,
         }
         for name, literal in choices.items():
             allowed = literal.__args__

@@ -20,9 +20,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from radixgen.runtime.hf_cache import looks_like_hub_id, resolve_hub_id
+
 TINY_MODEL_NAME = "tiny"
 # Bump when the recipe changes: a cached build with another version is rebuilt.
-TINY_MODEL_VERSION = "2"
+TINY_MODEL_VERSION = "3"
 _VERSION_FILE = "radixgen_tiny_version"
 TINY_ASSETS_DIR = Path(__file__).parent / "tiny_assets"
 RANDOM_WEIGHT_STD = 0.02
@@ -53,9 +55,38 @@ TINY_CONFIG = {
     "torch_dtype": "bfloat16",
 }
 # ChatML: <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant's header.
+# With `tools`, the Hermes format (as Qwen 2.5 writes it): the tools' JSON in a system block,
+# an assistant's calls as <tool_call> blocks, tool results as <tool_response> blocks of a user
+# turn. Without tools the prompt is plain ChatML, as before; null content reads as "".
 CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
+    "{%- endif %}"
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- if message['role'] == 'system' and loop.first and tools %}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message['content'] %}{{- '\\n' + message['content'] }}{%- endif %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set function = call['function'] if call['function'] is defined else call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + function['name'] + '\", \"arguments\": ' }}"
+    "{{- (function['arguments'] if function['arguments'] is string "
+    "else function['arguments'] | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + (message['content'] or '') }}"
+    "{{- '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
@@ -82,10 +113,19 @@ def cache_root() -> Path:
 
 
 def resolve_model_path(model_path: str) -> str:
-    """Returns a local checkpoint folder: builds `tiny` on first use; other paths as given."""
+    """Returns a local checkpoint folder: builds `tiny` on first use; a Hub ID that is not a
+    local path resolves from the local Hugging Face cache (hf_cache.py); other paths as given.
+
+    Raises:
+        FileNotFoundError: a Hub ID that is not in the local cache (the message says how to
+            point at a folder instead).
+    """
     if model_path == TINY_MODEL_NAME:
         return str(ensure_tiny_model(cache_root()))
-    return os.path.expanduser(model_path)
+    expanded = os.path.expanduser(model_path)
+    if "/" in model_path and looks_like_hub_id(expanded):
+        return resolve_hub_id(model_path)
+    return expanded
 
 
 def ensure_tiny_model(root: Path) -> Path:

@@ -5,13 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path, chat_template_file: str | None = None):
     """Returns the transformers tokenizer stored in the folder `path` (local files only).
 
-    `path` "tiny" resolves to the embedded default model (built on first use).
+    `path` "tiny" resolves to the embedded default model (built on first use), a Hub ID to its
+    snapshot in the local Hugging Face cache. `chat_template_file` (`--chat-template`): a Jinja
+    file that replaces the tokenizer's chat template.
 
     Raises:
-        FileNotFoundError: the folder does not exist or holds no tokenizer files.
+        FileNotFoundError: the folder (or the template file) does not exist, or the folder
+            holds no tokenizer files.
     """
     from transformers import AutoTokenizer
 
@@ -23,4 +26,10 @@ def load_tokenizer(path: str | Path):
     tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
     if not any((folder / name).is_file() for name in tokenizer_files):
         raise FileNotFoundError(f"tokenizer path {str(path)!r} has none of {list(tokenizer_files)}")
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    if chat_template_file is not None:
+        template = Path(chat_template_file).expanduser()
+        if not template.is_file():
+            raise FileNotFoundError(f"--chat-template {chat_template_file!r} is not a file")
+        tokenizer.chat_template = template.read_text()
+    return tokenizer

@@ -3,7 +3,7 @@
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
 # fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
-# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree. Logs and JSON go to $OUT (or ./h200_out).
+# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree tools. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -187,6 +187,23 @@ print('tree attention steps', s['num_tree_attention_steps'], 'of', s['num_forwar
     2>&1 | grep -E "duration|total_token_throughput|output_token_throughput" | tail -3
 }
 
+tools() {  # [10/14]: logit_bias on CUDA (torch and fused sampling paths), tool calling and the
+  # OpenAI compatibility suite against a server on the GPU (tiny); results as JSON
+  log "tools: logit_bias GPU test + OpenAI compatibility on CUDA"
+  python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_sampler.py \
+    tests/test_server_openai_compat.py tests/test_tool_parsers.py --junitxml="$OUT/tools.xml" \
+    2>&1 | tee "$OUT/tools_tests.log" | tail -15
+  python3 - "$OUT/tools.xml" "$OUT/tools_tests.json" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+rows = [{"test": f"{c.get('classname')}::{c.get('name')}", "time_s": float(c.get("time")),
+         "outcome": "failed" if c.find("failure") is not None or c.find("error") is not None
+         else "skipped" if c.find("skipped") is not None else "passed"} for c in cases]
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+print({o: sum(r["outcome"] == o for r in rows) for o in ("passed", "failed", "skipped")})
+PY
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -199,6 +216,7 @@ for stage in "$@"; do
     bench-gsp) bench_gsp ;;
     bench-hf) bench_hf ;;
     perf) perf ;;
+    tools) tools ;;
     perf-after) perf_after ;;
     offline-200-before) offline_200_before ;;
     offline-200-g256) offline_200 256 ;;

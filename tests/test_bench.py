@@ -39,14 +39,17 @@ def test_datasets_are_deterministic_and_shaped():
         DatasetArgs(random_range_ratio=0.0)
 
 
-def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path):
+def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     latency_json = tmp_path / "latency.json"
     assert radixgen_main(
-        ["bench", "latency", "--batch-sizes", "1", "2", "--input-len", "8", "--output-len", "4",
-         "--output-json", str(latency_json)]
+        ["bench", "latency", "--batch-size", "1", "2", "--input-len", "8", "--output-len", "4",
+         "--output-file", str(latency_json)]
     ) == 0  # fmt: skip
     rows = json.loads(latency_json.read_text())["results"]
     assert [row["batch_size"] for row in rows] == [1, 2]
+    table = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(table) if "decode ms/step" in line)
+    assert [line.split()[0] for line in table[header + 1 : header + 3]] == ["1", "2"]
     assert all(row["prefill_ms"] > 0 and row["decode_ms_per_step_median"] > 0 for row in rows)
 
     offline_json = tmp_path / "offline.json"
@@ -146,3 +149,55 @@ def test_json_array_dataset_has_fixed_length_outputs():
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(wrong, schema)
     assert all(request.output_len >= len("[1,2,3,4,5]") for request in requests)
+
+
+def write_sharegpt(path, count: int) -> None:
+    """A small ShareGPT-format file: conversations of a human turn and a reply."""
+    conversations = [
+        {"id": str(i), "conversations": [
+            {"from": "human", "value": f"def task_{i}(x):"},
+            {"from": "gpt", "value": "    return x + 1" * (i + 1)},
+        ]}
+        for i in range(count)
+    ] + [{"id": "empty", "conversations": []}]  # fmt: skip
+    path.write_text(json.dumps(conversations))
+
+
+def test_sharegpt_dataset_reads_a_local_file(tmp_path):
+    path = tmp_path / "sharegpt.json"
+    write_sharegpt(path, 5)
+    requests = build_dataset(DatasetArgs(dataset="sharegpt", dataset_path=str(path), num_prompts=3))
+    assert [r.text for r in requests] == ["def task_0(x):", "def task_1(x):", "def task_2(x):"]
+    assert [r.output_len for r in requests] == [4, 8, 12]  # 16 characters a reply part / 4
+    with pytest.raises(ValueError, match="--dataset-path"):
+        build_dataset(DatasetArgs(dataset="sharegpt"))
+
+
+def test_bench_flags_as_sglang_users_type_them():
+    from radixgen.runtime.bench.cli import _take
+    from radixgen.runtime.bench.serving import ServingArgs
+    from radixgen.runtime.cli import build_parser
+
+    namespace = build_parser().parse_args(
+        ["bench", "serving", "--host", "10.0.0.2", "--port", "8000", "--dataset-name", "json",
+         "--output-file", "out.json"]
+    )  # fmt: skip
+    assert _take(namespace, ServingArgs).url == "http://10.0.0.2:8000"
+    assert namespace.dataset_dataset == "json" and namespace.output_json == "out.json"
+    assert ServingArgs().url == "http://127.0.0.1:30000"
+    for mode in ("offline", "latency"):
+        with pytest.raises(SystemExit):  # server-only flags are not listed there
+            build_parser().parse_args(["bench", mode, "--api-key", "k"])
+
+
+def test_bench_serving_sharegpt_by_host_and_port(server, tmp_path):
+    path, out = tmp_path / "sharegpt.json", tmp_path / "sharegpt-out.json"
+    write_sharegpt(path, 3)
+    host, port = server.base_url.removeprefix("http://").split(":")
+    assert radixgen_main(
+        ["bench", "serving", "--host", host, "--port", port, "--dataset-name", "sharegpt",
+         "--dataset-path", str(path), "--num-prompts", "3", "--output-file", str(out)]
+    ) == 0  # fmt: skip
+    summary = json.loads(out.read_text())
+    assert summary["successful_requests"] == 3, summary.get("first_error")
+    assert summary["total_output_tokens"] == 4 + 8 + 12  # ignore_eos forces the lengths

@@ -13,6 +13,7 @@ tiny's own Hugging Face folder.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import re
@@ -176,3 +177,24 @@ def test_every_documentation_file_is_scanned():
     assert {"README.md", "docs/server.md", "docs/engine.md", "docs/dsl.md"} <= files
     assert len(CURL_COMMANDS) >= 4
     assert set(RUN_ELSEWHERE) <= {block.id for block in PYTHON_BLOCKS}
+
+
+def test_every_openai_example_bounds_its_output():
+    # The chat default is the rest of the context (thousands of tokens: minutes on a CPU), so
+    # every documented request gives a bound, in Python and in curl.
+    for block in PYTHON_BLOCKS:
+        for node in ast.walk(ast.parse(block.code)):
+            is_create = isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create"
+            if is_create and "completions" in ast.unparse(node.func):
+                given = {keyword.arg for keyword in node.keywords}
+                assert given & {"max_tokens", "max_completion_tokens"}, (
+                    block.id,
+                    ast.unparse(node),
+                )
+    for block, words in CURL_COMMANDS:
+        if "-d" in words or "--data" in words:
+            body = json.loads(words[words.index("-d" if "-d" in words else "--data") + 1])
+            if any("/v1/" in word for word in words):
+                assert "max_tokens" in body, (block.id, body)
+            elif any(word.endswith("/generate") for word in words):
+                assert "max_new_tokens" in body.get("sampling_params", {}), (block.id, body)

@@ -358,3 +358,31 @@ def test_gen_takes_ebnf_and_lark_grammars(engine):
     assert re.fullmatch("x[0-9]{3}", state["code"])
     with pytest.raises(ValueError, match="at most one"):
         rg.gen("both", ebnf="root ::= 'a'", regex="a")
+
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]  # fmt: skip
+
+
+def test_gen_with_tools_returns_a_parsed_call_that_validates(engine):
+    @rg.function
+    def call(s):
+        s += rg.user("What is the weather in Paris?")
+        s += rg.assistant(rg.gen("call", tools=WEATHER_TOOLS, max_tokens=48))
+
+    state = call.run(backend=engine, temperature=1.0, seed=1)
+    parsed = state["call"]
+    functions = {tool["function"]["name"]: tool["function"] for tool in WEATHER_TOOLS}
+    assert set(parsed) == {"name", "arguments"} and parsed["name"] in functions
+    jsonschema.validate(parsed["arguments"], functions[parsed["name"]]["parameters"])
+    assert json.dumps(parsed, separators=(",", ":")) in state.text()  # the JSON was appended
+    with pytest.raises(ValueError, match="tools"):
+        rg.gen("bad", tools=WEATHER_TOOLS, regex="a")
+    with pytest.raises(ValueError, match=r"tools\[0\].function.name"):
+        rg.gen("bad", tools=[{"type": "function", "function": {"name": "no spaces"}}])

@@ -187,3 +187,32 @@ def test_counter_uniform_is_not_degenerate_at_seed_zero():
         torch.arange(4096, dtype=torch.int64), torch.zeros(4096, dtype=torch.int64)
     )
     assert abs(many.mean().item() - 0.5) < 0.02
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu", "cuda"]
+)
+def test_logit_bias_is_added_per_row_and_survives_filter_and_merge(device):
+    device = torch.device(device)
+    sampler = Sampler(backend="torch", device=device)
+    logits = torch.zeros(3, VOCAB, device=device)
+    logits[:, 1] = 5.0
+    biased = [
+        make_req(temperature=0.0, logit_bias={"3": 10.0}),  # 3 overtakes 1
+        make_req(temperature=0.0),  # no bias: 1
+        make_req(temperature=0.0, logit_bias={1: -100.0}),
+    ]  # 1 banned: the next best 0
+    info = SamplingBatchInfo.from_reqs(biased, VOCAB, device)
+    assert sampler(logits, info, None).next_token_ids.tolist() == [3, 1, 0]
+    info.filter([2, 1])
+    assert sampler(logits[:2], info, None).next_token_ids.tolist() == [0, 1]
+    plain = SamplingBatchInfo.from_reqs([make_req(temperature=0.0)], VOCAB, device)
+    plain.merge(info)  # a batch without biases takes rows with them
+    assert sampler(logits, plain, None).next_token_ids.tolist() == [1, 0, 1]
+    # A bias never re-allows a token the constraint mask forbids.
+    masked = SamplingBatchInfo.from_reqs(biased[:1], VOCAB, device)
+    masked.vocab_bitmask = torch.tensor([[0b10]], dtype=torch.int32, device=device)  # only 1
+    masked.vocab_bitmask_rows = torch.tensor([0], device=device)
+    assert sampler(logits[:1], masked, None).next_token_ids.tolist() == [1]
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams.from_dict({"logit_bias": {"-1": 1.0}})

@@ -13,7 +13,12 @@ from typing import Literal
 
 import numpy as np
 
-DatasetName = Literal["random-ids", "generated-shared-prefix", "multi-turn", "json", "json-array"]
+DatasetName = Literal[
+    "random-ids", "generated-shared-prefix", "multi-turn", "json", "json-array", "sharegpt"
+]
+# ShareGPT replies are measured in characters; ~4 characters a token (English text) turns them
+# into the output length to force, as no tokenizer is at hand on the client.
+SHAREGPT_CHARS_PER_TOKEN = 4
 
 # Token ids below this are left out of random prompts: they are often special or control
 # tokens in real vocabularies (and byte tokens in byte-level BPE).
@@ -63,6 +68,10 @@ class DatasetArgs:
     # json-array: an array of exactly this many one-digit integers, so every constrained
     # output has (nearly) the same length, for TPOT against unconstrained runs of that length
     json_array_items: int = 24
+    # sharegpt: a local ShareGPT-format file (a JSON list of {"conversations": [{"from":
+    # "human"|"gpt", "value": text}, ...]}); each conversation's first human turn is a prompt
+    dataset_path: str | None = None
+    sharegpt_output_len: int | None = None  # None: the first reply's length (chars / 4)
 
     def __post_init__(self):
         if not 0.0 < self.random_range_ratio <= 1.0:
@@ -177,8 +186,39 @@ def json_array_workload(args: DatasetArgs) -> list[BenchRequest]:
     ]
 
 
+def sharegpt(args: DatasetArgs) -> list[BenchRequest]:
+    """The first human turn of each conversation of `dataset_path`, with its reply's length
+    as the output length, for the first `num_prompts` conversations that have both.
+
+    Raises:
+        ValueError: no --dataset-path, or a file that is not ShareGPT-shaped.
+    """
+    if args.dataset_path is None:
+        raise ValueError("the sharegpt dataset needs --dataset-path FILE (nothing is downloaded)")
+    with open(args.dataset_path) as file:
+        conversations = json.load(file)
+    if not isinstance(conversations, list):
+        raise ValueError(f"{args.dataset_path}: expected a JSON list of conversations")
+    requests = []
+    for entry in conversations:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        prompt, reply = turns[0].get("value"), turns[1].get("value")
+        if turns[0].get("from") != "human" or not prompt or not isinstance(reply, str):
+            continue
+        output_len = args.sharegpt_output_len or max(1, len(reply) // SHAREGPT_CHARS_PER_TOKEN)
+        requests.append(BenchRequest(input_ids=None, text=prompt, output_len=output_len))
+        if len(requests) == args.num_prompts:
+            break
+    if not requests:
+        raise ValueError(f"{args.dataset_path}: no conversation with a human turn and a reply")
+    return requests
+
+
 def build_dataset(args: DatasetArgs) -> list[BenchRequest]:
     builders = {
+        "sharegpt": sharegpt,
         "random-ids": random_ids,
         "generated-shared-prefix": generated_shared_prefix,
         "multi-turn": multi_turn,

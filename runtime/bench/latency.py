@@ -13,6 +13,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
+from tqdm import tqdm
+
 from radixgen.runtime.server_args import ServerArgs
 
 
@@ -103,16 +105,28 @@ def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
 
     runner = ModelRunner(server_args)  # a batch too large for its KV pool raises, naming it
     rows = []
-    for batch_size in args.batch_sizes:
+    for batch_size in tqdm(args.batch_sizes, desc="batch sizes"):
         # Warm-up at this very shape: kernels compile per shape, outside the timed run.
         _one_batch(runner, batch_size, replace(args, output_len=4, warmup_steps=0))
         rows.append(_one_batch(runner, batch_size, args))
-        print(json.dumps(rows[-1]))
     return rows
+
+
+def print_latency_table(rows: list[dict]) -> None:
+    """One line per batch size, as SGLang's bench_one_batch prints them."""
+    print(f"{'batch':>6} {'input':>6} {'output':>6} {'prefill ms':>11} {'prefill tok/s':>14} "
+          f"{'decode ms/step':>15} {'decode tok/s':>13}")  # fmt: skip
+    for row in rows:
+        print(
+            f"{row['batch_size']:>6} {row['input_len']:>6} {row['output_len']:>6} "
+            f"{row['prefill_ms']:>11.2f} {row['prefill_tokens_per_s']:>14.1f} "
+            f"{row['decode_ms_per_step_median']:>15.3f} {row['decode_tokens_per_s']:>13.1f}"
+        )
 
 
 def main_latency(server_args: ServerArgs, args: LatencyArgs, output_json: str | None) -> list[dict]:
     rows = run_latency(server_args, args)
+    print_latency_table(rows)
     if output_json:
         with open(output_json, "w") as f:
             json.dump({"args": asdict(args), "results": rows}, f, indent=2)

@@ -13,8 +13,10 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Literal
+from urllib.parse import urlsplit
 
 import numpy as np
+from tqdm import tqdm
 
 from radixgen.runtime.bench.datasets import BenchRequest, DatasetArgs, build_dataset
 
@@ -24,6 +26,9 @@ BackendName = Literal["radixgen", "openai"]
 @dataclass(frozen=True)
 class ServingArgs:
     base_url: str = "http://127.0.0.1:30000"
+    # SGLang's --host/--port: they replace base_url's host and port when given.
+    host: str | None = None
+    port: int | None = None
     backend: BackendName = "radixgen"
     model: str | None = None  # OpenAI model name; None: the server's first model
     api_key: str | None = None
@@ -32,6 +37,16 @@ class ServingArgs:
     seed: int = 0
     disable_ignore_eos: bool = False
     timeout_s: float = 3600.0
+
+    @property
+    def url(self) -> str:
+        """`base_url`, with `host` and `port` in place of its own where they are given."""
+        if self.host is None and self.port is None:
+            return self.base_url
+        url = urlsplit(self.base_url)
+        host = self.host or url.hostname or "127.0.0.1"
+        port = self.port or url.port or 30000
+        return f"{url.scheme or 'http'}://{host}:{port}"
 
 
 @dataclass
@@ -77,7 +92,7 @@ async def _send_native(
     result = RequestResult(ok=False, prompt_len=len(input_ids or []))
     start = last = time.perf_counter()
     async with client.stream(
-        "POST", f"{args.base_url}/generate", json=body, headers=_headers(args)
+        "POST", f"{args.url}/generate", json=body, headers=_headers(args)
     ) as response:
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
@@ -124,7 +139,7 @@ async def _send_openai(
     result = RequestResult(ok=False, prompt_len=len(input_ids or []))
     start = last = time.perf_counter()
     async with client.stream(
-        "POST", f"{args.base_url}/v1/completions", json=body, headers=_headers(args)
+        "POST", f"{args.url}/v1/completions", json=body, headers=_headers(args)
     ) as response:
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
@@ -210,9 +225,9 @@ async def run_serving(
     async with httpx.AsyncClient(timeout=args.timeout_s, limits=limits) as client:
         model = args.model
         if args.backend == "openai" and model is None:
-            models = await _get_json(client, f"{args.base_url}/v1/models", args)
+            models = await _get_json(client, f"{args.url}/v1/models", args)
             if not models or not models.get("data"):
-                raise RuntimeError(f"no model listed at {args.base_url}/v1/models; pass --model")
+                raise RuntimeError(f"no model listed at {args.url}/v1/models; pass --model")
             model = models["data"][0]["id"]
         semaphore = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
         histories: dict[int, list[int]] = {}  # multi-turn: conversation -> ids so far
@@ -233,17 +248,22 @@ async def run_serving(
                 histories[request.conversation] = input_ids + answer
             return result
 
+        progress = tqdm(total=len(requests), desc="requests", disable=not requests)
+
         async def guarded(request: BenchRequest) -> RequestResult:
-            if semaphore is None:
-                return await one(request)
-            async with semaphore:
-                return await one(request)
+            try:
+                if semaphore is None:
+                    return await one(request)
+                async with semaphore:
+                    return await one(request)
+            finally:
+                progress.update(1)
 
         async def conversation(turns: list[BenchRequest]) -> list[RequestResult]:
             return [await guarded(turn) for turn in turns]  # turns run in order
 
         rng = np.random.default_rng(args.seed)
-        server_before = await _get_json(client, f"{args.base_url}/get_server_info", args)
+        server_before = await _get_json(client, f"{args.url}/get_server_info", args)
         start = time.perf_counter()
         tasks = []
         if requests and requests[0].conversation is not None:
@@ -263,7 +283,8 @@ async def run_serving(
                     await asyncio.sleep(rng.exponential(1.0 / args.request_rate))
             results = list(await asyncio.gather(*tasks))
         duration_s = time.perf_counter() - start
-        server_after = await _get_json(client, f"{args.base_url}/get_server_info", args)
+        progress.close()
+        server_after = await _get_json(client, f"{args.url}/get_server_info", args)
     summary = summarize(results, duration_s)
     if server_after:
         summary["server_cache_hit_rate"] = _cache_hit_rate(server_before, server_after)

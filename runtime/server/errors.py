@@ -90,7 +90,8 @@ async def parse_json_body(request: Request, model: type[ModelT]) -> ModelT:
         return model.model_validate(data)
     except ValidationError as error:
         problems = [
-            f"{'.'.join(map(str, detail['loc'])) or 'body'}: {detail['msg']}"
+            f"{'.'.join(map(str, detail['loc'])) or 'body'}: "
+            + ("unknown field" if detail["type"] == "extra_forbidden" else detail["msg"])
             for detail in error.errors()
         ]
         first_field = error.errors()[0]["loc"]

@@ -23,19 +23,21 @@ PATHS_WITHOUT_API_KEY = frozenset({"/health"})
 
 
 class ApiKeyMiddleware:
-    """Refuses (401) requests without the server's key, except on `/health`.
+    """Refuses (401) requests without the server's key, except on `/health` (and `/metrics`
+    with `--metrics-no-auth`).
 
     The key comes as `Authorization: Bearer KEY` (what the openai client sends) or
     `X-API-Key: KEY`. The comparison takes constant time, so response timing does not leak
     how much of a guess was right.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str):
+    def __init__(self, app: ASGIApp, api_key: str, open_paths: frozenset[str]):
         self.app = app
         self.api_key = api_key.encode()
+        self.open_paths = open_paths  # served without the key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PATHS_WITHOUT_API_KEY:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -71,7 +73,10 @@ def create_app(manager: TokenizerManager, *, api_key: str | None, process_ids: d
     app.include_router(native_api.router)
     app.include_router(openai_api.router)
     if api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+        open_paths = PATHS_WITHOUT_API_KEY
+        if manager.server_args.metrics_no_auth:  # for Prometheus scrapers without the key
+            open_paths = open_paths | {"/metrics"}
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key, open_paths=open_paths)
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, error: RequestError):

@@ -32,7 +32,7 @@ from radixgen.runtime.server.ipc import IpcPaths
 from radixgen.runtime.server.messages import ProcessFailed, ProcessReady, ServedModelInfo
 from radixgen.runtime.server.scheduler_process import run_scheduler_process
 from radixgen.runtime.server_args import ServerArgs
-from radixgen.runtime.tiny_model import TINY_MODEL_NAME
+from radixgen.runtime.tiny_model import TINY_MODEL_NAME, resolve_model_path
 
 logger = logging.getLogger("radixgen.server")
 
@@ -73,10 +73,18 @@ def launch_server(server_args: ServerArgs) -> int:
         return 2
     configure_logging("server", server_args.log_level)
     model_path = server_args.model_path
-    if model_path != TINY_MODEL_NAME and not os.path.isdir(os.path.expanduser(model_path)):
+    if model_path != TINY_MODEL_NAME:
         # Checked here, before two processes spend seconds importing torch to find out.
-        logger.error("--model-path %r is not a folder (nor 'tiny')", model_path)
-        return 1
+        try:
+            folder = resolve_model_path(model_path)  # a Hub ID: from the local cache only
+        except FileNotFoundError as error:
+            logger.error("--model-path: %s", error)
+            return 1
+        if not os.path.isdir(folder):
+            logger.error(
+                "--model-path %r is not a folder (nor 'tiny', nor a cached Hub ID)", model_path
+            )
+            return 1
     ipc_paths = IpcPaths.create()
     children: list[ChildProcess] = []
     try:
@@ -125,7 +133,7 @@ def _load_tokenizer(server_args: ServerArgs):
 
     path = server_args.tokenizer_path or server_args.model_path
     try:
-        return load_tokenizer(path)
+        return load_tokenizer(path, server_args.chat_template)
     except (OSError, ValueError) as error:
         raise ServerFailure(f"cannot load the tokenizer from {path!r}: {error}") from None
 
@@ -194,7 +202,8 @@ def _serve_http(
     from radixgen.runtime.server.metrics import ServerMetrics
     from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 
-    manager = TokenizerManager(server_args, model_info, ipc_paths, tokenizer, ServerMetrics())
+    metrics = ServerMetrics(model_info.served_model_name)
+    manager = TokenizerManager(server_args, model_info, ipc_paths, tokenizer, metrics)
     process_ids = {"server": os.getpid(), **{c.name: c.process.pid for c in children}}
     app = create_app(manager, api_key=server_args.api_key, process_ids=process_ids)
     app = BodyLimitMiddleware(app, server_args.max_request_bytes)

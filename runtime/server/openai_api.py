@@ -12,13 +12,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from radixgen.runtime.request_schema import (
-    FIELD_BOUNDS,
-    MAX_LOGIT_BIAS_ENTRIES,
     GenerateReq,
-    RequestFieldError,
 )
 from radixgen.runtime.server.errors import RequestError, parse_json_body
 from radixgen.runtime.server.native_api import build_request, count_prompts
+from radixgen.runtime.server.openai_fields import (
+    constraint_fields,
+    given_constraints,
+    reject_unsupported,
+)
 from radixgen.runtime.server.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -27,6 +29,7 @@ from radixgen.runtime.server.openai_protocol import (
     SamplingExtras,
 )
 from radixgen.runtime.server.openai_render import ChatRenderer, CompletionRenderer
+from radixgen.runtime.server.openai_tools import plan_tools, template_messages
 from radixgen.runtime.server.streaming import (
     collect,
     collect_all,
@@ -35,67 +38,9 @@ from radixgen.runtime.server.streaming import (
     sse_response,
 )
 from radixgen.runtime.server.tokenizer_manager import TokenizerManager
+from radixgen.runtime.server.tool_parsers import tool_call_parser
 
 router = APIRouter(prefix="/v1")
-
-
-def _reject_unsupported(body: SamplingExtras) -> None:
-    if body.logit_bias is not None and len(body.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
-        raise RequestError(
-            f"logit_bias holds at most {MAX_LOGIT_BIAS_ENTRIES} entries, got "
-            f"{len(body.logit_bias)}",
-            param="logit_bias",
-        )
-    if body.best_of is not None:
-        try:
-            FIELD_BOUNDS["best_of"].check("best_of", body.best_of)
-        except RequestFieldError as error:
-            raise RequestError(str(error), param="best_of") from None
-    if body.tools:
-        raise RequestError("tools are not supported", param="tools")
-    if body.logit_bias:
-        raise RequestError("logit_bias is not supported", param="logit_bias")
-    if body.best_of is not None and body.best_of != body.n:
-        raise RequestError("best_of other than n is not supported", param="best_of")
-
-
-def _constraint_fields(body: SamplingExtras) -> dict[str, Any]:
-    """The constraint fields from `response_format` and the extra body (validated later)."""
-    fields = {
-        "regex": body.regex,
-        "choices": body.choices,
-        "ebnf": body.ebnf,
-        "lark": body.lark,
-        "structural_tag": body.structural_tag,
-        "constraint_budget": body.constraint_budget,
-    }
-    response_format = body.response_format
-    if response_format is None or response_format.type == "text":
-        return {**fields, "json_schema": body.json_schema}
-    if body.json_schema is not None:
-        raise RequestError(
-            "give either response_format or json_schema, not both", param="response_format"
-        )
-    if response_format.type == "json_object":
-        # JSON mode: any JSON object (the grammar backend's own JSON grammar).
-        return {**fields, "json_object": True}
-    if response_format.type == "structural_tag":
-        if body.structural_tag is not None:
-            raise RequestError(
-                "give either response_format or structural_tag, not both", param="response_format"
-            )
-        tag = {"structures": response_format.structures, "triggers": response_format.triggers}
-        return {**fields, "structural_tag": tag}
-    return {**fields, "json_schema": _response_format_schema(response_format)}
-
-
-def _response_format_schema(response_format) -> str | dict:
-    if response_format.json_schema is None or response_format.json_schema.schema_ is None:
-        raise RequestError(
-            "response_format of type json_schema needs json_schema.schema",
-            param="response_format",
-        )
-    return response_format.json_schema.schema_
 
 
 def _to_input(
@@ -105,6 +50,7 @@ def _to_input(
     *,
     max_tokens: int | None,
     top_logprobs_num: int | None,
+    tool_constraint: dict[str, Any] | None = None,
 ) -> GenerateReq:
     if max_tokens is None:
         # No limit given: whatever room the context leaves (at least 1, so a too-long
@@ -124,8 +70,18 @@ def _to_input(
         "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens,
         "stop_token_ids": body.stop_token_ids,
-        **_constraint_fields(body),
+        "logit_bias": body.logit_bias,
+        **constraint_fields(body),
     }
+    if tool_constraint:
+        given = given_constraints(params)
+        if given:
+            raise RequestError(
+                f"tool_choice required or a named function constrains the output itself; it "
+                f"cannot be combined with {given[0]}",
+                param="tool_choice",
+            )
+        params.update(tool_constraint)
     if body.temperature is not None:
         params["temperature"] = body.temperature
     if body.top_p is not None:
@@ -158,12 +114,23 @@ def _check_model(manager: TokenizerManager, model: str | None) -> None:
 @router.get("/models")
 async def list_models(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    card = ModelCard(
+    return ModelList(data=[_model_card(manager)]).model_dump()
+
+
+def _model_card(manager: TokenizerManager) -> ModelCard:
+    return ModelCard(
         id=_served_name(manager),
         root=manager.model_info.model_path,
         max_model_len=manager.model_info.context_length,
     )
-    return ModelList(data=[card]).model_dump()
+
+
+@router.get("/models/{model_id:path}")
+async def retrieve_model(request: Request, model_id: str):
+    """OpenAI's retrieve: the served model's card, or a 404 for any other name."""
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    _check_model(manager, model_id)
+    return _model_card(manager).model_dump()
 
 
 async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
@@ -185,11 +152,7 @@ async def completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, CompletionRequest)
     _check_model(manager, body.model)
-    _reject_unsupported(body)
-    if body.echo:
-        raise RequestError("echo is not supported", param="echo")
-    if body.suffix:
-        raise RequestError("suffix is not supported", param="suffix")
+    reject_unsupported(body)
     inputs = [
         _to_input(manager, body, ids, max_tokens=body.max_tokens, top_logprobs_num=body.logprobs)
         for ids in await _completion_prompts(manager, body.prompt)
@@ -212,41 +175,49 @@ async def completions(request: Request):
     return renderer.response(results)
 
 
-def _chat_messages(body: ChatCompletionRequest) -> list[dict]:
-    messages = []
-    for position, message in enumerate(body.messages):
-        content = message.content
-        if isinstance(content, list):
-            if any(part.type != "text" for part in content):
-                raise RequestError(
-                    f"messages[{position}]: only text content parts are supported",
-                    param="messages",
-                )
-            content = "".join(part.text or "" for part in content)
-        messages.append({"role": message.role, "content": content or ""})
-    return messages
-
-
 @router.post("/chat/completions")
 async def chat_completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, ChatCompletionRequest)
     _check_model(manager, body.model)
-    _reject_unsupported(body)
+    reject_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
-    input_ids = await manager.apply_chat_template_async(_chat_messages(body))
+    server_args = manager.server_args
+    tool_plan = plan_tools(body, tool_call_parser(server_args.tool_call_parser))
+    tools = tool_plan.template_tools() if tool_plan else None
+    input_ids = await manager.apply_chat_template_async(
+        template_messages(body),
+        tools,
+        {
+            **(body.chat_template_kwargs or {}),
+            "add_generation_prompt": body.add_generation_prompt,
+            "continue_final_message": body.continue_final_message,
+        },
+    )
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     top_logprobs_num = (body.top_logprobs or 0) if body.logprobs else None
+    tool_constraint = None
+    if tool_plan is not None:
+        structural_tags = server_args.grammar_backend == "llguidance"
+        tool_constraint = tool_plan.constraint(structural_tags=structural_tags)
+        if tool_plan.mode == "auto" and given_constraints(constraint_fields(body)):
+            tool_constraint = None  # the client's own constraint wins; calls are still read
     generate_input = _to_input(
-        manager, body, input_ids, max_tokens=max_tokens, top_logprobs_num=top_logprobs_num
+        manager,
+        body,
+        input_ids,
+        max_tokens=max_tokens,
+        top_logprobs_num=top_logprobs_num,
+        tool_constraint=tool_constraint,
     )
     renderer = ChatRenderer(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         model=_served_name(manager),
         decode_token=manager.decode_token,
+        tool_plan=tool_plan,
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -1,11 +1,12 @@
 """Pydantic models of the OpenAI-compatible API (requests, responses and stream chunks).
 
-Only the fields radixgen honours are declared, with strict ints and bools (JSON `true` is not
-1, `"yes"` is not `true`); their values are checked by `validate_request`. Unknown fields sent
-by clients are ignored, except features we cannot serve (tools, logit_bias, echo...), which the handlers reject with
-a 400 naming the field. Beyond OpenAI's fields, requests accept SGLang's extras
-(`top_k`, `min_p`, `repetition_penalty`, `regex`, `json_schema`, `choices`...), which the
-official client sends through `extra_body`.
+Requests declare every field of OpenAI's current request schemas, plus the extras users of
+SGLang (`top_k`, `regex`, `json_schema`, `ebnf`...) and vLLM (`guided_json`,
+`structured_outputs`...) send through the official client's `extra_body`; any other field is
+a 400 naming it (`extra="forbid"`). Ints and bools are strict (JSON `true` is not 1, `"yes"` is
+not `true`); values are checked by `validate_request`. Fields radixgen has no use for are
+accepted and ignored (`IGNORED_FIELDS`, listed in docs/server.md); features it cannot serve
+are refused by name when set (`UNSUPPORTED_FIELDS`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,22 @@ def _now_s() -> int:
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+
+
+# Accepted so that clients never break, with no effect on the output.
+IGNORED_FIELDS = (
+    "user", "store", "metadata", "service_tier", "reasoning_effort", "prediction",
+    "prompt_cache_key", "safety_identifier", "verbosity", "web_search_options",
+    "guided_decoding_backend", "guided_whitespace_pattern", "request_id", "priority",
+    "spaces_between_special_tokens", "add_special_tokens",
+)  # fmt: skip
+# Declared so that a request using them gets a 400 saying so, not an unknown-field error.
+UNSUPPORTED_FIELDS = (
+    "best_of", "echo", "suffix", "audio", "include_stop_str_in_output", "use_beam_search",
+    "prompt_logprobs", "return_tokens_as_token_ids", "bad_words", "allowed_token_ids",
+    "truncate_prompt_tokens",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,6 +57,7 @@ class ErrorResponse(BaseModel):
 
 class StreamOptions(_Request):
     include_usage: StrictBool = False
+    include_obfuscation: StrictBool | None = None  # ignored: no obfuscation padding is sent
 
 
 class PromptTokensDetails(BaseModel):
@@ -76,6 +93,21 @@ class JsonSchemaFormat(_Request):
     strict: bool | None = None
 
 
+class StructuredOutputs(_Request):
+    """vLLM's `structured_outputs` (its newer name for the `guided_*` fields)."""
+
+    json_: str | dict[str, Any] | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: StrictBool | None = None
+    structural_tag: str | dict[str, Any] | None = None
+    whitespace_pattern: str | None = None  # ignored, as guided_whitespace_pattern
+    disable_any_whitespace: StrictBool | None = None  # ignored: radixgen's JSON is compact
+    disable_fallback: StrictBool | None = None  # ignored: there is no fallback backend
+    disable_additional_properties: StrictBool | None = None  # ignored
+
+
 class ResponseFormat(_Request):
     type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
@@ -85,7 +117,7 @@ class ResponseFormat(_Request):
 
 
 class SamplingExtras(_Request):
-    """Sampling fields shared by both endpoints: OpenAI's plus SGLang's extras."""
+    """Sampling fields shared by both endpoints: OpenAI's plus SGLang's and vLLM's extras."""
 
     model: str | None = None
     n: StrictInt = 1
@@ -97,12 +129,8 @@ class SamplingExtras(_Request):
     frequency_penalty: StrictFloat = 0.0
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    user: str | None = None
-    # Unsupported OpenAI features, declared so the handlers can reject them by name.
-    logit_bias: dict[str, float] | None = None
-    best_of: StrictInt | None = None
-    tools: list[Any] | None = None
-    # SGLang extras (extra_body).
+    logit_bias: dict[str, float] | None = None  # token id -> bias in [-100, 100]
+    # SGLang and vLLM extras (extra_body).
     top_k: StrictInt = -1
     min_p: StrictFloat = 0.0
     repetition_penalty: StrictFloat = 1.0
@@ -119,6 +147,33 @@ class SamplingExtras(_Request):
     constraint_budget: StrictBool = True  # False: a constrained output is truncated raw
     response_format: ResponseFormat | None = None
     cache_salt: str | None = None  # prefix cache namespace (vLLM's extra)
+    # vLLM's constraint names (mapped onto the ones above).
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None  # EBNF, read as `ebnf`
+    structured_outputs: StructuredOutputs | None = None
+    # Accepted and ignored (IGNORED_FIELDS); refused when set (UNSUPPORTED_FIELDS).
+    user: str | None = None
+    store: StrictBool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    guided_decoding_backend: str | None = None
+    guided_whitespace_pattern: str | None = None
+    request_id: str | None = None
+    priority: StrictInt | None = None
+    spaces_between_special_tokens: StrictBool | None = None
+    add_special_tokens: StrictBool | None = None
+    best_of: StrictInt | None = None
+    include_stop_str_in_output: StrictBool | None = None
+    use_beam_search: StrictBool | None = None
+    prompt_logprobs: StrictInt | None = None
+    return_tokens_as_token_ids: StrictBool | None = None
+    bad_words: list[str] | None = None
+    allowed_token_ids: list[StrictInt] | None = None
+    truncate_prompt_tokens: StrictInt | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +185,7 @@ class CompletionRequest(SamplingExtras):
     max_tokens: StrictInt | None = 16
     # Top alternatives per token (OpenAI allows 0..5 here; 20 as for chat); None: no logprobs.
     logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
-    echo: StrictBool = False
+    echo: StrictBool | None = None
     suffix: str | None = None
 
 
@@ -166,18 +221,69 @@ CompletionStreamResponse = CompletionResponse
 
 
 class ChatContentPart(_Request):
-    type: str
+    type: str  # only "text" is served; other parts are refused by the handler
     text: str | None = None
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+    refusal: str | None = None
+
+
+class FunctionCall(_Request):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Request):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: StrictInt | None = None  # what a client that merged stream deltas echoes back
 
 
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ChatContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls (content may be null)
+    tool_call_id: str | None = None  # a tool result's call
+    # What a client echoes back of an earlier response's message: ignored.
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: Any = None
+    function_call: FunctionCall | None = None  # the deprecated form of tool_calls
+    reasoning_content: str | None = None
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class ChatCompletionRequest(SamplingExtras):
     messages: list[ChatMessage] = Field(min_length=1)
+    # OpenAI function objects, checked by request_schema.tool_definitions.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    # OpenAI's deprecated forms of tools / tool_choice (answered with tool_calls).
+    functions: list[dict[str, Any]] | None = None
+    function_call: Literal["none", "auto"] | NamedFunction | None = None
+    modalities: list[Literal["text", "audio"]] | None = None  # only text is served
+    audio: Any = None  # audio output parameters: refused (UNSUPPORTED_FIELDS)
+    reasoning_effort: str | None = None
+    prediction: Any = None
+    verbosity: str | None = None
+    web_search_options: Any = None
+    # vLLM's and SGLang's chat extras.
+    chat_template_kwargs: dict[str, Any] | None = None  # passed to the template
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
+    separate_reasoning: StrictBool | None = None  # ignored: no reasoning parser
     max_tokens: StrictInt | None = None
     max_completion_tokens: StrictInt | None = None
     logprobs: StrictBool = False
@@ -201,9 +307,27 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob]
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class MessageToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
+class ResponseToolCall(MessageToolCall):
+    """A call in a stream chunk: its position among the choice's calls."""
+
+    index: int
+
+
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
 
 
 class ChatCompletionChoice(BaseModel):
@@ -225,6 +349,7 @@ class ChatCompletionResponse(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatStreamChoice(BaseModel):

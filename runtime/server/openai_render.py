@@ -23,10 +23,13 @@ from radixgen.runtime.server.openai_protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionResponse,
+    MessageToolCall,
     PromptTokensDetails,
+    ResponseToolCall,
     TopLogprob,
     UsageInfo,
 )
+from radixgen.runtime.server.openai_tools import ToolCallStream, ToolPlan, tool_call_dicts
 from radixgen.runtime.server.streaming import SampleResult
 from radixgen.runtime.server.tokenizer_manager import StreamEvent
 
@@ -34,11 +37,25 @@ from radixgen.runtime.server.tokenizer_manager import StreamEvent
 MISSING_LOGPROB = -9999.0
 
 
-def finish_reason_name(finish_reason: dict[str, Any] | None) -> str | None:
-    """radixgen's finish-reason dict -> OpenAI's string ("stop" or "length")."""
+def finish_reason_name(finish_reason: dict[str, Any] | None, called: bool = False) -> str | None:
+    """radixgen's finish-reason dict -> OpenAI's string ("stop" or "length"; "tool_calls"
+    when the output ended after calling tools)."""
     if finish_reason is None:
         return None
-    return "length" if finish_reason.get("type") == "length" else "stop"
+    if finish_reason.get("type") == "length":
+        return "length"
+    return "tool_calls" if called else "stop"
+
+
+def _tool_calls(calls, first_index: int = 0, *, streamed: bool) -> list[MessageToolCall] | None:
+    if not calls:
+        return None
+    entries = tool_call_dicts(calls, first_index)
+    if streamed:
+        return [ResponseToolCall(**entry) for entry in entries]
+    return [
+        MessageToolCall(**{k: v for k, v in entry.items() if k != "index"}) for entry in entries
+    ]
 
 
 @dataclass
@@ -153,6 +170,8 @@ class CompletionRenderer(_Renderer):
 @dataclass
 class ChatRenderer(_Renderer):
     announced: set[int] = field(default_factory=set)  # choices whose role chunk went out
+    tool_plan: ToolPlan | None = None  # the request's tools: outputs are read for calls
+    tool_streams: dict[int, ToolCallStream] = field(default_factory=dict)  # per choice
 
     def _logprobs(self, token_logprobs: list[TokenLogprob], top_logprobs: list | None):
         content = []
@@ -193,12 +212,28 @@ class ChatRenderer(_Renderer):
         logprobs = None
         if output.output_token_logprobs:
             logprobs = self._logprobs(output.output_token_logprobs, output.output_top_logprobs)
+        content, calls, called, first_index = event.text_delta, [], False, 0
+        if self.tool_plan is not None:
+            stream = self.tool_streams.setdefault(index, ToolCallStream(self.tool_plan))
+            first_index = stream.calls_sent
+            content, calls = stream.feed(event.text_delta)
+            if output.finished:
+                rest, more_calls = stream.finish()
+                content, calls = content + rest, calls + more_calls
+            called = bool(stream.sent)
+            if not (content or calls or output.finished or logprobs):
+                return
         yield self._chunk(
             ChatStreamChoice(
                 index=index,
-                delta=ChatDelta(content=event.text_delta or None),
+                delta=ChatDelta(
+                    content=content or None,
+                    tool_calls=_tool_calls(calls, first_index if calls else 0, streamed=True),
+                ),
                 logprobs=logprobs,
-                finish_reason=finish_reason_name(output.finish_reason) if output.finished else None,
+                finish_reason=(
+                    finish_reason_name(output.finish_reason, called) if output.finished else None
+                ),
             )
         )
 
@@ -216,12 +251,20 @@ class ChatRenderer(_Renderer):
             logprobs = None
             if sample.output_token_logprobs:
                 logprobs = self._logprobs(sample.output_token_logprobs, sample.output_top_logprobs)
+            content, calls = sample.text, []
+            if self.tool_plan is not None:
+                parsed = self.tool_plan.parse(sample.text)
+                content, calls = parsed.content, parsed.tool_calls
+                if calls and not content.strip():
+                    content = None  # OpenAI's null content beside tool calls
             choices.append(
                 ChatCompletionChoice(
                     index=sample.index,
-                    message=ChatResponseMessage(content=sample.text),
+                    message=ChatResponseMessage(
+                        content=content, tool_calls=_tool_calls(calls, streamed=False)
+                    ),
                     logprobs=logprobs,
-                    finish_reason=finish_reason_name(sample.finish_reason),
+                    finish_reason=finish_reason_name(sample.finish_reason, bool(calls)),
                 )
             )
         return ChatCompletionResponse(

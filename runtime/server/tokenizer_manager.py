@@ -180,18 +180,34 @@ class TokenizerManager:
         """`encode` on a worker thread, so a long prompt never stalls the event loop."""
         return await asyncio.to_thread(self.encode, text, param=param)
 
-    async def apply_chat_template_async(self, messages: list[dict]) -> list[int]:
+    async def apply_chat_template_async(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,
+    ) -> list[int]:
         """`apply_chat_template` on a worker thread (templating and tokenizing are blocking)."""
-        return await asyncio.to_thread(self.apply_chat_template, messages)
+        return await asyncio.to_thread(self.apply_chat_template, messages, tools, template_kwargs)
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,
+    ) -> list[int]:
+        """The prompt ids of `messages` through the model's template, which renders `tools`
+        (OpenAI tool objects) in the model's own format. `template_kwargs`: the template's
+        variables (`add_generation_prompt`, default true; `continue_final_message`...)."""
         for position, message in enumerate(messages):
             _utf8_length(message["content"], f"messages[{position}].content")
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise RequestError("this model's tokenizer has no chat template", param="messages")
+        options = {"add_generation_prompt": True, **(template_kwargs or {})}
+        if options.get("continue_final_message"):
+            options["add_generation_prompt"] = False  # the last message stays open instead
         try:
             prompt = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+                messages, tools=tools, tokenize=False, **options
             )
         except Exception as error:  # the template raises on roles or content it rejects
             raise RequestError(f"chat template failed: {error}", param="messages") from None
