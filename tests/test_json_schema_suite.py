@@ -20,12 +20,12 @@ from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Measured on draft 2020-12: 352 / 411 accepted (217 before exact negation, pattern automata and
-# the older-draft forms), 1008 / 1057 = 95.4% valid instances matched (90.6% before; 98.4%
+# the older-draft forms), 1007 / 1057 = 95.3% valid instances matched (90.6% before; 98.4%
 # outside the optional format files, whose misses are mostly IDNA host names needing context
 # rules or Punycode). The bar is 95%; floors at or a little below the measurement.
 MIN_ACCEPTED_SCHEMAS = 350
 MIN_VALID_MATCH_RATE = 0.95
-# The fast CI run nests "any value" one level (not the engine's two): 1001 / 1057 = 94.7%, the 7
+# The fast CI run nests "any value" one level (not the engine's two): 1000 / 1057 = 94.6%, the 7
 # fewer being uniqueItems=false arrays of arrays/objects. The engine's depth (the llguidance
 # backend test below and the slow test) is held to MIN_VALID_MATCH_RATE.
 MIN_VALID_MATCH_RATE_DEPTH_1 = 0.945
