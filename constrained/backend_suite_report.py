@@ -110,6 +110,7 @@ def _record(report: SuiteReport, name: str, case: dict, verdict: list[bool] | st
     report.schemas_total += 1
     if isinstance(verdict, str):
         report.rejected_keywords[verdict] += 1
+        report.refusals.append(f"{name}: {verdict}")
         return
     report.schemas_accepted += 1
     for test, matched in zip(case["tests"], verdict, strict=True):
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for violation in report.violations:
             print(f"VIOLATION (valid:false accepted): {violation}")
         if args.v:
+            print("\n".join(f"refused: {refusal}" for refusal in report.refusals))
             print("\n".join(f"miss: {miss}" for miss in report.misses))
         violations += len(report.violations)
     return 1 if violations else 0
