@@ -9,7 +9,11 @@ recursive schemas, outlines-core's token automaton. With `--deadline-s`, each sc
 a worker process and one past the deadline counts as refused, as the engine's compile timeout
 would fail its request (outlines-core takes minutes on some suite schemas).
 
-    .venv/bin/python -m radixgen.constrained.backend_suite_report [--backend B] [--deadline-s S] [-v] [DIR]
+    .venv/bin/python -m radixgen.constrained.backend_suite_report [--backend B] [--deadline-s S]
+        [--corpus] [-v] [DIR]
+
+`--corpus`: our own corpus (`tests/data/schema_corpus.json`) instead, with the engine's own
+translation defaults.
 """
 
 from __future__ import annotations
@@ -17,14 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from radixgen.constrained.checker import compile_constraint
 from radixgen.constrained.constraint_spec import SchemaTranslation
 from radixgen.constrained.deadline_worker import DeadlineWorker
 from radixgen.constrained.grammar_interface import GRAMMAR_BACKEND_NAMES
-from radixgen.constrained.schema_suite_report import SuiteReport, find_suite_dir, suite_cases
+from radixgen.constrained.schema_suite_report import (
+    CORPUS_PATH,
+    SuiteReport,
+    corpus_cases,
+    find_suite_dir,
+    suite_cases,
+)
 from radixgen.constrained.unsupported import UnsupportedSchemaError
 
 
@@ -37,10 +47,21 @@ def run_backend_suite(
 ) -> SuiteReport:
     """Compiles every suite schema (those `select` keeps) on `backend` and checks instances;
     with `deadline_s`, in a worker process, a compile past it counting as refused."""
+    return run_backend_cases(suite_cases(suite_dir), backend, select=select, deadline_s=deadline_s)
+
+
+def run_backend_cases(
+    cases: Iterable[tuple[str, dict, SchemaTranslation]],
+    backend: str,
+    *,
+    select: Callable[[object, SchemaTranslation], bool] | None = None,
+    deadline_s: float | None = None,
+) -> SuiteReport:
+    """`run_backend_suite` over any (name, case, translation) cases, e.g. `corpus_cases()`."""
     report = SuiteReport()
     worker = None if deadline_s is None else DeadlineWorker(no_worker_state, check_case)
     try:
-        for name, case, translation in suite_cases(suite_dir):
+        for name, case, translation in cases:
             if select is not None and not select(case["schema"], translation):
                 continue
             spellings = [_spellings(test["data"]) for test in case["tests"]]
@@ -89,6 +110,7 @@ def _record(report: SuiteReport, name: str, case: dict, verdict: list[bool] | st
     report.schemas_total += 1
     if isinstance(verdict, str):
         report.rejected_keywords[verdict] += 1
+        report.refusals.append(f"{name}: {verdict}")
         return
     report.schemas_accepted += 1
     for test, matched in zip(case["tests"], verdict, strict=True):
@@ -101,15 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=GRAMMAR_BACKEND_NAMES, action="append")
     parser.add_argument("--deadline-s", type=float, help="per schema compile, in a worker")
     parser.add_argument("-v", action="store_true", help="list the missed valid instances")
+    parser.add_argument("--corpus", action="store_true", help="our own corpus, not the suite")
     parser.add_argument("suite_dir", nargs="?", type=Path, help="the draft2020-12 folder")
     args = parser.parse_args(argv)
     suite_dir = args.suite_dir or find_suite_dir(Path(__file__).resolve().parents[1])
-    if suite_dir is None or not suite_dir.is_dir():
+    if not args.corpus and (suite_dir is None or not suite_dir.is_dir()):
         print("JSON-Schema-Test-Suite not found beside the checkout", file=sys.stderr)
         return 2
     violations = 0
     for backend in args.backend or GRAMMAR_BACKEND_NAMES:
-        report = run_backend_suite(suite_dir, backend, deadline_s=args.deadline_s)
+        cases = corpus_cases(CORPUS_PATH) if args.corpus else suite_cases(suite_dir)
+        report = run_backend_cases(cases, backend, deadline_s=args.deadline_s)
         print(
             f"{backend}: schemas accepted {report.schemas_accepted} / {report.schemas_total}; "
             f"valid:true matched {report.valid_matched} / {report.valid_total} "
@@ -122,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for violation in report.violations:
             print(f"VIOLATION (valid:false accepted): {violation}")
         if args.v:
+            print("\n".join(f"refused: {refusal}" for refusal in report.refusals))
             print("\n".join(f"miss: {miss}" for miss in report.misses))
         violations += len(report.violations)
     return 1 if violations else 0

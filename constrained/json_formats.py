@@ -50,11 +50,12 @@ def _leap_second_times() -> str:
     return "(?:" + "|".join(forms) + ")"
 
 
-TIME = (
-    f"(?:{_HOUR}:{_TWO_DIGITS_00_59}:{_TWO_DIGITS_00_59}{_FRACTION}{_OFFSET}"
-    f"|{_leap_second_times()})"
-)
-DATE_TIME = f"{DATE}[tT]{TIME}"
+_TIME_WITHOUT_LEAP_SECOND = f"{_HOUR}:{_TWO_DIGITS_00_59}:{_TWO_DIGITS_00_59}{_FRACTION}{_OFFSET}"
+TIME = f"(?:{_TIME_WITHOUT_LEAP_SECOND}|{_leap_second_times()})"
+# In a date-time, leap seconds only in UTC (Z, +00:00, -00:00): the table above makes the
+# automaton remember every hour and minute, which costs outlines-core ~30x the compile time
+# (0.05 s -> 1.5 s at a 32k vocabulary), for a common format, and a rare value.
+DATE_TIME = f"{DATE}[tT](?:{_TIME_WITHOUT_LEAP_SECOND}|23:59:60{_FRACTION}(?:[zZ]|[+\\-]00:00))"
 
 UUID = f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
 

@@ -117,7 +117,8 @@ def run_suite(suite_dir: Path, any_value_depth: int = 2) -> SuiteReport:
     """Translate every suite schema and match every instance against the accepted ones.
 
     `any_value_depth` 1 (instead of the engine's 2) makes the regexes 4x smaller where any value
-    is allowed, and Python's `re` compiles them 3x faster; the figures do not change.
+    is allowed, and Python's `re` compiles them 3x faster; on 2020-12 it matches 7 valid
+    instances fewer (uniqueItems=false arrays of arrays and objects).
     """
     report = SuiteReport()
     for name, case, translation in suite_cases(suite_dir):
@@ -126,15 +127,22 @@ def run_suite(suite_dir: Path, any_value_depth: int = 2) -> SuiteReport:
     return report
 
 
-def run_corpus(corpus_path: Path = CORPUS_PATH) -> SuiteReport:
-    """Our own corpus: entries {name, schema, valid: [...], invalid: [...]}, default options."""
-    report = SuiteReport()
+def corpus_cases(corpus_path: Path = CORPUS_PATH) -> Iterator[tuple[str, dict, SchemaTranslation]]:
+    """(name, case, translation) for our own corpus: entries {name, schema, valid: [...],
+    invalid: [...]}, translated with the engine's defaults."""
     for entry in json.loads(corpus_path.read_text(encoding="utf-8")):
         tests = [{"data": value, "valid": True, "description": f"valid #{index}"}
                  for index, value in enumerate(entry["valid"])]  # fmt: skip
         tests += [{"data": value, "valid": False, "description": f"invalid #{index}"}
                   for index, value in enumerate(entry["invalid"])]  # fmt: skip
-        _run_case(report, entry["name"], {"schema": entry["schema"], "tests": tests}, {})
+        yield entry["name"], {"schema": entry["schema"], "tests": tests}, SchemaTranslation()
+
+
+def run_corpus(corpus_path: Path = CORPUS_PATH) -> SuiteReport:
+    """Our own corpus through the translator's regex, with the engine's defaults."""
+    report = SuiteReport()
+    for name, case, translation in corpus_cases(corpus_path):
+        _run_case(report, name, case, translation.as_options())
     return report
 
 

@@ -96,7 +96,7 @@ def structural_tag_lark(tag: StructuralTag) -> str:
             path is prefixed with the structure's).
     """
     free_any = "|".join(escape_regex_literal(trigger) for trigger in tag.triggers)
-    rules = [f"FREE: ~/(?s:.*(?:{free_any}).*)/"]
+    rules = [f"FREE: ~{lark_terminal(f'(?s:.*(?:{free_any}).*)')}"]
     triggered = []
     for trigger_index, trigger in enumerate(tag.triggers):
         branches = []
@@ -111,7 +111,8 @@ def structural_tag_lark(tag: StructuralTag) -> str:
             branches.append(" ".join(parts))
         if not branches:
             continue  # a trigger no structure uses: it stays forbidden in free text
-        rules.append(f"text_{trigger_index}[lazy]: /(?s:.*){escape_regex_literal(trigger)}/")
+        lazy_text = lark_terminal(f"(?s:.*){escape_regex_literal(trigger)}")
+        rules.append(f"text_{trigger_index}[lazy]: {lazy_text}")
         triggered.append(f"text_{trigger_index} ({' | '.join(branches)})")
     if not triggered:
         raise ValueError("structural_tag: no structure starts with any trigger")

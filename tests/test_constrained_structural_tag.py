@@ -139,3 +139,14 @@ def test_an_unsupported_body_schema_names_its_structure():
         UnsupportedSchemaError, match=re.escape("structural_tag.structures[0].schema")
     ):
         compile_constraint(structural_tag=tag)
+
+
+@pytest.mark.parametrize(
+    "trigger", ["[TOOL_CALLS]", "<|python_tag|>", "</x", "a/b", '"q"', "\\n", "<tool_call>\n"]
+)
+def test_triggers_with_regex_and_lark_syntax_are_literal(trigger):
+    tag = {"structures": [{"begin": trigger + "f", "schema": {"type": "integer"}, "end": "."}],
+           "triggers": [trigger]}  # fmt: skip
+    checker = compile_constraint(structural_tag=tag)
+    assert checker.fullmatch(f"hi {trigger}f12. ok") and checker.fullmatch("hi")
+    assert not checker.fullmatch(f"hi {trigger}g") and not checker.fullmatch(f"{trigger}fx.")
