@@ -120,6 +120,7 @@ def resolve_model_path(model_path: str) -> str:
         FileNotFoundError: a Hub ID that is not in the local cache (the message says how to
             point at a folder instead).
     """
+    model_path = os.fspath(model_path)  # a pathlib.Path works too
     if model_path == TINY_MODEL_NAME:
         return str(ensure_tiny_model(cache_root()))
     expanded = os.path.expanduser(model_path)

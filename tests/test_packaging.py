@@ -100,12 +100,13 @@ def _modules_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
 def test_importing_a_layer_does_not_load_the_dsl():
     loaded = _modules_after("import radixgen.radix_cache", ("radixgen",))
     assert [m for m in loaded if "radix_cache" not in m] == ["radixgen"]
-    # The DSL's one runtime module is torch-free.
+    # The DSL's one runtime module is torch-free (its field tables and tool schemas with it).
     assert _modules_after("import radixgen.runtime.request_schema", ("torch", "radixgen")) == [
         "radixgen",
         "radixgen.runtime",
         "radixgen.runtime.request_fields",
         "radixgen.runtime.request_schema",
+        "radixgen.runtime.tool_schema",
     ]
     assert _modules_after("import radixgen", ("radixgen",)) == ["radixgen"]
 
