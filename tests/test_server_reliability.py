@@ -233,8 +233,18 @@ def test_sigterm_drains_then_aborts_and_exits_zero(tiny_model_path):
             except httpx.TransportError as error:
                 results[name] = error
 
+        def in_flight() -> int:
+            return httpx.get(f"{server.base_url}/get_server_info").json()["num_requests_in_flight"]
+
+        def wait_until(condition) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+        # Both endless requests in flight first, then the short one (in flight or already
+        # done): SIGTERM never races a request that has not reached the server.
         threads = [
-            threading.Thread(target=run, args=("short", short)),
             threading.Thread(target=run, args=("long", {"text": "a", "sampling_params": endless})),
             threading.Thread(
                 target=run,
@@ -243,10 +253,10 @@ def test_sigterm_drains_then_aborts_and_exits_zero(tiny_model_path):
         ]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 30
-        while httpx.get(f"{server.base_url}/get_server_info").json()["num_requests_in_flight"] < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: in_flight() >= 2)
+        threads.append(threading.Thread(target=run, args=("short", short)))
+        threads[-1].start()
+        wait_until(lambda: "short" in results or in_flight() >= 3)
         os.kill(server.process.pid, signal.SIGTERM)
         time.sleep(0.3)
         refused = httpx.post(f"{server.base_url}/generate", json=short, timeout=10)
