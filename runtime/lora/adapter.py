@@ -53,6 +53,9 @@ class LoRAAdapter:
     scaling: float
     target_modules: frozenset[str]
     weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
+    # Distinguishes two adapters loaded under one name (an unload, then a load): part of the
+    # radix cache namespace, so the second never reuses the first one's KV.
+    load_id: int = 0
 
 
 def _refuse(path: Path, reason: str) -> ValueError:

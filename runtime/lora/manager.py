@@ -9,6 +9,7 @@ and releases it when the request leaves the batch (`acquire` / `release`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
@@ -119,6 +120,7 @@ class LoRAManager:
         for key, linear in layers.items():
             self._wrap(linear, key, use_triton)
         self.adapters: dict[str, LoRAAdapter] = {}
+        self._loads = 0
         for name, path in paths.items():
             self.load_adapter(name, path)
         logger.info(
@@ -170,6 +172,8 @@ class LoRAManager:
                     f"{tuple(lora_a.shape)} / B {tuple(lora_b.shape)}, the base model needs "
                     f"in={expected_in}, out={expected_out} (an adapter of another model?)"
                 )
+        self._loads += 1
+        adapter = dataclasses.replace(adapter, load_id=self._loads)
         self.adapters[name] = adapter
         return adapter
 

@@ -82,6 +82,10 @@ class LoRAMemoryPool:
             t.numel() * t.element_size() for t in (*self.lora_a.values(), *self.lora_b.values())
         )
 
+    def can_acquire(self, name: str) -> bool:
+        """Whether `acquire` of adapter `name` would find a slot now."""
+        return name in self.slot_of or None in self.slot_names or bool(self.idle)
+
     def acquire(self, adapter: LoRAAdapter) -> int | None:
         """The slot holding `adapter` (copied in, evicting the least recently used idle adapter,
         if it is not loaded), counted as used once more; None if every slot is in use."""
