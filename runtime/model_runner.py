@@ -238,7 +238,7 @@ class ModelRunner:
             return None
         return LoRAManager(
             self.model,
-            lora_paths=args.lora_paths,
+            lora_paths=args.lora_adapter_paths,
             max_loras_per_batch=args.max_loras_per_batch,
             max_lora_rank=args.max_lora_rank,
             target_modules=args.lora_target_modules,

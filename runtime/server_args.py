@@ -133,6 +133,7 @@ class ServerArgs:
                 raise ValueError(f"{name} must be a list of strings, got the string {value!r}")
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
+        parse_lora_paths(self.lora_paths)  # "name=path" entries, distinct names
         if self.max_loras_per_batch < 1:
             raise ValueError(f"max_loras_per_batch must be >= 1, got {self.max_loras_per_batch}")
         if self.max_lora_rank is not None and not 1 <= self.max_lora_rank <= 64:
@@ -193,6 +194,11 @@ class ServerArgs:
         return cls(**kwargs)
 
     @property
+    def lora_adapter_paths(self) -> dict[str, str]:
+        """The start-up adapters: name -> folder."""
+        return parse_lora_paths(self.lora_paths)
+
+    @property
     def lora_enabled(self) -> bool:
         return bool(self.lora_paths) or self.lora_target_modules is not None
 
@@ -200,3 +206,22 @@ class ServerArgs:
     def effective_chunked_prefill_size(self) -> int | None:
         size = self.chunked_prefill_size
         return size if size is not None and size > 0 else None
+
+
+def parse_lora_paths(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`["name=path", ...]` (or a bare path, named after its folder) -> {name: path}.
+
+    Raises:
+        ValueError: an empty name or path, or a name given twice.
+    """
+    parsed: dict[str, str] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep:
+            name, path = entry.rstrip("/").rsplit("/", 1)[-1], entry
+        if not name or not path:
+            raise ValueError(f"lora_paths: expected 'name=path', got {entry!r}")
+        if name in parsed:
+            raise ValueError(f"lora_paths: adapter name {name!r} given twice")
+        parsed[name] = path
+    return parsed

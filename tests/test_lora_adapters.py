@@ -11,10 +11,10 @@ import transformers
 from lora_fixtures import random_base_model, save_random_adapter
 from safetensors.torch import load_file, save_file
 
-from radixgen.runtime.lora.adapter import load_lora_adapter, parse_lora_paths
+from radixgen.runtime.lora.adapter import load_lora_adapter
 from radixgen.runtime.lora.pool import LoRALayerShape, LoRAMemoryPool
 from radixgen.runtime.model_runner import ModelRunner
-from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.server_args import ServerArgs, parse_lora_paths
 
 
 @pytest.fixture(scope="module")

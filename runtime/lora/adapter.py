@@ -163,22 +163,3 @@ def load_lora_adapter(
         target_modules=frozenset(module for _, module in weights),
         weights=weights,
     )
-
-
-def parse_lora_paths(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """`["name=path", ...]` (or a bare path, named after its folder) -> {name: path}.
-
-    Raises:
-        ValueError: an empty name or path, or a name given twice.
-    """
-    parsed: dict[str, str] = {}
-    for entry in entries:
-        name, sep, path = entry.partition("=")
-        if not sep:
-            name, path = Path(entry).name, entry
-        if not name or not path:
-            raise ValueError(f"lora_paths: expected 'name=path', got {entry!r}")
-        if name in parsed:
-            raise ValueError(f"lora_paths: adapter name {name!r} given twice")
-        parsed[name] = path
-    return parsed

@@ -19,7 +19,6 @@ from radixgen.runtime.lora.adapter import (
     TARGET_MODULES,
     LoRAAdapter,
     load_lora_adapter,
-    parse_lora_paths,
     read_adapter_config,
 )
 from radixgen.runtime.lora.layer import LoRABatchState, LoRALinearMethod
@@ -71,7 +70,7 @@ class LoRAManager:
 
     Args:
         model: the loaded LlamaForCausalLM (its projections get wrapped).
-        lora_paths: start-up adapters, "name=path" each.
+        lora_paths: start-up adapters, name -> folder.
         max_loras_per_batch: pool slots.
         max_lora_rank: pool rank (None: the largest start-up rank).
         target_modules: PEFT module names the pool serves (None: the start-up adapters').
@@ -85,7 +84,7 @@ class LoRAManager:
         self,
         model: nn.Module,
         *,
-        lora_paths: tuple[str, ...],
+        lora_paths: dict[str, str],
         max_loras_per_batch: int,
         max_lora_rank: int | None,
         target_modules: tuple[str, ...] | None,
@@ -93,7 +92,7 @@ class LoRAManager:
         device: torch.device,
         use_triton: bool,
     ):
-        paths = parse_lora_paths(lora_paths)
+        paths = lora_paths
         configs = [read_adapter_config(path) for path in paths.values()]
         rank = max_lora_rank or max((config["r"] for config in configs), default=0)
         if not 1 <= rank <= MAX_SUPPORTED_RANK:
