@@ -104,3 +104,29 @@ def test_lora_off_refuses_adapter_requests(tiny_model_path):
     with Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=256) as engine:
         with pytest.raises(ValueError, match="LoRA is off"):
             engine.generate(input_ids=PROMPT[:4], sampling_params=GREEDY, lora_path="a")
+
+
+def test_dsl_gen_lora_path_and_program_default(engine):
+    import radixgen as rg
+
+    @rg.function
+    def two_steps(s):
+        s += "def add(a, b):"
+        s += rg.gen("default", max_tokens=4, ignore_eos=True)  # the run's adapter
+        s += rg.gen("override", max_tokens=4, ignore_eos=True, lora_path="b")
+
+    state = two_steps.run(temperature=0.0, lora_path="a", backend=engine)
+    greedy = {"temperature": 0, "ignore_eos": True, "max_new_tokens": 4}
+    first = engine.generate("def add(a, b):", greedy, lora_path="a")
+    assert state["default"] == first["text"]
+    second = engine.generate("def add(a, b):" + first["text"], greedy, lora_path="b")
+    assert state["override"] == second["text"]
+    with pytest.raises(ValueError, match="lora_path must be a non-empty string"):
+        rg.gen("x", lora_path="")
+
+    @rg.function
+    def picks(s):
+        s += "Answer:" + rg.select("x", choices=["yes", "no"])
+
+    with pytest.raises(NotImplementedError, match="rg.gen\\(choices"):
+        picks.run(lora_path="a", backend=engine)
