@@ -11,6 +11,7 @@ import transformers
 from lora_fixtures import random_base_model, save_random_adapter
 from safetensors.torch import load_file, save_file
 
+from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.lora.adapter import load_lora_adapter
 from radixgen.runtime.lora.pool import LoRALayerShape, LoRAMemoryPool
 from radixgen.runtime.model_runner import ModelRunner
@@ -140,3 +141,53 @@ def test_cli_flags_reach_server_args():
     args = server_args_from_namespace(namespace)
     assert args.lora_paths == ("a=/x", "b=/y") and args.lora_target_modules == ("all",)
     assert args.max_loras_per_batch == 4 and args.max_lora_rank == 16 and args.lora_enabled
+
+
+def test_lora_composes_with_fp8_base_layers(saved):
+    def runner(quantization):
+        return ModelRunner(
+            ServerArgs(
+                model_path=str(saved / "base"),
+                device="cpu",
+                dtype="float32",
+                max_total_tokens=64,
+                lora_paths=[f"all={saved / 'all'}"],
+                quantization=quantization,
+            )
+        )
+
+    full, fp8 = runner(None), runner("fp8")
+    qkv = fp8.model.model.layers[0].self_attn.qkv_proj
+    assert type(qkv.method).__name__ == "LoRALinearMethod"
+    assert type(qkv.method.base).__name__ == "Fp8LinearMethod"
+    assert qkv.weight.dtype == torch.float8_e4m3fn
+    tokens = list(range(3, 15))
+    logits = {}
+    for name, model_runner in (("full", full), ("fp8", fp8)):
+        for adapter in ("all", None):
+            slot = model_runner.lora_manager.acquire(adapter) if adapter else -1
+            rows = model_runner.req_to_token_pool.alloc(1)
+            slots = model_runner.slot_allocator.alloc(len(tokens))
+            batch = model_runner.build_forward_batch(
+                mode=ForwardMode.EXTEND,
+                input_ids=[tokens],
+                req_pool_indices=rows,
+                prefix_lens=[0],
+                out_cache_loc=slots,
+                lora_slots=[slot],
+            )
+            logits[(name, adapter)] = model_runner.forward(batch)[0]
+            model_runner.slot_allocator.free(slots)
+            model_runner.req_to_token_pool.free(rows)
+            if adapter:
+                model_runner.lora_manager.release(adapter)
+
+    def cosine(a, b):
+        return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
+
+    # FP8 keeps the adapter's effect: close to full precision under the adapter, and the
+    # adapter moves the FP8 model as it moves the full-precision one.
+    assert cosine(logits[("fp8", "all")], logits[("full", "all")]) > 0.99
+    shift_full = logits[("full", "all")] - logits[("full", None)]
+    shift_fp8 = logits[("fp8", "all")] - logits[("fp8", None)]
+    assert cosine(shift_fp8, shift_full) > 0.9
