@@ -130,3 +130,20 @@ def test_dsl_gen_lora_path_and_program_default(engine):
 
     with pytest.raises(NotImplementedError, match="rg.gen\\(choices"):
         picks.run(lora_path="a", backend=engine)
+
+
+def test_warm_up_runs_the_lora_kernels_then_leaves_no_slot_in_use(tiny_model_path, adapters):
+    from radixgen.runtime.scheduler import Scheduler
+    from radixgen.runtime.server_args import ServerArgs
+    from radixgen.runtime.warmup import WarmupPlan, warm_up
+
+    scheduler = Scheduler(
+        ServerArgs(model_path=tiny_model_path, dtype="float32", lora_paths=[f"a={adapters['a']}"])
+    )
+    plan = WarmupPlan(prompt_lens=(8, 40), sampler_paths=False, constrained=False)
+    report = warm_up(scheduler, plan)
+    assert report.num_requests == 1 + 2 + 2  # first, extend lengths, the same under adapter a
+    pool = scheduler.runner.lora_manager.pool
+    assert pool.in_use == {} and pool.slot_of == {"a": 0}  # loaded, idle, evictable
+    scheduler.check_integrity()
+    scheduler.shutdown()
