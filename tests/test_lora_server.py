@@ -98,3 +98,22 @@ def test_load_and_unload_at_run_time(server, adapter_paths, tmp_path):
     assert post(server, "/unload_lora_adapter", {"lora_name": "b"}).status_code == 404
     assert post(server, "/generate", {"text": PROMPT, "lora_path": "b"}).status_code == 404
     assert post(server, "/load_lora_adapter", {"lora_name": "x"}).status_code == 400
+
+
+def test_dsl_backends_send_the_adapter(server):
+    import radixgen as rg
+
+    @rg.function
+    def complete(s):
+        s += rg.user("Say something.")
+        s += rg.assistant(rg.gen("reply", max_tokens=5, ignore_eos=True))
+
+    openai_backend = rg.OpenAI("tiny", base_url=f"{server.base_url}/v1", api_key="none")
+    endpoint = rg.RuntimeEndpoint(server.base_url)
+    replies = {
+        (name, adapter): complete.run(temperature=0, lora_path=adapter, backend=backend)["reply"]
+        for name, backend in (("openai", openai_backend), ("native", endpoint))
+        for adapter in (None, "a")
+    }
+    assert replies[("openai", "a")] == replies[("native", "a")] != replies[("native", None)]
+    assert replies[("openai", None)] == replies[("native", None)]
