@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixgen.backends.base import Backend, Prompt
-from radixgen.errors import StateClosedError
+from radixgen.errors import StateClosedError, UnsupportedFeatureError
 from radixgen.ir import Gen, Primitive, RoleBegin, RoleEnd, Select, Text
 from radixgen.runtime.request_schema import build_request
 from radixgen.text_stream import TextStream
@@ -162,6 +162,11 @@ class ProgramExecutor:
         self._store(gen.name, value, meta_info)
 
     def _run_select(self, select: Select) -> None:
+        if self.defaults.get("lora_path") is not None:
+            raise UnsupportedFeatureError(
+                "rg.select scores choices with the base model only; under a LoRA adapter "
+                "(the run's lora_path) use rg.gen(choices=[...]) instead"
+            )
         outcome = self.backend.select(self._prompt(), list(select.choices), select.method)
         choice = select.choices[outcome.index]
         self._emit(self.transcript.add_text(choice), select.name)

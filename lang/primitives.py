@@ -49,6 +49,7 @@ def gen(
     return_logprob: bool | None = None,
     top_logprobs_num: int | None = None,
     tools: list[dict] | None = None,
+    lora_path: str | None = None,
 ) -> Gen:
     """Generate text at this point of the program and store it as `s[name]`.
 
@@ -66,6 +67,9 @@ def gen(
     "parameters"}}]`) makes the output one call of one of them, its arguments under the
     function's JSON schema: `s[name]` is the parsed call `{"name": ..., "arguments": {...}}`
     (the text appended to the program is its JSON). It is a constraint: no other one with it.
+
+    `lora_path` names a LoRA adapter loaded by the runtime (docs/lora.md) for this gen; a
+    run's default comes from `prog.run(lora_path=...)`.
 
     Raises:
         TypeError / ValueError naming the bad argument.
@@ -95,6 +99,7 @@ def gen(
         constraint_budget=constraint_budget,
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
+        lora_path=lora_path,
     )
     if tools is not None:
         others = [c for c in ("regex", "json_schema", "choices", "ebnf", "lark", "structural_tag")

@@ -33,7 +33,7 @@ _AUTO_THREADS_MAX = 256
 _SAMPLING_OPTIONS = frozenset(
     {
         "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-        "presence_penalty", "stop", "ignore_eos", "seed",
+        "presence_penalty", "stop", "ignore_eos", "seed", "lora_path",
     }
 )  # fmt: skip
 _RUN_OPTIONS = _SAMPLING_OPTIONS | {
@@ -99,11 +99,13 @@ class Program:
         stop: str | list[str] | None = None,
         ignore_eos: bool | None = None,
         seed: int | None = None,
+        lora_path: str | None = None,
         **kwargs: Any,
     ) -> ProgramState:
         """Runs the program with `kwargs` (and `args`) as its arguments.
 
-        The sampling options are defaults for every gen that does not set its own. With
+        The sampling options (and `lora_path`, the LoRA adapter) are defaults for every gen
+        that does not set its own. With
         `stream=True` the program runs in a background thread and this returns at once:
         iterate `state.text_iter()`; otherwise it returns when everything has run.
 
@@ -123,6 +125,7 @@ class Program:
             stop=stop,
             ignore_eos=ignore_eos,
             seed=seed,
+            lora_path=lora_path,
         )
         arguments = self._bind_arguments(args, {**self.bound_arguments, **kwargs})
         state, scope = self._new_state(resolve_backend(backend), defaults, stream=stream)

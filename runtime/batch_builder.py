@@ -304,6 +304,8 @@ class PrefillAdder:
                 continue
             if sharing.should_defer(req):
                 continue  # the next batch finds the shared prefix in the cache
+            if not self.kv.lora.can_admit(req):
+                continue  # every LoRA slot is in use by other adapters' running requests
             result = self.add(req)
             if self.admitted and self.admitted[-1] is req:
                 sharing.add_admitted(req)

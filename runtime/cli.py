@@ -22,6 +22,11 @@ from radixgen.runtime.server_args import ServerArgs
 
 # One-line help for the flags users reach for first; the rest show their default only.
 _FLAG_HELP = {
+    "lora_paths": "LoRA adapters to load at start-up, 'name=path' each (PEFT folders)",
+    "lora_target_modules": "modules the LoRA pool serves: 'all' or q_proj k_proj v_proj o_proj "
+    "gate_proj up_proj down_proj (default: the start-up adapters')",
+    "max_loras_per_batch": "LoRA adapters on the device at once (the pool's slots)",
+    "max_lora_rank": "rank of the LoRA pool (default: the largest start-up adapter's)",
     "model_path": "model folder, or 'tiny' for the project's built-in tiny model",
     "tokenizer_path": "tokenizer folder (default: the model path)",
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
@@ -134,6 +139,9 @@ def add_server_args(parser: argparse.ArgumentParser, skip: frozenset[str] = froz
             kwargs["metavar"] = "{" + ",".join(map(str, kwargs["choices"])) + "}"
         elif annotation in (int, float, str):
             kwargs["type"] = annotation
+            kwargs["metavar"] = field.name.upper()
+        elif typing.get_origin(annotation) is tuple:  # tuple[str, ...]: space-separated values
+            kwargs["nargs"] = "+"
             kwargs["metavar"] = field.name.upper()
         else:
             raise TypeError(

@@ -15,6 +15,9 @@ How it stays correct:
   capture and kept alive by this runner: the graph holds its pointers. The Triton decode
   kernels read the lengths on the device, so one graph serves every length.
 - The KV pool and `req_to_token` are the runner's own tensors, never reallocated.
+- LoRA (`model_runner.lora_manager`): each row's adapter slot lives in a static buffer (-1 for
+  padding rows and base-model requests) read by the SGMV kernels on the device, one segment
+  per row, so one graph serves every mix of adapters.
 - Tree attention (`model_runner.tree_attention_enabled`): each batch size of 2 or more gets a
   second graph whose attention is `tree_decode_attention` over a static `TreeDecodePlan` of fixed
   capacities. A batch with `shared_prefixes` copies its plan into that graph's tables and replays
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from radixgen.kernels.lora import LoRASegments
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 if TYPE_CHECKING:
@@ -102,6 +106,15 @@ class CudaGraphRunner:
 
         self.static = _StaticInputs(buffer(), buffer(), buffer(), buffer(), buffer())
         self.static.fill_padding()
+        self.lora_state = (
+            model_runner.lora_manager.state if model_runner.lora_manager is not None else None
+        )
+        # [max_batch_size] int32: each row's LoRA slot (-1: none); decode segments are rows.
+        self.static_lora_slots = torch.full(
+            (max_batch_size,), -1, dtype=torch.int32, device=self.device
+        )
+        self.static_row_starts = torch.arange(max_batch_size, dtype=torch.int32, device=self.device)
+        self.static_row_lens = torch.ones(max_batch_size, dtype=torch.int32, device=self.device)
         self.graphs: dict[int, _CapturedGraph] = {}
         self.tree_graphs: dict[int, _CapturedGraph] = {}  # tree attention, batch sizes >= 2
         self.memory_pool = torch.cuda.graph_pool_handle()
@@ -130,6 +143,10 @@ class CudaGraphRunner:
         static.req_pool_indices[:batch].copy_(forward_batch.req_pool_indices)
         static.seq_lens[:batch].copy_(forward_batch.seq_lens)
         static.out_cache_loc[:batch].copy_(forward_batch.out_cache_loc)
+        if self.lora_state is not None:
+            self.static_lora_slots.fill_(-1)
+            if forward_batch.lora_segments is not None:  # decode: one segment per row
+                self.static_lora_slots[:batch].copy_(forward_batch.lora_segments.segment_slots)
         captured = self.graphs[padded]
         tree_graph = self.tree_graphs.get(padded)
         if (
@@ -182,6 +199,8 @@ class CudaGraphRunner:
     def _capture(self, stream, forward_batch: ForwardBatch, metadata) -> _CapturedGraph:
         model = self.model_runner.model
         self.model_runner.attn_backend.metadata = metadata
+        if self.lora_state is not None:  # the wrapped layers read the static segments
+            self.lora_state.segments = forward_batch.lora_segments
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: compiles kernels, settles allocations
@@ -220,4 +239,18 @@ class CudaGraphRunner:
             seq_lens_cpu=[1] * batch_size,
             prefix_lens_cpu=[0] * batch_size,
             extend_lens_cpu=[1] * batch_size,
+            lora_segments=self._static_lora_segments(batch_size),
+        )
+
+    def _static_lora_segments(self, batch_size: int) -> LoRASegments | None:
+        if self.lora_state is None:
+            return None
+        slots = self.static_lora_slots[:batch_size]
+        return LoRASegments(
+            token_slots=slots,
+            segment_starts=self.static_row_starts[:batch_size],
+            segment_lens=self.static_row_lens[:batch_size],
+            segment_slots=slots,
+            max_segment_len=1,
+            slots_present=(),  # host list of the torch reference; graphs run the kernels
         )

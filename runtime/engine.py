@@ -16,7 +16,14 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixgen.runtime.engine_loop import ResultChannel, SchedulerThread
-from radixgen.runtime.io_struct import CheckIntegrityReq, FlushCacheReq, GetStatsReq, ReqOutput
+from radixgen.runtime.io_struct import (
+    CheckIntegrityReq,
+    FlushCacheReq,
+    GetStatsReq,
+    LoadLoRAAdapterReq,
+    ReqOutput,
+    UnloadLoRAAdapterReq,
+)
 from radixgen.runtime.output_accumulator import OutputAccumulator
 from radixgen.runtime.request_schema import (
     GenerateReq,
@@ -72,6 +79,7 @@ class Engine:
         top_logprobs_num: int = 0,
         stream: bool = False,
         cache_salt: str | list[str | None] | None = None,
+        lora_path: str | list[str | None] | None = None,
     ) -> dict | list[dict] | Iterator[dict]:
         """Generates for one prompt (returns a dict) or a batch (returns a list of dicts).
 
@@ -89,6 +97,8 @@ class Engine:
                 prefixes are reused only between requests with the same salt (e.g. one per
                 tenant). None: the shared default namespace. A non-empty string of at most
                 256 chars.
+            lora_path: the LoRA adapter (a loaded name; None: the base model), or a list,
+                one per prompt.
         Returns:
             {"text", "output_ids", "index", "meta_info"}; a list for a batch prompt or
             n > 1 (prompt-major: prompt 0's n samples first).
@@ -105,6 +115,7 @@ class Engine:
             top_logprobs_num,
             cache_salt,
             stream,
+            lora_path,
         )
         if stream:
             if is_batch or requests[0].sampling_params.n != 1:
@@ -134,8 +145,9 @@ class Engine:
         top_logprobs_num: int = 0,
         stream: bool = False,
         cache_salt: str | None = None,
+        lora_path: str | None = None,
     ):
-        """Asynchronous `generate` for one prompt (`cache_salt` as in `generate`).
+        """Asynchronous `generate` for one prompt (`cache_salt`, `lora_path` as in `generate`).
 
         With `stream=False`, returns an awaitable of the result dict (a list if n > 1).
         With `stream=True`, returns an async iterator of partial results (n=1), each with
@@ -152,6 +164,7 @@ class Engine:
             top_logprobs_num,
             cache_salt,
             stream,
+            lora_path,
         )
         if is_batch:
             raise ValueError("async_generate takes a single prompt; call it once per prompt")
@@ -206,6 +219,32 @@ class Engine:
         """Empties the prefix cache. False (nothing done) while requests are in flight."""
         return self._transport.request(FlushCacheReq()).success
 
+    def load_lora_adapter(self, lora_name: str, lora_path: str) -> list[str]:
+        """Loads the PEFT adapter folder `lora_path` under `lora_name` (usable at once).
+
+        Returns:
+            the loaded adapter names.
+        Raises:
+            ValueError: the adapter is refused (why is named), or LoRA is off.
+        """
+        return self._lora_reply(LoadLoRAAdapterReq(lora_name, lora_path))
+
+    def unload_lora_adapter(self, lora_name: str) -> list[str]:
+        """Unloads adapter `lora_name`.
+
+        Returns:
+            the adapter names still loaded.
+        Raises:
+            ValueError: not loaded, or requests still use it.
+        """
+        return self._lora_reply(UnloadLoRAAdapterReq(lora_name))
+
+    def _lora_reply(self, message: LoadLoRAAdapterReq | UnloadLoRAAdapterReq) -> list[str]:
+        reply = self._transport.request(message)
+        if not reply.success:
+            raise ValueError(reply.message)
+        return reply.loaded_adapters
+
     def get_stats(self) -> dict[str, Any]:
         """Running/queued requests, KV usage, cache hit rate, token counters."""
         return dataclasses.asdict(self._transport.request(GetStatsReq()))
@@ -248,6 +287,7 @@ class Engine:
         top_logprobs_num: int,
         cache_salt: str | list[str | None] | None,
         stream: bool,
+        lora_path: str | list[str | None] | None = None,
     ) -> tuple[list[GenerateReq], bool]:
         if (prompt is None) == (input_ids is None):
             raise ValueError("give exactly one of prompt or input_ids")
@@ -271,16 +311,12 @@ class Engine:
             params_list = [SamplingParams.from_dict(p) for p in sampling_params]
         else:
             params_list = [SamplingParams.from_dict(sampling_params)] * len(token_lists)
-        if isinstance(cache_salt, list):
-            if len(cache_salt) != len(token_lists):
-                raise ValueError(
-                    f"cache_salt has {len(cache_salt)} entries for {len(token_lists)} prompts"
-                )
-            salts = cache_salt
-        else:
-            salts = [cache_salt] * len(token_lists)
+        salts = _per_prompt("cache_salt", cache_salt, len(token_lists))
+        adapters = _per_prompt("lora_path", lora_path, len(token_lists))
         requests = []
-        for ids, params, salt in zip(token_lists, params_list, salts, strict=True):
+        for ids, params, salt, adapter in zip(
+            token_lists, params_list, salts, adapters, strict=True
+        ):
             request = GenerateReq(
                 input_ids=ids,
                 sampling_params=params,
@@ -288,6 +324,7 @@ class Engine:
                 logprob_start_len=logprob_start_len,
                 top_logprobs_num=top_logprobs_num,
                 cache_salt=salt,
+                lora_path=adapter,
                 stream=stream,
                 rid=uuid.uuid4().hex,
             )
@@ -362,3 +399,16 @@ class _AwaitableIterator:
         if False:  # pragma: no cover - makes this a generator that returns at once
             yield
         return self._iterator
+
+
+def _per_prompt(name: str, value, num_prompts: int) -> list:
+    """One value for every prompt, or a list with one per prompt.
+
+    Raises:
+        ValueError: a list of the wrong length, naming `name`.
+    """
+    if not isinstance(value, list):
+        return [value] * num_prompts
+    if len(value) != num_prompts:
+        raise ValueError(f"{name} has {len(value)} entries for {num_prompts} prompts")
+    return value

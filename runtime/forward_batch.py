@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from radixgen.kernels.lora import LoRASegments, make_lora_segments
+
 if TYPE_CHECKING:
     from radixgen.kernels.tree_decode_plan import SharedSegment
     from radixgen.radix_cache.memory_pool import ReqToTokenPool, TokenToKVPool
@@ -58,6 +60,9 @@ class ForwardBatch:
     # DECODE with tree attention: the cached prefixes that several rows share (members are row
     # indices; runtime/attention/tree_grouping.py). None: plain decode attention.
     shared_prefixes: tuple[SharedSegment, ...] | None = None
+    # Each token's LoRA adapter slot, as segments (kernels/lora.py); None: no request of the
+    # batch uses an adapter.
+    lora_segments: LoRASegments | None = None
 
     @property
     def batch_size(self) -> int:
@@ -85,6 +90,7 @@ def build_forward_batch(
     attn_backend: AttentionBackend,
     return_all_logits: bool = False,
     shared_prefixes: tuple[SharedSegment, ...] | None = None,
+    lora_slots: Sequence[int] | None = None,
 ) -> ForwardBatch:
     """Packs a batch and writes its new tokens' slots into `req_to_token`.
 
@@ -103,6 +109,7 @@ def build_forward_batch(
         req_to_token_pool, token_to_kv_pool, attn_backend: the runner's pools and backend.
         return_all_logits: return logits for every token instead of each request's last.
         shared_prefixes: DECODE only: the shared cached prefixes, for tree attention.
+        lora_slots: each request's LoRA adapter pool slot (-1: the base model), or None.
 
     Raises:
         ValueError: mismatched lengths, a request without new tokens, a DECODE request with
@@ -172,6 +179,16 @@ def build_forward_batch(
         + prefix_lens_tensor[token_request]
     )  # [num_tokens]
     req_to_token_pool.req_to_token[rows[token_request], positions] = out_cache_loc.to(torch.int32)
+    lora_segments = None
+    if lora_slots is not None and max(lora_slots) >= 0:
+        if len(lora_slots) != batch_size:
+            raise ValueError(f"lora_slots needs one entry per request ({batch_size})")
+        lora_segments = make_lora_segments(
+            [int(slot) for slot in lora_slots],
+            extend_lens_cpu,
+            device,
+            merge_requests=mode == ForwardMode.EXTEND,  # decode: one row each (CUDA graphs)
+        )
     return ForwardBatch(
         mode=mode,
         input_ids=input_ids_tensor,
@@ -189,6 +206,7 @@ def build_forward_batch(
         extend_lens_cpu=extend_lens_cpu,
         return_all_logits=return_all_logits,
         shared_prefixes=shared_prefixes,
+        lora_segments=lora_segments,
     )
 
 

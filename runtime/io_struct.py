@@ -12,7 +12,7 @@ column by column: `runtime/server/messages.py`, `StepOutputs`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from radixgen.runtime.request_schema import GenerateReq
@@ -46,6 +46,28 @@ class FlushCacheReq:
 class FlushCacheOutput:
     success: bool
     message: str = ""
+
+
+@dataclass
+class LoadLoRAAdapterReq:
+    """Load a PEFT adapter folder under a name (SGLang's `/load_lora_adapter` fields)."""
+
+    lora_name: str
+    lora_path: str
+
+
+@dataclass
+class UnloadLoRAAdapterReq:
+    """Unload an adapter; refused while requests use it."""
+
+    lora_name: str
+
+
+@dataclass
+class LoRAAdapterOutput:
+    success: bool
+    message: str = ""
+    loaded_adapters: list[str] = field(default_factory=list)
 
 
 @dataclass

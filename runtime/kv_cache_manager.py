@@ -14,6 +14,7 @@ import torch
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator
 from radixgen.radix_cache.radix_cache import RadixCache
 from radixgen.radix_cache.radix_node import MatchResult
+from radixgen.runtime.lora.slots import LoRASlots
 from radixgen.runtime.req import Req
 
 
@@ -23,10 +24,14 @@ class KVCacheManager:
         req_to_token_pool: ReqToTokenPool,
         slot_allocator: SlotAllocator,
         tree: RadixCache,
+        *,
+        lora: LoRASlots | None = None,
     ):
         self.req_to_token_pool = req_to_token_pool
         self.slot_allocator = slot_allocator
         self.tree = tree
+        # Adapter slots live as long as the rows (acquired in admit, released in release).
+        self.lora = lora or LoRASlots(None)
 
     # ---- sizes -------------------------------------------------------------------------
 
@@ -56,9 +61,13 @@ class KVCacheManager:
         return self.tree.match_prefix(key, req.cache_namespace, count_in_stats=False)
 
     def admit(self, req: Req) -> bool:
-        """Give `req` a row and its cached prefix (locked). False if no row is free."""
+        """Give `req` a row, its cached prefix (locked) and its LoRA adapter's slot. False if
+        no row (or adapter slot) is free."""
+        if not self.lora.acquire(req):
+            return False
         rows = self.req_to_token_pool.alloc(1)
         if rows is None:
+            self.lora.release(req)
             return False
         key = req.fill_slice(0, req.max_prefix_len)
         match = self.tree.match_prefix(key, req.cache_namespace)
@@ -120,6 +129,7 @@ class KVCacheManager:
             namespace=req.cache_namespace,
         )
         self.req_to_token_pool.free(req.req_pool_idx)
+        self.lora.release(req)
         req.req_pool_idx = None
         req.prefix_indices = None
         req.last_node = None

@@ -27,6 +27,7 @@ from radixgen.radix_cache.memory_pool import (
 from radixgen.runtime.attention.base import AttentionBackend
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, build_forward_batch
 from radixgen.runtime.loader import load_model
+from radixgen.runtime.lora.manager import LoRAManager
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_model import resolve_model_path
@@ -159,6 +160,7 @@ class ModelRunner:
             max_positions=max(self.context_length, self.model_config.context_length),
             quantization=server_args.quantization,
         )
+        self.lora_manager = self._create_lora_manager()
         self._init_memory_pools()
         self.attn_backend = self._create_attention_backend(self.attn_backend_name)
         self.cuda_graph_runner = self._create_cuda_graph_runner()
@@ -193,6 +195,8 @@ class ModelRunner:
             [num_tokens, vocab] when `forward_batch.return_all_logits`.
         """
         # no_grad rather than inference_mode: callers may modify the logits in place.
+        if self.lora_manager is not None:
+            self.lora_manager.state.segments = forward_batch.lora_segments
         with torch.no_grad():
             graph_runner = self.cuda_graph_runner
             if graph_runner is not None and graph_runner.can_run(forward_batch):
@@ -210,6 +214,7 @@ class ModelRunner:
         out_cache_loc: torch.Tensor,
         return_all_logits: bool = False,
         shared_prefixes: tuple[SharedSegment, ...] | None = None,
+        lora_slots: Sequence[int] | None = None,
     ) -> ForwardBatch:
         """`build_forward_batch` over this runner's pools and attention backend."""
         return build_forward_batch(
@@ -223,6 +228,23 @@ class ModelRunner:
             attn_backend=self.attn_backend,
             return_all_logits=return_all_logits,
             shared_prefixes=shared_prefixes,
+            lora_slots=lora_slots,
+        )
+
+    def _create_lora_manager(self) -> LoRAManager | None:
+        """The adapters and their pool (before the KV pool: it sizes itself on what is left)."""
+        args = self.server_args
+        if not args.lora_enabled:
+            return None
+        return LoRAManager(
+            self.model,
+            lora_paths=args.lora_adapter_paths,
+            max_loras_per_batch=args.max_loras_per_batch,
+            max_lora_rank=args.max_lora_rank,
+            target_modules=args.lora_target_modules,
+            dtype=self.dtype,
+            device=self.device,
+            use_triton=self.device.type == "cuda",
         )
 
     def _init_memory_pools(self) -> None:

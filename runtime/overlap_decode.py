@@ -245,6 +245,7 @@ class OverlapDecoder:
             prefix_lens=prefix_lens,
             out_cache_loc=self.kv.alloc_slots(sum(counts)),
             shared_prefixes=decode_shared_prefixes(self.runner, next_reqs, mode),
+            lora_slots=[r.lora_slot for r in next_reqs],
         )
         if pending_ids is not None and input_ids is not pending_ids:
             starts = list(itertools.accumulate(counts, initial=0))

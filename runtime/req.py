@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,10 @@ class Req:
     top_logprobs_num: int = 0
     arrival_time_s: float = field(default_factory=time.monotonic)
     # Radix cache namespace (the request's cache salt): prefixes are shared only within it.
-    cache_namespace: str | None = None
+    cache_namespace: Hashable = None  # (cache_salt, lora_path) for an adapter's requests
+    # The LoRA adapter by name (None: base model) and its pool slot while admitted (-1: none).
+    lora_path: str | None = None
+    lora_slot: int = -1
 
     status: ReqStatus = ReqStatus.WAITING
     output_ids: list[int] = field(default_factory=list)

@@ -21,6 +21,7 @@ MAX_STOP_STRINGS = 64
 MAX_STOP_STRING_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
 MAX_CACHE_SALT_CHARS = 256
+MAX_LORA_NAME_CHARS = 256
 MAX_PROMPTS_PER_REQUEST = 1024  # prompts in one HTTP batch request
 MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit: token id -> bias entries per request
 MAX_ABS_LOGIT_BIAS = 100.0  # OpenAI's range: -100 (ban) to 100 (force)
@@ -348,6 +349,7 @@ NORMALISERS = {
     "structural_tag": structural_tag_string,
     "logit_bias": _logit_bias_map,
     "cache_salt": _string("cache_salt", max_chars=MAX_CACHE_SALT_CHARS),
+    "lora_path": _string("lora_path", max_chars=MAX_LORA_NAME_CHARS),
     "rid": _string("rid"),
 }
 # Fields whose None is not "unset" but a wrong value.

@@ -181,6 +181,9 @@ class GenerateReq:
     stream: bool = False  # for the front end: the scheduler streams every step either way
     # The radix cache namespace (vLLM's name): prefixes are shared only within one salt.
     cache_salt: str | None = None
+    # The LoRA adapter (by its loaded name; SGLang's field name) or None: the base model.
+    # Its KV is cached apart: the radix namespace is (cache_salt, lora_path).
+    lora_path: str | None = None
     rid: str | None = None  # unique request id
 
 

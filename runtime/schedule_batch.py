@@ -83,6 +83,7 @@ class ScheduleBatch:
             out_cache_loc=out_cache_loc,
             return_all_logits=self.wants_all_logits,
             shared_prefixes=decode_shared_prefixes(runner, reqs, mode),
+            lora_slots=[r.lora_slot for r in reqs],
         )
 
     def filter(self, keep: list[int]) -> None:

@@ -22,11 +22,15 @@ from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.io_struct import (
     FlushCacheOutput,
+    LoadLoRAAdapterReq,
+    LoRAAdapterOutput,
     ReqOutput,
     SchedulerCounters,
     SchedulerStats,
+    UnloadLoRAAdapterReq,
 )
 from radixgen.runtime.kv_cache_manager import KVCacheManager
+from radixgen.runtime.lora.slots import LoRASlots
 from radixgen.runtime.overlap_decode import InflightDecode, OverlapDecoder, can_overlap
 from radixgen.runtime.req import Req
 from radixgen.runtime.request_schema import GenerateReq
@@ -69,7 +73,10 @@ class Scheduler:
         self.context_length = model_runner.context_length
         self.eos_token_ids = frozenset(model_runner.model_config.eos_token_ids)
         tree = RadixCache(model_runner.slot_allocator, disabled=server_args.disable_radix_cache)
-        self.kv = KVCacheManager(model_runner.req_to_token_pool, model_runner.slot_allocator, tree)
+        self.lora = LoRASlots(model_runner.lora_manager)
+        self.kv = KVCacheManager(
+            model_runner.req_to_token_pool, model_runner.slot_allocator, tree, lora=self.lora
+        )
         self.sampler = Sampler(server_args.sampling_backend, self.device)
         self.grammar = GrammarHook(
             tokenizer,
@@ -137,6 +144,8 @@ class Scheduler:
             )
         elif request.rid in self.reqs_by_rid:
             error = f"duplicate request id {request.rid!r}"
+        elif request.lora_path is not None:
+            error = self.lora.unknown_adapter_error(request.lora_path)
         if error is not None:
             self.pending_outputs += error_outputs(request, error)
             return
@@ -176,7 +185,9 @@ class Scheduler:
                 return_logprob=request.return_logprob,
                 logprob_start_len=request.logprob_start_len,
                 top_logprobs_num=request.top_logprobs_num,
-                cache_namespace=request.cache_salt,  # all n samples share it
+                # All n samples share it; an adapter's KV differs from the base model's.
+                cache_namespace=self.lora.namespace(request.cache_salt, request.lora_path),
+                lora_path=request.lora_path,
             )
             for index in range(params.n)
         ]
@@ -261,6 +272,17 @@ class Scheduler:
         self.kv.flush()
         return FlushCacheOutput(success=True)
 
+    def update_lora_adapter(self, request: LoadLoRAAdapterReq | UnloadLoRAAdapterReq):
+        """Loads or unloads an adapter at run time (unload: refused while requests use it)."""
+        if isinstance(request, LoadLoRAAdapterReq):
+            error = self.lora.load(request.lora_name, request.lora_path)
+        else:
+            queued = self.batches.waiting + self.batches.holding_kv()
+            error = self.lora.unload(request.lora_name, queued)
+        return LoRAAdapterOutput(
+            success=error is None, message=error or "", loaded_adapters=self.lora.names()
+        )
+
     def reset_after_warmup(self) -> None:
         """Forgets the warm-up (`runtime/warmup.py`): cache flushed, counters zeroed, decode
         headroom back to its configured ratio. Only on an idle scheduler."""
@@ -288,6 +310,7 @@ class Scheduler:
         resolved = self.overlap_decoder.resolve(self.batches.running)
         self.pending_outputs += self._apply(resolved, decoded=True)
         self.kv.check_integrity(self.batches.holding_kv())
+        self.lora.check_integrity(self.batches.holding_kv())
 
     def get_stats(self) -> SchedulerStats:
         return self.counters.to_stats(

@@ -24,7 +24,9 @@ from radixgen.runtime.io_struct import (
     CheckIntegrityReq,
     FlushCacheReq,
     GetStatsReq,
+    LoadLoRAAdapterReq,
     ReqOutput,
+    UnloadLoRAAdapterReq,
 )
 from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.scheduler import Scheduler
@@ -106,6 +108,8 @@ class SchedulerLoop:
             self.transport.on_abort(message)
         elif isinstance(message, FlushCacheReq):
             self.transport.reply(message, scheduler.flush_cache())
+        elif isinstance(message, (LoadLoRAAdapterReq, UnloadLoRAAdapterReq)):
+            self.transport.reply(message, scheduler.update_lora_adapter(message))
         elif isinstance(message, GetStatsReq):
             self.transport.reply(message, scheduler.get_stats())
         elif isinstance(message, CheckIntegrityReq):

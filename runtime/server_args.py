@@ -43,6 +43,14 @@ class ServerArgs:
     # KV cache storage: FP8 halves its bytes (twice the tokens in the same memory).
     kv_cache_dtype: KVCacheDType = "auto"
 
+    # LoRA adapters (docs/lora.md): on when lora_paths or lora_target_modules is given.
+    lora_paths: tuple[str, ...] = ()  # "name=path" PEFT folders loaded at start-up
+    max_loras_per_batch: int = 8  # adapters on the device at once (pool slots)
+    max_lora_rank: int | None = None  # None: the largest start-up adapter's rank
+    # PEFT module names the pool serves ("all": q/k/v/o/gate/up/down); None: the start-up
+    # adapters' targets. Adapters loaded later must fit in them.
+    lora_target_modules: tuple[str, ...] | None = None
+
     # Memory
     mem_fraction_static: float = 0.85  # of free GPU memory, for weights already loaded + KV
     max_total_tokens: int | None = None  # KV slots; overrides mem_fraction_static
@@ -118,6 +126,18 @@ class ServerArgs:
     header_read_timeout: float = 10.0
 
     def __post_init__(self):
+        # Lists from Engine kwargs or the CLI become tuples (the dataclass stays hashable).
+        for name in ("lora_paths", "lora_target_modules"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"{name} must be a list of strings, got the string {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        parse_lora_paths(self.lora_paths)  # "name=path" entries, distinct names
+        if self.max_loras_per_batch < 1:
+            raise ValueError(f"max_loras_per_batch must be >= 1, got {self.max_loras_per_batch}")
+        if self.max_lora_rank is not None and not 1 <= self.max_lora_rank <= 64:
+            raise ValueError(f"max_lora_rank must be in [1, 64], got {self.max_lora_rank}")
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
             raise ValueError(
                 f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}"
@@ -174,6 +194,34 @@ class ServerArgs:
         return cls(**kwargs)
 
     @property
+    def lora_adapter_paths(self) -> dict[str, str]:
+        """The start-up adapters: name -> folder."""
+        return parse_lora_paths(self.lora_paths)
+
+    @property
+    def lora_enabled(self) -> bool:
+        return bool(self.lora_paths) or self.lora_target_modules is not None
+
+    @property
     def effective_chunked_prefill_size(self) -> int | None:
         size = self.chunked_prefill_size
         return size if size is not None and size > 0 else None
+
+
+def parse_lora_paths(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`["name=path", ...]` (or a bare path, named after its folder) -> {name: path}.
+
+    Raises:
+        ValueError: an empty name or path, or a name given twice.
+    """
+    parsed: dict[str, str] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep:
+            name, path = entry.rstrip("/").rsplit("/", 1)[-1], entry
+        if not name or not path:
+            raise ValueError(f"lora_paths: expected 'name=path', got {entry!r}")
+        if name in parsed:
+            raise ValueError(f"lora_paths: adapter name {name!r} given twice")
+        parsed[name] = path
+    return parsed

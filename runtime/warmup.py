@@ -16,6 +16,7 @@ explicit seeds, so the seed stream of unseeded user requests is untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -167,6 +168,14 @@ def warm_up(scheduler: Scheduler, plan: WarmupPlan | None = None) -> WarmupRepor
         kv_capacity=scheduler.kv.capacity,
         vocab_size=scheduler.vocab_size,
     )
+    adapters = scheduler.lora.names()
+    if adapters:  # the LoRA kernels compile for the extend tiles and decode rows too
+        rounds.append(
+            [
+                dataclasses.replace(request, rid=f"{request.rid}-lora", lora_path=adapters[0])
+                for request in rounds[-1 if len(rounds) == 1 else 1]
+            ]
+        )
     for requests in rounds:
         constrained = any(r.sampling_params.has_constraint for r in requests)
         error = _run_round(scheduler, requests, CONSTRAINT_WAIT_S if constrained else None)

@@ -81,6 +81,7 @@ def run_doc_block(block: DocBlock, request, namespaces: dict) -> tuple[dict, str
             run_doc_block(previous, request, namespaces)
         namespace = namespaces[previous.id]
     namespace, printed = run_block(runnable_code(block, request), namespace, name=block.id)
+    namespace["__doc_block__"] = block.id
     namespaces[block.id] = namespace
     return namespace, printed
 
@@ -99,8 +100,21 @@ def check_openai_reply(namespace: dict, printed: str) -> None:
     assert 0 < usage.completion_tokens <= 16, usage  # sampled: the text itself may be anything
 
 
+def check_printed_as_documented(namespace: dict, printed: str) -> None:
+    """Every `print` result equals the `# ...` comment the docs show under it, in order."""
+    block = next(b for b in PYTHON_BLOCKS if b.code and namespace.get("__doc_block__") == b.id)
+    shown = [line[2:] for line in block.code.splitlines() if line.startswith("# ")]
+    assert printed.splitlines()[: len(shown)] == shown, (block.id, printed)
+
+
 # What some blocks must have computed, beyond running without an error.
-CHECKS = {"README.md[0]": check_readme_lead_example, "README.md[2]": check_openai_reply}
+CHECKS = {
+    "README.md[0]": check_readme_lead_example,
+    "README.md[2]": check_openai_reply,
+    "docs/lora.md[0]": check_printed_as_documented,
+    "docs/lora.md[1]": check_printed_as_documented,
+    "docs/lora.md[2]": check_printed_as_documented,
+}
 
 
 def python_block_param(block: DocBlock):

@@ -9,10 +9,12 @@ from radixgen.runtime.request_schema import GenerateReq
 
 
 def request_options(request: GenerateReq) -> dict[str, Any]:
-    """`sampling_params` (the fields that differ from the defaults) plus the logprob request
-    options of one generation: the keyword arguments of `Engine.generate`, and the body of
+    """`sampling_params` (the fields that differ from the defaults) plus the LoRA adapter and
+    logprob request options of one generation: the keyword arguments of `Engine.generate`, and the body of
     `POST /generate` besides the prompt."""
     options: dict[str, Any] = {"sampling_params": request.sampling_params.non_default_fields()}
+    if request.lora_path is not None:
+        options["lora_path"] = request.lora_path
     if request.return_logprob:
         options["return_logprob"] = True
         options["top_logprobs_num"] = request.top_logprobs_num

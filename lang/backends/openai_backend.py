@@ -159,7 +159,8 @@ class OpenAI(Backend):
         # Only what differs from the defaults is sent: the server's own defaults apply to
         # the rest (and a plain OpenAI server never sees radixgen's extra fields unasked).
         params = request.sampling_params.non_default_fields()
-        arguments: dict[str, Any] = {"model": self.model}
+        # A LoRA adapter is a model of its own on OpenAI-compatible servers (vLLM, radixgen).
+        arguments: dict[str, Any] = {"model": request.lora_path or self.model}
         if "max_new_tokens" in params:
             arguments["max_tokens"] = params["max_new_tokens"]
         if "stop" in params:

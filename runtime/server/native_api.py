@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
+from radixgen.runtime.io_struct import LoadLoRAAdapterReq, UnloadLoRAAdapterReq
 from radixgen.runtime.request_schema import (
     GenerateReq,
     RequestFieldError,
@@ -52,6 +53,36 @@ class GenerateBody(BaseModel):
     rid: str | list[str] | None = None
     # Prefix cache namespace: one for all prompts, or a list, one per prompt.
     cache_salt: str | list[str | None] | None = None
+    # LoRA adapter by name (None: the base model): one for all prompts, or one per prompt.
+    lora_path: str | list[str | None] | None = None
+
+
+class LoadLoRAAdapterBody(BaseModel):
+    """Body of `POST /load_lora_adapter` (SGLang's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str
+    lora_path: str
+
+
+class UnloadLoRAAdapterBody(BaseModel):
+    """Body of `POST /unload_lora_adapter`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str
+
+
+def per_prompt(name: str, value: Any, num_prompts: int) -> list:
+    """One value for all prompts, or a list with one per prompt (400 naming `name` if the
+    list's length is wrong)."""
+    values = value if isinstance(value, list) else [value] * num_prompts
+    if len(values) != num_prompts:
+        raise RequestError(
+            f"{name} has {len(values)} entries for {num_prompts} prompts", param=name
+        )
+    return values
 
 
 def build_request(**fields: Any) -> GenerateReq:
@@ -101,13 +132,10 @@ async def _to_requests(
     rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
     if body.rid is not None and (len(rids) != len(prompts) or len(set(rids)) != len(rids)):
         raise RequestError("rid must give one distinct id per prompt", param="rid")
-    salts = (
-        body.cache_salt if isinstance(body.cache_salt, list) else [body.cache_salt] * len(prompts)
-    )
-    if len(salts) != len(prompts):
-        raise RequestError(
-            f"cache_salt has {len(salts)} entries for {len(prompts)} prompts", param="cache_salt"
-        )
+    salts = per_prompt("cache_salt", body.cache_salt, len(prompts))
+    adapters = per_prompt("lora_path", body.lora_path, len(prompts))
+    for adapter in adapters:
+        manager.check_lora_path(adapter)
     requests = [
         build_request(
             input_ids=list(prompt),
@@ -118,8 +146,11 @@ async def _to_requests(
             top_logprobs_num=body.top_logprobs_num,
             stream=body.stream,
             cache_salt=salt,
+            lora_path=adapter,
         )
-        for prompt, prompt_params, rid, salt in zip(prompts, params, rids, salts, strict=True)
+        for prompt, prompt_params, rid, salt, adapter in zip(
+            prompts, params, rids, salts, adapters, strict=True
+        )
     ]
     return requests, is_batch
 
@@ -236,6 +267,29 @@ async def flush_cache(request: Request):
             f"the cache was not flushed: {result.message or 'requests are in flight'}"
         )
     return {"success": True, "message": result.message}
+
+
+@router.post("/load_lora_adapter")
+async def load_lora_adapter(request: Request):
+    """Loads a PEFT adapter folder under a name, usable by the next request."""
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    body = await parse_json_body(request, LoadLoRAAdapterBody)
+    result = await manager.update_lora_adapter(LoadLoRAAdapterReq(body.lora_name, body.lora_path))
+    if not result.success:
+        raise RequestError(result.message, param="lora_path")
+    return {"success": True, "loaded_adapters": result.loaded_adapters}
+
+
+@router.post("/unload_lora_adapter")
+async def unload_lora_adapter(request: Request):
+    """Unloads an adapter (400 while requests use it, 404 if it is not loaded)."""
+    manager: TokenizerManager = request.app.state.tokenizer_manager
+    body = await parse_json_body(request, UnloadLoRAAdapterBody)
+    manager.check_lora_path(body.lora_name, param="lora_name")
+    result = await manager.update_lora_adapter(UnloadLoRAAdapterReq(body.lora_name))
+    if not result.success:
+        raise RequestError(result.message, param="lora_name")
+    return {"success": True, "loaded_adapters": result.loaded_adapters}
 
 
 @router.get("/metrics")

@@ -51,6 +51,7 @@ def _to_input(
     max_tokens: int | None,
     top_logprobs_num: int | None,
     tool_constraint: dict[str, Any] | None = None,
+    lora_path: str | None = None,
 ) -> GenerateReq:
     if max_tokens is None:
         # No limit given: whatever room the context leaves (at least 1, so a too-long
@@ -93,6 +94,7 @@ def _to_input(
         top_logprobs_num=top_logprobs_num or 0,
         stream=body.stream,
         cache_salt=body.cache_salt,
+        lora_path=lora_path,
     )
 
 
@@ -100,27 +102,40 @@ def _served_name(manager: TokenizerManager) -> str:
     return manager.model_info.served_model_name
 
 
-def _check_model(manager: TokenizerManager, model: str | None) -> None:
-    """An omitted model means the served one; any other name is a 404, as OpenAI answers."""
-    if model is not None and model != _served_name(manager):
-        raise RequestError(
-            f"the model {model!r} does not exist; this server serves {_served_name(manager)!r}",
-            status_code=404,
-            param="model",
-            code="model_not_found",
-        )
+def _check_model(manager: TokenizerManager, model: str | None) -> str | None:
+    """The LoRA adapter `model` names (None: the base model). An omitted model means the
+    served one; "served:adapter" or a loaded adapter's name select that adapter; any other
+    name is a 404, as OpenAI answers.
+    """
+    served = _served_name(manager)
+    if model is None or model == served:
+        return None
+    adapter = model.removeprefix(served + ":")
+    if adapter in manager.lora_adapters:
+        return adapter
+    raise RequestError(
+        f"the model {model!r} does not exist; this server serves {served!r}"
+        + (f" and the LoRA adapters {manager.lora_adapters}" if manager.lora_adapters else ""),
+        status_code=404,
+        param="model",
+        code="model_not_found",
+    )
 
 
 @router.get("/models")
 async def list_models(request: Request):
+    """The base model, then one card per loaded LoRA adapter (its name is a model id)."""
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    return ModelList(data=[_model_card(manager)]).model_dump()
+    cards = [_model_card(manager, None)]
+    cards += [_model_card(manager, adapter) for adapter in manager.lora_adapters]
+    return ModelList(data=cards).model_dump()
 
 
-def _model_card(manager: TokenizerManager) -> ModelCard:
+def _model_card(manager: TokenizerManager, adapter: str | None) -> ModelCard:
     return ModelCard(
-        id=_served_name(manager),
+        id=adapter or _served_name(manager),
         root=manager.model_info.model_path,
+        parent=_served_name(manager) if adapter else None,
         max_model_len=manager.model_info.context_length,
     )
 
@@ -129,8 +144,7 @@ def _model_card(manager: TokenizerManager) -> ModelCard:
 async def retrieve_model(request: Request, model_id: str):
     """OpenAI's retrieve: the served model's card, or a 404 for any other name."""
     manager: TokenizerManager = request.app.state.tokenizer_manager
-    _check_model(manager, model_id)
-    return _model_card(manager).model_dump()
+    return _model_card(manager, _check_model(manager, model_id)).model_dump()
 
 
 async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[list[int]]:
@@ -151,15 +165,22 @@ async def _completion_prompts(manager: TokenizerManager, prompt: Any) -> list[li
 async def completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, CompletionRequest)
-    _check_model(manager, body.model)
+    lora_path = _check_model(manager, body.model)
     reject_unsupported(body)
     inputs = [
-        _to_input(manager, body, ids, max_tokens=body.max_tokens, top_logprobs_num=body.logprobs)
+        _to_input(
+            manager,
+            body,
+            ids,
+            max_tokens=body.max_tokens,
+            top_logprobs_num=body.logprobs,
+            lora_path=lora_path,
+        )
         for ids in await _completion_prompts(manager, body.prompt)
     ]
     renderer = CompletionRenderer(
         response_id=f"cmpl-{uuid.uuid4().hex}",
-        model=_served_name(manager),
+        model=body.model or _served_name(manager),
         num_samples=body.n,
         decode_token=manager.decode_token,
     )
@@ -179,7 +200,7 @@ async def completions(request: Request):
 async def chat_completions(request: Request):
     manager: TokenizerManager = request.app.state.tokenizer_manager
     body = await parse_json_body(request, ChatCompletionRequest)
-    _check_model(manager, body.model)
+    lora_path = _check_model(manager, body.model)
     reject_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
@@ -212,10 +233,11 @@ async def chat_completions(request: Request):
         max_tokens=max_tokens,
         top_logprobs_num=top_logprobs_num,
         tool_constraint=tool_constraint,
+        lora_path=lora_path,
     )
     renderer = ChatRenderer(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
-        model=_served_name(manager),
+        model=body.model or _served_name(manager),
         decode_token=manager.decode_token,
         tool_plan=tool_plan,
     )

@@ -77,6 +77,7 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=_now_s)
     owned_by: str = "radixgen"
     root: str | None = None
+    parent: str | None = None  # a LoRA adapter's base model (vLLM's field)
     max_model_len: int | None = None
 
 

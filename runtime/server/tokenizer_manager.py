@@ -28,8 +28,11 @@ from radixgen.runtime.io_struct import (
     FlushCacheOutput,
     FlushCacheReq,
     GetStatsReq,
+    LoadLoRAAdapterReq,
+    LoRAAdapterOutput,
     ReqOutput,
     SchedulerStats,
+    UnloadLoRAAdapterReq,
 )
 from radixgen.runtime.request_schema import (
     GenerateReq,
@@ -89,6 +92,9 @@ class TokenizerManager:
         self._states: dict[str, RequestInbox] = {}
         self._stats_waiters: deque[asyncio.Future] = deque()
         self._flush_waiters: deque[asyncio.Future] = deque()
+        self._lora_waiters: deque[asyncio.Future] = deque()
+        # The adapter names requests may use (the scheduler's list after each load/unload).
+        self.lora_adapters: list[str] = sorted(server_args.lora_adapter_paths)
         self._rid_prefix = f"{os.getpid():x}-{uuid.uuid4().hex[:8]}"
         self._rid_counter = itertools.count()
         self._receive_task: asyncio.Task | None = None
@@ -125,7 +131,7 @@ class TokenizerManager:
         """A child died: every waiting handler gets a 503 and new requests are refused."""
         self.failure = message
         self.abort_all(message, status_code=503)
-        for waiter in (*self._stats_waiters, *self._flush_waiters):
+        for waiter in (*self._stats_waiters, *self._flush_waiters, *self._lora_waiters):
             if not waiter.done():
                 waiter.set_exception(RequestError(message, status_code=503))
 
@@ -313,6 +319,20 @@ class TokenizerManager:
     async def flush_cache(self) -> FlushCacheOutput:
         return await self._control(FlushCacheReq(), self._flush_waiters)
 
+    async def update_lora_adapter(
+        self, message: LoadLoRAAdapterReq | UnloadLoRAAdapterReq
+    ) -> LoRAAdapterOutput:
+        return await self._control(message, self._lora_waiters)
+
+    def check_lora_path(self, lora_path: str | None, param: str = "lora_path") -> None:
+        """404 naming the adapter unless it is loaded (None: the base model)."""
+        if lora_path is not None and lora_path not in self.lora_adapters:
+            raise RequestError(
+                f"LoRA adapter {lora_path!r} is not loaded (loaded: {self.lora_adapters})",
+                status_code=404,
+                param=param,
+            )
+
     async def _control(self, message: object, waiters: deque[asyncio.Future]):
         if self.failure is not None:  # (a drain still answers stats: leak checks need them)
             raise RequestError(self.failure, status_code=503)
@@ -358,6 +378,9 @@ class TokenizerManager:
             _resolve_oldest(self._stats_waiters, message)
         elif isinstance(message, FlushCacheOutput):
             _resolve_oldest(self._flush_waiters, message)
+        elif isinstance(message, LoRAAdapterOutput):
+            self.lora_adapters = list(message.loaded_adapters)
+            _resolve_oldest(self._lora_waiters, message)
         else:
             logger.error("unexpected message %r", type(message).__name__)
 
