@@ -1,0 +1,310 @@
+"""int4 weight-only linear layers (AWQ / GPTQ checkpoints after the load-time repack):
+
+    y[m, n] = sum_k x[m, k] * (q[k, n] - zero[g(k), n]) * scale[g(k), n]   (+ bias[n])
+
+with 4-bit codes `q` in 0..15, one `scale` and `zero` per group of `group_size` consecutive
+input rows, `g(k) = k // group_size`.
+
+Runtime layout (every checkpoint format is repacked into it at load time,
+runtime/models/int4_linear.py):
+- `qweight: [K / 8, N] int32`: word `[i, n]` holds rows `k = 8 i + j` of column n in its nibble
+  j (bits 4j..4j+3) -- GPTQ's order, packed along K, so a `[BLOCK_K, BLOCK_N]` tile is
+  `BLOCK_K / 8` contiguous rows of N words (coalesced along N);
+- `scales: [K / group_size, N]` and `zeros: [K / group_size, N]` in the activation dtype
+  (zeros are small integers, exact in fp16/bf16).
+
+Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
+- M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV. Grid `(M, cdiv(N, BLOCK_N),
+  split_k)`: each program dequantizes a `[K / split_k, BLOCK_N]` slice of the weight and reduces
+  it against one token's activations on the CUDA cores; the other tokens' programs re-read the
+  same slice from L2. Split-K fills the GPU when N / BLOCK_N alone would not.
+- larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
+  split-K for the mid-size M whose tile grid is small.
+Both multiply by `q - zero` (exact small integers) and apply the group's scale to the partial
+sum of each `BLOCK_K <= group_size` tile, so one scale multiply per output per tile instead of
+one per weight. Splits write fp32 partials summed in a fixed order (deterministic).
+On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+INT4_PER_INT32 = 8
+# Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
+# the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
+GEMV_M_MAX = 4
+
+
+@triton.jit
+def _dequantized_tile(
+    qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE: tl.constexpr
+):
+    """`q - zero` of a `[BLOCK_K, BLOCK_N]` tile (float32) and its group's scales `[BLOCK_N]`
+    (the tile lies in one group: BLOCK_K divides GROUP_SIZE and the tile starts on a multiple
+    of BLOCK_K, `k`)."""
+    mask = mask_k[:, None] & mask_n[None, :]
+    # Each packed word is loaded for its 8 rows (the repeats hit L1), then shifted to its nibble.
+    words = tl.load(qweight_ptr + (ks // 8).to(tl.int64)[:, None] * N + offs_n[None, :], mask=mask)
+    codes = (words >> ((ks % 8) * 4)[:, None]) & 0xF
+    group_row = (k // GROUP_SIZE) * N  # < 2^31: K / group_size * N is small
+    scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    return codes.to(tl.float32) - zero[None, :], scale
+
+
+@triton.jit
+def _int4_gemv_kernel(
+    x_ptr,  # [M, K]
+    qweight_ptr,  # [K / 8, N] int32
+    scales_ptr,  # [K / GROUP_SIZE, N]
+    zeros_ptr,  # [K / GROUP_SIZE, N]
+    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    N,
+    K,
+    k_per_split,  # a multiple of BLOCK_K
+    stride_xm,
+    stride_split,
+    GROUP_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_k = tl.program_id(2)
+    mask_n = offs_n < N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    for k in range(k_start, k_end, BLOCK_K):
+        ks = k + tl.arange(0, BLOCK_K)
+        mask_k = ks < k_end
+        x = tl.load(x_ptr + row * stride_xm + ks, mask=mask_k, other=0.0).to(tl.float32)
+        w, scale = _dequantized_tile(
+            qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE
+        )
+        acc += tl.sum(x[:, None] * w, axis=0) * scale
+    out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+
+
+@triton.jit
+def _int4_gemm_kernel(
+    x_ptr,  # [M, K]
+    qweight_ptr,  # [K / 8, N] int32
+    scales_ptr,  # [K / GROUP_SIZE, N]
+    zeros_ptr,  # [K / GROUP_SIZE, N]
+    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    M,
+    N,
+    K,
+    k_per_split,  # a multiple of BLOCK_K
+    stride_xm,
+    stride_split,
+    GROUP_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_k = tl.program_id(2)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    for k in range(k_start, k_end, BLOCK_K):
+        ks = k + tl.arange(0, BLOCK_K)
+        mask_k = ks < k_end
+        x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        w, scale = _dequantized_tile(
+            qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE
+        )
+        # q - zero is an integer in [-16, 15]: exact in x's dtype, so the dot is exact up to
+        # the fp32 accumulation; the scale is applied to the tile's partial sums.
+        acc += tl.dot(x, w.to(x.dtype)) * scale[None, :]
+    out = (
+        out_ptr
+        + pid_k.to(tl.int64) * stride_split
+        + offs_m.to(tl.int64)[:, None] * N
+        + offs_n[None, :]
+    )
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@functools.cache
+def _multiprocessor_count(device_index: int | None) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> dict:
+    """Kernel, block sizes and split-K of `int4_gemm` for an `[m, k] x [k, n]` product.
+
+    Split-K is chosen so that the grid has about four programs per SM, each with at least two
+    BLOCK_K steps; BLOCK_K divides the group size (one scale per tile).
+    """
+    gemv = m <= GEMV_M_MAX
+    block_m = 1 if gemv else min(64, max(16, triton.next_power_of_2(m)))
+    block_n = 128 if gemv else 64
+    block_k = min(group_size, 128 if gemv else 64)
+    num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
+    tiles = (m if gemv else triton.cdiv(m, block_m)) * triton.cdiv(n, block_n)
+    max_split = max(1, k // (2 * block_k))
+    split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(4 * num_sms, tiles))))
+    return {
+        "gemv": gemv,
+        "block_m": block_m,
+        "block_n": block_n,
+        "block_k": block_k,
+        "split_k": split_k,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+
+
+def int4_gemm(
+    x: torch.Tensor,  # [M, K] bf16/fp16/fp32
+    qweight: torch.Tensor,  # [K / 8, N] int32
+    scales: torch.Tensor,  # [K / group_size, N]
+    zeros: torch.Tensor,  # [K / group_size, N]
+    group_size: int,
+    **overrides,
+) -> torch.Tensor:  # [M, N] x's dtype
+    """The Triton int4 product `x @ dequantize_int4(...)` (no bias).
+
+    Args:
+        overrides: tuning keys of `default_int4_config` (benchmarks and tests).
+
+    Raises:
+        ValueError naming the argument on bad shapes, dtypes, strides or group size.
+    """
+    check_int4_inputs(x, qweight, scales, zeros, group_size)
+    m, k = x.shape
+    n = qweight.shape[1]
+    config = default_int4_config(m, n, k, group_size, x.device)
+    unknown = set(overrides) - set(config)
+    if unknown:
+        raise ValueError(f"unknown int4_gemm overrides {sorted(unknown)}")
+    config.update({name: value for name, value in overrides.items() if value is not None})
+    block_k = config["block_k"]
+    if group_size % block_k or block_k % 8:
+        raise ValueError(
+            f"block_k={block_k} must divide group_size={group_size} and be a multiple of 8"
+        )
+    k_per_split = triton.cdiv(triton.cdiv(k, config["split_k"]), block_k) * block_k
+    splits = triton.cdiv(k, k_per_split)  # no empty splits
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    partial = (
+        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    )
+    common = dict(GROUP_SIZE=group_size, BLOCK_N=config["block_n"], BLOCK_K=block_k)
+    launch = dict(num_warps=config["num_warps"], num_stages=config["num_stages"])
+    if config["gemv"]:
+        grid = (m, triton.cdiv(n, config["block_n"]), splits)
+        _int4_gemv_kernel[grid](
+            x, qweight, scales, zeros, partial, n, k, k_per_split, x.stride(0), m * n,
+            **common, **launch,
+        )  # fmt: skip
+    else:
+        grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
+        _int4_gemm_kernel[grid](
+            x, qweight, scales, zeros, partial, m, n, k, k_per_split, x.stride(0), m * n,
+            BLOCK_M=config["block_m"], **common, **launch,
+        )  # fmt: skip
+    if splits > 1:
+        out.copy_(partial.sum(0))  # fixed order: deterministic
+    return out
+
+
+def check_int4_inputs(x, qweight, scales, zeros, group_size) -> None:
+    """Raises ValueError naming the argument whose shape, dtype or layout is wrong."""
+    if x.dim() != 2 or x.stride(-1) != 1:
+        raise ValueError(f"x must be [M, K] with unit stride along K, got {tuple(x.shape)}")
+    m, k = x.shape
+    if group_size <= 0 or group_size % 8 or k % group_size:
+        raise ValueError(
+            f"group_size must be a positive multiple of 8 dividing K={k}, got {group_size}"
+        )
+    if qweight.dtype != torch.int32 or qweight.dim() != 2 or qweight.shape[0] * 8 != k:
+        raise ValueError(
+            f"qweight must be [K / 8, N] int32 with K={k}, got {tuple(qweight.shape)} {qweight.dtype}"
+        )
+    expected = (k // group_size, qweight.shape[1])
+    for name, tensor in (("scales", scales), ("zeros", zeros)):
+        if tuple(tensor.shape) != expected or not tensor.is_floating_point():
+            raise ValueError(
+                f"{name} must be a float {expected} tensor, got {tuple(tensor.shape)} {tensor.dtype}"
+            )
+    for name, tensor in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
+        if not tensor.is_contiguous() or tensor.device != x.device:
+            raise ValueError(f"{name} must be contiguous and on x's device {x.device}")
+
+
+def dequantize_int4(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
+) -> torch.Tensor:  # [K, N] float32
+    """`(q - zero) * scale` of the runtime layout, in float32."""
+    codes = unpack_int4_rows(qweight).float()  # [K, N]
+    zeros_per_row = zeros.float().repeat_interleave(group_size, 0)
+    return (codes - zeros_per_row) * scales.float().repeat_interleave(group_size, 0)
+
+
+def int4_linear_ref(
+    x: torch.Tensor,  # [..., K]
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N] x's dtype
+    """Dequantize to float32, then multiply in float32."""
+    out = x.float() @ dequantize_int4(qweight, scales, zeros, group_size)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
+def int4_linear(
+    x: torch.Tensor,  # [..., K]
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N] x's dtype
+    """`x @ W + bias` with an int4 W: Triton on CUDA (GEMV or GEMM by M), the reference on CPU."""
+    if x.device.type != "cuda":
+        return int4_linear_ref(x, qweight, scales, zeros, group_size, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    out = int4_gemm(
+        flat if flat.stride(-1) == 1 else flat.contiguous(), qweight, scales, zeros, group_size
+    )
+    if bias is not None:
+        out += bias
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:  # [8 R, C] uint8
+    """`[R, C] int32` -> `[8 R, C]` codes: row `8 i + j` is nibble j of packed row i."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)  # [8]
+    codes = (packed[:, None, :] >> shifts[None, :, None]) & 0xF  # [R, 8, C]
+    return codes.reshape(-1, packed.shape[1]).to(torch.uint8)
+
+
+def pack_int4_rows(codes: torch.Tensor) -> torch.Tensor:  # [R / 8, C] int32
+    """Inverse of `unpack_int4_rows`: `[R, C]` codes in 0..15 (R a multiple of 8)."""
+    rows, cols = codes.shape
+    if rows % INT4_PER_INT32:
+        raise ValueError(f"codes must have a multiple of 8 rows, got {rows}")
+    grouped = codes.to(torch.int32).reshape(rows // 8, 8, cols)  # [R / 8, 8, C]
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=codes.device)
+    # Nibbles occupy disjoint bits: their sum is their bitwise or (bit 31 wraps to the sign).
+    return (grouped << shifts[None, :, None]).sum(1, dtype=torch.int32)
