@@ -192,6 +192,8 @@ def int4_gemm(
     if unknown:
         raise ValueError(f"unknown int4_gemm overrides {sorted(unknown)}")
     config.update({name: value for name, value in overrides.items() if value is not None})
+    if not config["gemv"]:
+        config["block_m"] = max(16, config["block_m"])  # tl.dot needs 16 rows
     block_k = config["block_k"]
     if group_size % block_k or block_k % 8:
         raise ValueError(

@@ -72,7 +72,8 @@ class Int4LinearMethod(LinearMethod):
         if self.from_high_precision:
             weight = layer.weight.data
             codes, scales, zeros = quantize_rtn_int4(weight, group_size)
-            scales = scales.to(weight.dtype)
+            # fp16 scales, as AWQ/GPTQ checkpoints store them: the same grid as a checkpoint.
+            scales = scales.half().to(weight.dtype)
             del layer.weight
         else:
             codes, zeros, scales = layer.qweight.data, layer.qzeros.data, layer.scales.data
