@@ -67,6 +67,7 @@ def test_gptq_byte_layout():
     assert as_uint32(v1["qweight"][0, 0].item()) == first_word
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # AutoAWQ warns that it is archived
 def test_awq_packing_matches_autoawq():
     """AutoAWQ's own packer (WQLinear_GEMM.from_linear) writes the same bytes as ours, given
     the weight our checkpoint encodes and its scales and zeros."""
@@ -259,3 +260,49 @@ def test_int4_model_on_cuda_matches_dequantized(packing, tmp_path):
         zip(logits["int4"], logits["dequantized"], strict=True)
     ):
         assert relative_error(ours, reference) < 2e-2, step
+
+
+def _tiny_int4_checkpoint(folder: Path, scheme: Int4Scheme, symmetric: bool = False) -> Path:
+    from radixgen.runtime.tiny_model import resolve_model_path
+
+    folder.mkdir()
+    write_int4_checkpoint(Path(resolve_model_path("tiny")), folder, scheme, symmetric=symmetric)
+    return folder
+
+
+@pytest.mark.slow  # a server start-up: ~25 s on 2 cores
+def test_server_runs_gptq_checkpoint(tmp_path):
+    """`radixgen serve` on a GPTQ (act-order) checkpoint answers through the openai client."""
+    import openai
+
+    from radixgen.runtime.server.subprocess_launcher import ServerProcess
+
+    scheme = Int4Scheme("gptq", 128, zeros_minus_one=True, desc_act=True)
+    gptq = _tiny_int4_checkpoint(tmp_path / "gptq", scheme, symmetric=True)
+    flags = ["--model-path", str(gptq), "--log-level", "warning", "--max-total-tokens", "512"]
+    with ServerProcess(flags) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none")
+        reply = client.completions.create(
+            model=client.models.list().data[0].id,
+            prompt="def add(a, b):",
+            max_tokens=8,
+            temperature=0,
+        )
+        assert reply.choices[0].text and reply.usage.completion_tokens == 8
+
+
+def test_bench_cli_runs_int4(tmp_path):
+    """`radixgen bench latency` on an AWQ checkpoint, and with `--load-format dummy
+    --quantization gptq` (the GPU benchmark's random int4 weights)."""
+    from radixgen.runtime.cli import main as radixgen_main
+
+    awq = _tiny_int4_checkpoint(tmp_path / "awq", Int4Scheme("awq"))
+    for model_flags in (
+        ["--model-path", str(awq)],
+        ["--model-path", "tiny", "--load-format", "dummy", "--quantization", "gptq"],
+    ):
+        out = tmp_path / "latency.json"
+        bench = ["bench", "latency", *model_flags, "--batch-sizes", "2", "--input-len", "8",
+                 "--output-len", "4", "--max-total-tokens", "256", "--output-json", str(out)]  # fmt: skip
+        assert radixgen_main(bench) == 0
+        assert json.loads(out.read_text())["results"][0]["decode_ms_per_step_median"] > 0
