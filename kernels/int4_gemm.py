@@ -15,14 +15,16 @@ runtime/models/int4_linear.py):
 
 Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
 - M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV. Grid `(M, cdiv(N, BLOCK_N),
-  split_k)`: each program dequantizes a `[K / split_k, BLOCK_N]` slice of the weight and reduces
-  it against one token's activations on the CUDA cores; the other tokens' programs re-read the
-  same slice from L2. Split-K fills the GPU when N / BLOCK_N alone would not.
+  split_k)`: each program reduces a `[K / split_k, BLOCK_N]` slice of the weight against one
+  token's activations on the CUDA cores; the other tokens' programs re-read the same slice from
+  L2. Split-K fills the GPU when N / BLOCK_N alone would not. Each packed word is loaded once
+  and split into its 8 nibbles in registers, and per tile it computes
+  `scale * (sum_k x q - zero * sum_k x)`: no per-weight subtraction or scale.
 - larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
-  split-K for the mid-size M whose tile grid is small.
-Both multiply by `q - zero` (exact small integers) and apply the group's scale to the partial
-sum of each `BLOCK_K <= group_size` tile, so one scale multiply per output per tile instead of
-one per weight. Splits write fp32 partials summed in a fixed order (deterministic).
+  split-K for the mid-size M whose tile grid is small. It multiplies by `q - zero` (an exact
+  small integer in x's dtype) and applies the group's scale to each tile's partial sums.
+In both, a `BLOCK_K <= group_size` tile lies in one group (one scale per output per tile).
+Splits write fp32 partials summed in a fixed order (deterministic).
 On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
 """
 
@@ -77,17 +79,32 @@ def _int4_gemv_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
     mask_n = offs_n < N
+    offs_r = tl.arange(0, BLOCK_K // 8)  # packed rows of a tile
+    nibbles = tl.arange(0, 8)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     for k in range(k_start, k_end, BLOCK_K):
-        ks = k + tl.arange(0, BLOCK_K)
-        mask_k = ks < k_end
-        x = tl.load(x_ptr + row * stride_xm + ks, mask=mask_k, other=0.0).to(tl.float32)
-        w, scale = _dequantized_tile(
-            qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE
-        )
-        acc += tl.sum(x[:, None] * w, axis=0) * scale
+        rows = k // 8 + offs_r  # [BLOCK_K / 8]
+        mask_r = rows * 8 < k_end
+        # Every word is loaded once and split into its 8 rows in registers.
+        words = tl.load(
+            qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
+            mask=mask_r[:, None] & mask_n[None, :],
+            other=0,
+        )  # [BLOCK_K / 8, BLOCK_N]
+        x = tl.load(
+            x_ptr + row * stride_xm + rows[:, None] * 8 + nibbles[None, :],
+            mask=mask_r[:, None],
+            other=0.0,
+        ).to(tl.float32)  # [BLOCK_K / 8, 8]: x[8 r + j] at [r, j]
+        codes = (words[:, None, :] >> (nibbles * 4)[None, :, None]) & 0xF  # [BLOCK_K / 8, 8, N]
+        x_dot_q = tl.sum(tl.sum(x[:, :, None] * codes.to(tl.float32), axis=1), axis=0)
+        group_row = (k // GROUP_SIZE) * N  # the tile lies in one group
+        scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        # sum_k x (q - z) s = s (sum_k x q - z sum_k x): no per-weight subtraction.
+        acc += (x_dot_q - zero * tl.sum(tl.sum(x, axis=1), axis=0)) * scale
     out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
 
@@ -143,6 +160,14 @@ def _multiprocessor_count(device_index: int | None) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _largest_block_k(group_size: int, limit: int) -> int:
+    """The largest power of two <= limit, >= 8, dividing group_size (a tile in one group)."""
+    block_k = limit
+    while group_size % block_k:
+        block_k //= 2
+    return block_k
+
+
 def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> dict:
     """Kernel, block sizes and split-K of `int4_gemm` for an `[m, k] x [k, n]` product.
 
@@ -151,8 +176,9 @@ def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.d
     """
     gemv = m <= GEMV_M_MAX
     block_m = 1 if gemv else min(64, max(16, triton.next_power_of_2(m)))
-    block_n = 128 if gemv else 64
-    block_k = min(group_size, 128 if gemv else 64)
+    # GEMV: a [BLOCK_K / 8, 8, BLOCK_N] fp32 tile is 8K values, 64 registers a thread at 4 warps.
+    block_n = 64
+    block_k = _largest_block_k(group_size, 128 if gemv else 64)
     num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
     tiles = (m if gemv else triton.cdiv(m, block_m)) * triton.cdiv(n, block_n)
     max_split = max(1, k // (2 * block_k))

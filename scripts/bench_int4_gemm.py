@@ -29,6 +29,7 @@ import triton
 from bench_fp8_gemm import NUM_LAYERS, SHAPES, STREAM_BYTES, median_ms
 
 from radixgen.kernels.int4_gemm import (
+    GEMV_M_MAX,
     default_int4_config,
     int4_gemm,
     int4_linear,
@@ -73,10 +74,13 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
     error = ((out.float() - ref).norm() / ref.norm()).item()
     best = None
     if sweep:
-        grid = itertools.product((True, False), (32, 64, 128, 256), (32, 64, 128), (1, 2, 4, 8, 16))
-        for gemv, block_n, block_k, split_k in grid:
-            if gemv and m > 16:
-                continue
+        # 24 configs of the kernel M selects (about 1 s each with compilation).
+        gemv = m <= GEMV_M_MAX
+        splits = (2, 4, 8, 16) if gemv else (1, 2, 4, 8)
+        grid = itertools.product(
+            (32, 64, 128) if gemv else (64, 128), (64, 128) if gemv else (32, 64, 128), splits
+        )
+        for block_n, block_k, split_k in grid:
             config = dict(gemv=gemv, block_n=block_n, block_k=block_k, split_k=split_k)
             if not gemv:
                 config["block_m"] = min(64, max(16, triton.next_power_of_2(m)))
