@@ -17,13 +17,15 @@ Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
 - M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV. Grid `(M, cdiv(N, BLOCK_N),
   split_k)`: each program reduces a `[K / split_k, BLOCK_N]` slice of the weight against one
   token's activations on the CUDA cores; the other tokens' programs re-read the same slice from
-  L2. Split-K fills the GPU when N / BLOCK_N alone would not. Each packed word is loaded once
-  and split into its 8 nibbles in registers, and per tile it computes
+  L2. Split-K fills the GPU when N / BLOCK_N alone would not. Per tile it computes
   `scale * (sum_k x q - zero * sum_k x)`: no per-weight subtraction or scale.
 - larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
   split-K for the mid-size M whose tile grid is small. It multiplies by `q - zero` (an exact
   small integer in x's dtype) and applies the group's scale to each tile's partial sums.
-In both, a `BLOCK_K <= group_size` tile lies in one group (one scale per output per tile).
+In both, each packed word is loaded once and split into its 8 nibbles in registers, and a
+`BLOCK_K <= group_size` tile lies in one group (one scale per output per tile). Both compile for
+sm_90 without spills at the default configs (checked with Triton's ptxas on the CPU: GEMV 80
+registers a thread, GEMM 114 at BLOCK_M = 64 with 8 warps).
 Splits write fp32 partials summed in a fixed order (deterministic).
 On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
 """
@@ -43,20 +45,25 @@ GEMV_M_MAX = 4
 
 
 @triton.jit
-def _dequantized_tile(
-    qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE: tl.constexpr
-):
-    """`q - zero` of a `[BLOCK_K, BLOCK_N]` tile (float32) and its group's scales `[BLOCK_N]`
-    (the tile lies in one group: BLOCK_K divides GROUP_SIZE and the tile starts on a multiple
-    of BLOCK_K, `k`)."""
-    mask = mask_k[:, None] & mask_n[None, :]
-    # Each packed word is loaded for its 8 rows (the repeats hit L1), then shifted to its nibble.
-    words = tl.load(qweight_ptr + (ks // 8).to(tl.int64)[:, None] * N + offs_n[None, :], mask=mask)
-    codes = (words >> ((ks % 8) * 4)[:, None]) & 0xF
+def _packed_tile(
+    qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N,
+    GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The codes `[BLOCK_K / 8, 8, BLOCK_N]` int32 of the tile at rows `k..k+BLOCK_K` (row
+    `k + 8 r + j` at `[r, j]`), and its group's scales and zeros `[BLOCK_N]` float32. Each packed
+    word is loaded once and split into its 8 nibbles in registers; the tile lies in one group
+    (BLOCK_K divides GROUP_SIZE and k is a multiple of BLOCK_K)."""
+    rows = k // 8 + tl.arange(0, BLOCK_K // 8)
+    words = tl.load(
+        qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
+        mask=(rows * 8 < k_end)[:, None] & mask_n[None, :],
+        other=0,
+    )  # [BLOCK_K / 8, BLOCK_N]
+    codes = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
     group_row = (k // GROUP_SIZE) * N  # < 2^31: K / group_size * N is small
     scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    return codes.to(tl.float32) - zero[None, :], scale
+    return codes, scale, zero
 
 
 @triton.jit
@@ -85,25 +92,17 @@ def _int4_gemv_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     for k in range(k_start, k_end, BLOCK_K):
-        rows = k // 8 + offs_r  # [BLOCK_K / 8]
-        mask_r = rows * 8 < k_end
-        # Every word is loaded once and split into its 8 rows in registers.
-        words = tl.load(
-            qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
-            mask=mask_r[:, None] & mask_n[None, :],
-            other=0,
-        )  # [BLOCK_K / 8, BLOCK_N]
+        codes, scale, zero = _packed_tile(
+            qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
+        )
+        rows = k // 8 + offs_r
         x = tl.load(
             x_ptr + row * stride_xm + rows[:, None] * 8 + nibbles[None, :],
-            mask=mask_r[:, None],
+            mask=(rows * 8 < k_end)[:, None],
             other=0.0,
-        ).to(tl.float32)  # [BLOCK_K / 8, 8]: x[8 r + j] at [r, j]
-        codes = (words[:, None, :] >> (nibbles * 4)[None, :, None]) & 0xF  # [BLOCK_K / 8, 8, N]
+        ).to(tl.float32)  # [BLOCK_K / 8, 8]: x[k + 8 r + j] at [r, j], as the codes
         x_dot_q = tl.sum(tl.sum(x[:, :, None] * codes.to(tl.float32), axis=1), axis=0)
-        group_row = (k // GROUP_SIZE) * N  # the tile lies in one group
-        scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        # sum_k x (q - z) s = s (sum_k x q - z sum_k x): no per-weight subtraction.
+        # sum_k x (q - z) s = s (sum_k x q - z sum_k x): no per-weight subtraction or scale.
         acc += (x_dot_q - zero * tl.sum(tl.sum(x, axis=1), axis=0)) * scale
     out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
@@ -138,14 +137,15 @@ def _int4_gemm_kernel(
     k_end = tl.minimum(k_start + k_per_split, K)
     for k in range(k_start, k_end, BLOCK_K):
         ks = k + tl.arange(0, BLOCK_K)
-        mask_k = ks < k_end
-        x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        w, scale = _dequantized_tile(
-            qweight_ptr, scales_ptr, zeros_ptr, k, ks, offs_n, mask_k, mask_n, N, GROUP_SIZE
+        x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & (ks < k_end)[None, :], other=0.0)
+        codes, scale, zero = _packed_tile(
+            qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
         )
+        codes = tl.reshape(codes, [BLOCK_K, BLOCK_N])  # row 8 r + j = [r, j]: order kept
         # q - zero is an integer in [-16, 15]: exact in x's dtype, so the dot is exact up to
         # the fp32 accumulation; the scale is applied to the tile's partial sums.
-        acc += tl.dot(x, w.to(x.dtype)) * scale[None, :]
+        w = (codes.to(tl.float32) - zero[None, :]).to(x.dtype)
+        acc += tl.dot(x, w) * scale[None, :]
     out = (
         out_ptr
         + pid_k.to(tl.int64) * stride_split
@@ -189,7 +189,8 @@ def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.d
         "block_n": block_n,
         "block_k": block_k,
         "split_k": split_k,
-        "num_warps": 4,
+        # 8 warps halve the GEMM's registers a thread at BLOCK_M = 64 (ptxas, sm_90: 114).
+        "num_warps": 8 if block_m >= 64 else 4,
         "num_stages": 3,
     }
 
