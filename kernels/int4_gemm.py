@@ -38,6 +38,9 @@ import torch
 import triton
 import triton.language as tl
 
+# The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
+from radixgen.kernels.fp8_gemm import _split_k_reduce_kernel
+
 INT4_PER_INT32 = 8
 # Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
 # the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
@@ -248,8 +251,11 @@ def int4_gemm(
             x, qweight, scales, zeros, partial, m, n, k, k_per_split, x.stride(0), m * n,
             BLOCK_M=config["block_m"], **common, **launch,
         )  # fmt: skip
-    if splits > 1:
-        out.copy_(partial.sum(0))  # fixed order: deterministic
+    if splits > 1:  # one launch sums the partials in a fixed order and casts (deterministic)
+        block = 1024
+        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+            partial, out, m * n, SPLIT_K=splits, BLOCK=block
+        )
     return out
 
 
