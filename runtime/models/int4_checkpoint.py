@@ -156,8 +156,9 @@ def quantize_rtn_int4(
 
 def _dequantized(codes, scales, zeros, group_size: int) -> torch.Tensor:  # [N, K] float32
     """`(q - z) * s` of `quantize_rtn_int4`'s outputs (scales as stored: fp16)."""
-    expand = lambda t: t.float().repeat_interleave(group_size, 1)  # noqa: E731
-    return (codes.float() - expand(zeros)) * expand(scales.half())
+    zeros_per_column = zeros.float().repeat_interleave(group_size, 1)
+    scales_per_column = scales.half().float().repeat_interleave(group_size, 1)
+    return (codes.float() - zeros_per_column) * scales_per_column
 
 
 def awq_tensors(
