@@ -4,7 +4,7 @@
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
 # fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before int4-tests int4-gemm
-# int4-gemm-sweep int4-latency. Logs and JSON go to $OUT (or ./h200_out).
+# int4-gemm-sweep int4-latency int4-accuracy. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -205,6 +205,7 @@ for stage in "$@"; do
     int4-gemm) timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_int4_gemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -12 ;;
     int4-gemm-sweep) timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_int4_gemm.py --sweep --out "$OUT" 2>&1 | grep -v Warning | tail -12 ;;
     int4-latency) int4_latency ;;
+    int4-accuracy) timeout ${STAGE_TIMEOUT:-280} python3 scripts/int4_accuracy.py --device cuda --out "$OUT" 2>&1 | grep -v Warning | tail -8 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
