@@ -4,6 +4,10 @@ row packing, and input checks."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -124,3 +128,49 @@ def test_int4_kernels_agree_across_configs_on_cuda():
     ):
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
+
+
+# Run in a subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into interpreted functions.
+_COMPILE_FOR_SM90 = """
+import glob, os, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radixgen.kernels.int4_gemm import _int4_gemm_kernel, _int4_gemv_kernel
+
+pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
+            "out_ptr": "*fp32"}
+sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
+gemm_pointers = {**pointers, "out_ptr": "*bf16", "M": "i32"}
+kernels = [  # the default configs at M = 1 and M = 64
+    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 128}, 4),
+    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 8),
+]
+binaries = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))
+ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that reads Triton's PTX
+for kernel, signature, constexprs, num_warps in kernels:
+    source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
+    options = {"num_warps": num_warps, "num_stages": 3}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        done = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
+                              capture_output=True, text=True)
+    print(done.returncode, done.stderr.replace(chr(10), " "))
+"""
+
+
+def test_kernels_compile_for_sm90_without_spills():
+    """The default GEMV and GEMM configs through Triton's compiler and ptxas for sm_90 (H100 /
+    H200), no GPU needed: a kernel that does not compile, or spills registers, fails here."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    reports = done.stdout.strip().splitlines()
+    assert len(reports) == 2, done.stdout
+    for report in reports:
+        assert report.startswith("0 ") and "0 bytes spill stores" in report, report
