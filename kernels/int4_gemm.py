@@ -20,7 +20,9 @@ Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
   L2. Split-K fills the GPU when N / BLOCK_N alone would not. Per tile it computes
   `scale * (sum_k x q - zero * sum_k x)`: no per-weight subtraction or scale.
 - larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
-  split-K for the mid-size M whose tile grid is small. It multiplies by `q - zero` (an exact
+  split-K for the mid-size M whose tile grid is small;
+- M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the bf16 weight in one pass, then
+  cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also dequantizes). It multiplies by `q - zero` (an exact
   small integer in x's dtype) and applies the group's scale to each tile's partial sums.
 In both, each packed word is loaded once and split into its 8 nibbles in registers, and a
 `BLOCK_K <= group_size` tile lies in one group (one scale per output per tile). Both compile for
@@ -45,6 +47,10 @@ INT4_PER_INT32 = 8
 # Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
 # the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
 GEMV_M_MAX = 4
+# Tokens from which dequantizing the weight (one pass, bf16 [K, N]) and multiplying with cuBLAS
+# beats the fused dequantize-GEMM: the product is compute-bound there, and cuBLAS's bf16 GEMM is
+# faster than a Triton tile that also dequantizes (prefill).
+DEQUANTIZE_M_MIN = 256
 
 
 @triton.jit
@@ -158,6 +164,31 @@ def _int4_gemm_kernel(
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def _dequantize_int4_kernel(
+    qweight_ptr,  # [K / 8, N] int32
+    scales_ptr,  # [K / GROUP_SIZE, N]
+    zeros_ptr,  # [K / GROUP_SIZE, N]
+    out_ptr,  # [K, N]
+    N,
+    K,
+    GROUP_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    k = tl.program_id(0) * BLOCK_K
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    codes, scale, zero = _packed_tile(
+        qweight_ptr, scales_ptr, zeros_ptr, k, K, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
+    )
+    weight = (codes.to(tl.float32) - zero[None, None, :]) * scale[None, None, :]
+    rows = k + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # [R, 8]
+    out = out_ptr + rows.to(tl.int64)[:, :, None] * N + offs_n[None, None, :]
+    mask = (rows < K)[:, :, None] & mask_n[None, None, :]
+    tl.store(out, weight.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 @functools.cache
 def _multiprocessor_count(device_index: int | None) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -206,7 +237,7 @@ def int4_gemm(
     group_size: int,
     **overrides,
 ) -> torch.Tensor:  # [M, N] x's dtype
-    """The Triton int4 product `x @ dequantize_int4(...)` (no bias).
+    """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias).
 
     Args:
         overrides: tuning keys of `default_int4_config` (benchmarks and tests).
@@ -285,6 +316,22 @@ def check_int4_inputs(x, qweight, scales, zeros, group_size) -> None:
 
 def dequantize_int4(
     qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
+) -> torch.Tensor:  # [K, N] scales' dtype
+    """The Triton twin of `dequantize_int4_ref`: `(q - zero) * scale` in one pass over the
+    packed weight, rounded once to the scales' dtype."""
+    k, n = qweight.shape[0] * 8, qweight.shape[1]
+    check_int4_inputs(torch.empty(0, k, device=qweight.device), qweight, scales, zeros, group_size)
+    out = torch.empty((k, n), dtype=scales.dtype, device=qweight.device)
+    block_n, block_k = 64, _largest_block_k(group_size, 64)
+    grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
+    _dequantize_int4_kernel[grid](
+        qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k
+    )
+    return out
+
+
+def dequantize_int4_ref(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
 ) -> torch.Tensor:  # [K, N] float32
     """`(q - zero) * scale` of the runtime layout, in float32."""
     codes = unpack_int4_rows(qweight).float()  # [K, N]
@@ -301,7 +348,7 @@ def int4_linear_ref(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [..., N] x's dtype
     """Dequantize to float32, then multiply in float32."""
-    out = x.float() @ dequantize_int4(qweight, scales, zeros, group_size)
+    out = x.float() @ dequantize_int4_ref(qweight, scales, zeros, group_size)
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype)
@@ -315,10 +362,15 @@ def int4_linear(
     group_size: int,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [..., N] x's dtype
-    """`x @ W + bias` with an int4 W: Triton on CUDA (GEMV or GEMM by M), the reference on CPU."""
+    """`x @ W + bias` with an int4 W: on CUDA the Triton GEMV or GEMM by M, or from
+    DEQUANTIZE_M_MIN tokens the dequantized weight through cuBLAS; the reference on CPU."""
     if x.device.type != "cuda":
         return int4_linear_ref(x, qweight, scales, zeros, group_size, bias)
     flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] >= DEQUANTIZE_M_MIN:
+        weight = dequantize_int4(qweight, scales, zeros, group_size).to(x.dtype)  # [K, N]
+        out = flat @ weight if bias is None else torch.addmm(bias, flat, weight)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
     out = int4_gemm(
         flat if flat.stride(-1) == 1 else flat.contiguous(), qweight, scales, zeros, group_size
     )

@@ -5,7 +5,9 @@
 For M (tokens) in --tokens and the qkv, o, gate_up and down projections (group 128), medians of
 CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
 - bf16: `F.linear` (cuBLAS) on the same shape, the baseline;
-- int4_linear: what the model runs (the GEMV or GEMM chosen by M, default config);
+- int4_linear: what the model runs (the GEMV, GEMM or dequantize + cuBLAS, chosen by M);
+- for M > 4, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
+  dequantize_then_cublas (`dequantize_int4` then a bf16 matmul), to place DEQUANTIZE_M_MIN;
 - with --sweep, the best of a grid of kernels, block sizes and split-K (for tuning the defaults).
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM, not L2, as in a real forward pass. Effective TB/s = bytes of packed weights,
@@ -30,7 +32,9 @@ from bench_fp8_gemm import NUM_LAYERS, SHAPES, STREAM_BYTES, median_ms
 
 from radixgen.kernels.int4_gemm import (
     GEMV_M_MAX,
+    DEQUANTIZE_M_MIN,
     default_int4_config,
+    dequantize_int4,
     int4_gemm,
     int4_linear,
     int4_linear_ref,
@@ -68,6 +72,13 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
     results["int4_linear"] = median_ms(
         run_all(lambda i: int4_linear(x, *weights[i], GROUP_SIZE)), copies
     )
+    if m > GEMV_M_MAX:  # the two large-M paths side by side (int4_linear picks one by M)
+        results["triton_gemm"] = median_ms(
+            run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE)), copies
+        )
+        results["dequantize_then_cublas"] = median_ms(
+            run_all(lambda i: x @ dequantize_int4(*weights[i], GROUP_SIZE)), copies
+        )
     # Check against the reference once (a wrong kernel must not post a speed).
     out = int4_linear(x, *weights[0], GROUP_SIZE)
     ref = int4_linear_ref(x.float(), *weights[0], GROUP_SIZE)
@@ -134,6 +145,7 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "group_size": GROUP_SIZE,
+        "dequantize_m_min": DEQUANTIZE_M_MIN,
         "rows": rows,
         "per_step_ms_32_layers": per_step,
     }

@@ -14,6 +14,7 @@ import torch
 from radixgen.kernels.int4_gemm import (
     GEMV_M_MAX,
     dequantize_int4,
+    dequantize_int4_ref,
     int4_gemm,
     int4_linear,
     int4_linear_ref,
@@ -70,13 +71,17 @@ def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides):
 def test_reference_is_dequantize_then_matmul():
     generator = torch.Generator().manual_seed(5)
     qweight, scales, zeros = random_int4(16, 64, 32, torch.float32, generator)
-    weight = dequantize_int4(qweight, scales, zeros, 32)  # [K, N]
+    weight = dequantize_int4_ref(qweight, scales, zeros, 32)  # [K, N]
     codes = unpack_int4_rows(qweight).float()
     assert torch.equal(weight[40], (codes[40] - zeros[1]) * scales[1])  # row 40: group 1
     x, bias = torch.randn(2, 5, 64, generator=generator), torch.randn(16, generator=generator)
     out = int4_linear(x, qweight, scales, zeros, 32, bias)  # CPU: the reference
     assert out.shape == (2, 5, 16)
     assert torch.allclose(out, x @ weight + bias, atol=1e-5)
+    # The Triton dequantizer (prefill's path on CUDA) writes the same weight (interpreter).
+    assert torch.equal(dequantize_int4(qweight, scales, zeros, 32), weight)
+    half = random_int4(24, 96, 32, torch.float16, generator)
+    assert torch.equal(dequantize_int4(*half, 32), dequantize_int4_ref(*half, 32).half())
 
 
 def test_bad_inputs_name_the_argument():
@@ -136,7 +141,9 @@ import glob, os, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from radixgen.kernels.int4_gemm import _int4_gemm_kernel, _int4_gemv_kernel
+from radixgen.kernels.int4_gemm import (
+    _dequantize_int4_kernel, _int4_gemm_kernel, _int4_gemv_kernel
+)
 
 pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
             "out_ptr": "*fp32"}
@@ -146,6 +153,9 @@ kernels = [  # the default configs at M = 1 and M = 64
     (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 128}, 4),
     (_int4_gemm_kernel, {**gemm_pointers, **sizes},
      {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 8),
+    (_dequantize_int4_kernel, {"qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
+                               "out_ptr": "*bf16", "N": "i32", "K": "i32"},
+     {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 64}, 4),
 ]
 binaries = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))
 ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that reads Triton's PTX
@@ -163,7 +173,7 @@ for kernel, signature, constexprs, num_warps in kernels:
 
 
 def test_kernels_compile_for_sm90_without_spills():
-    """The default GEMV and GEMM configs through Triton's compiler and ptxas for sm_90 (H100 /
+    """The default GEMV, GEMM and dequantizer configs through Triton's compiler and ptxas for sm_90 (H100 /
     H200), no GPU needed: a kernel that does not compile, or spills registers, fails here."""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run(
@@ -171,6 +181,6 @@ def test_kernels_compile_for_sm90_without_spills():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     reports = done.stdout.strip().splitlines()
-    assert len(reports) == 2, done.stdout
+    assert len(reports) == 3, done.stdout
     for report in reports:
         assert report.startswith("0 ") and "0 bytes spill stores" in report, report
