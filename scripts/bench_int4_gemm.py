@@ -31,8 +31,8 @@ import triton
 from bench_fp8_gemm import NUM_LAYERS, SHAPES, STREAM_BYTES, median_ms
 
 from radixgen.kernels.int4_gemm import (
-    GEMV_M_MAX,
     DEQUANTIZE_M_MIN,
+    GEMV_M_MAX,
     default_int4_config,
     dequantize_int4,
     int4_gemm,
