@@ -68,7 +68,7 @@ def _fp8_gemm_kernel(
     w_ptr,  # [N, K] fp8 e4m3
     x_scale_ptr,  # [M] fp32
     w_scale_ptr,  # [N] fp32
-    out_ptr,  # SPLIT_K == 1: [M, N] output dtype; else [SPLIT_K, M, N] fp32 partials
+    out_ptr,  # one split: [M, N] output dtype; else [splits, M, N] fp32 partials
     M,
     N,
     K,
@@ -77,7 +77,6 @@ def _fp8_gemm_kernel(
     stride_wn,
     stride_om,
     stride_split,
-    SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -141,13 +140,16 @@ def default_gemm_config(m: int, n: int, k: int, device: torch.device) -> dict[st
     """Block sizes and split-K of `fp8_gemm` for an `[m, k] x [k, n]` product.
 
     BLOCK_M covers M (16..64: the fp8 tensor-core minimum is 16 rows); split-K is chosen so that
-    the grid has about four programs per SM, each with at least two BLOCK_K steps.
+    the grid has about four programs per SM, each with at least two BLOCK_K steps, and the fp32
+    partials cost at most a quarter of the weight's bytes.
     """
     block_m = min(64, max(16, triton.next_power_of_2(m)))
     block_n, block_k = 64, 128
     num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    max_split = max(1, k // (2 * block_k))
+    # Each split writes and the reduction reads an fp32 [M, N] partial (8 * M * N bytes): keep
+    # that traffic within a quarter of the weight's N * K bytes, i.e. splits <= K / (32 * M).
+    max_split = max(1, min(k // (2 * block_k), k // (32 * m)))
     split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(4 * num_sms, tiles))))
     return {
         "block_m": block_m,
@@ -259,7 +261,6 @@ def fp8_gemm(
         weight.stride(0),
         n,
         m * n,
-        SPLIT_K=splits,
         BLOCK_M=config["block_m"],
         BLOCK_N=config["block_n"],
         BLOCK_K=block_k,

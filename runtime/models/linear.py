@@ -16,7 +16,6 @@ checkpoint quantized at load time never holds more than one layer in high precis
 from __future__ import annotations
 
 import abc
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +23,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixgen.kernels.fp8_gemm import FP8_DTYPE, fp8_linear, quantize_fp8_per_token_ref
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ class QuantConfig:
             return UnquantizedLinearMethod()
         if any(ignored):
             raise ValueError(
-                f"quantization_config ignores only some of the fused modules {list(checkpoint_modules)}"
+                "quantization_config ignores only some of the fused modules "
+                f"{list(checkpoint_modules)}"
             )
         if self.int4 is not None:
             from_high_precision = self.checkpoint_format == INT4_FROM_HIGH_PRECISION
@@ -206,7 +207,8 @@ def _parse_compressed_tensors(config: dict) -> QuantConfig:
         strategies.add(strategy)
     if len(strategies) != 1:
         raise ValueError(
-            f"compressed-tensors: expected one weight scheme over all groups, got {sorted(strategies)}"
+            "compressed-tensors: expected one weight scheme over all groups, got "
+            f"{sorted(strategies)}"
         )
     checkpoint_format = FP8_PER_TENSOR if strategies == {"tensor"} else FP8_PER_CHANNEL
     return QuantConfig("fp8", checkpoint_format, None, tuple(config.get("ignore") or ()))
