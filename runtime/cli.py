@@ -32,7 +32,9 @@ _FLAG_HELP = {
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
     "load_format": "'dummy' builds random weights from the config (no checkpoint read)",
     "quantization": "'fp8': FP8 (e4m3) weights and activations, quantized at load time from a "
-    "bf16/fp16 checkpoint (FP8 checkpoints load as FP8 without it)",
+    "bf16/fp16 checkpoint (FP8 checkpoints load as FP8 without it); 'awq'/'gptq' (or vLLM's "
+    "'awq_marlin'/'gptq_marlin'): int4 weights (detected from an AWQ/GPTQ checkpoint without "
+    "it; a bf16 checkpoint is quantized round-to-nearest, group 128)",
     "kv_cache_dtype": "KV cache storage; fp8 (= fp8_e4m3) or fp8_e5m2 hold twice the tokens",
     "device": "'auto' picks cuda when available, else cpu",
     "context_length": "maximum prompt + output length (default: the model config's)",

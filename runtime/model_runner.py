@@ -42,6 +42,8 @@ _KV_CACHE_DTYPES = {
 }
 # FP8 tensor cores and conversions: Ada (8.9) and Hopper (9.0) onwards.
 _MIN_FP8_CAPABILITY = (8, 9)
+# quantization_config methods whose weights are FP8 (need an FP8 GPU; int4 ones do not).
+_FP8_METHODS = ("fp8", "compressed-tensors")
 # CPU default KV size when max_total_tokens is unset: a few full contexts, within a bound
 # of slots and of bytes (CPU runs are tests and demos; RAM is shared).
 _CPU_DEFAULT_CONTEXTS = 4
@@ -148,7 +150,7 @@ class ModelRunner:
             )
         if server_args.quantization == "fp8":
             check_fp8_support(self.device, "quantization='fp8'")
-        elif self.model_config.quantization_config is not None:
+        elif (self.model_config.quantization_config or {}).get("quant_method") in _FP8_METHODS:
             check_fp8_support(self.device, "an FP8-quantized checkpoint")
         self.model = load_model(
             self.model_path,

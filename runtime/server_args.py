@@ -16,7 +16,7 @@ LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
 AttentionBackendName = Literal["torch", "triton"]
 # Mirrors radixgen.runtime.models.quantization.QuantizationName (kept import-free here).
-Quantization = Literal["fp8"]
+Quantization = Literal["fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"]
 # "fp8" is e4m3 (as in vLLM and SGLang); "auto": the model dtype.
 KVCacheDType = Literal["auto", "fp8_e4m3", "fp8", "fp8_e5m2"]
 SamplingBackendName = Literal["auto", "torch", "triton"]
@@ -38,6 +38,8 @@ class ServerArgs:
     seed: int = 0
     served_model_name: str | None = None
     # "fp8": W8A8 e4m3 linear layers (a bf16/fp16 checkpoint is quantized at load time);
+    # "awq"/"gptq" (aliases "awq_marlin"/"gptq_marlin"): int4 weight-only; detected from an
+    # AWQ/GPTQ checkpoint without it, round-to-nearest group-128 int4 of a bf16 one with it;
     # None: the checkpoint as stored (FP8 checkpoints load as FP8). docs/quantization.md.
     quantization: Quantization | None = None
     # KV cache storage: FP8 halves its bytes (twice the tokens in the same memory).

@@ -3,7 +3,8 @@
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
 # fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
-# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree tools. Logs and JSON go to $OUT (or ./h200_out).
+# offline-200-g256 offline-200-g1024 perf-after offline-200-before tree tools int4-tests int4-gemm
+# int4-gemm-sweep int4-latency int4-accuracy. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
 OUT=${OUT:-h200_out}; mkdir -p "$OUT"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -204,6 +205,22 @@ print({o: sum(r["outcome"] == o for r in rows) for o in ("passed", "failed", "sk
 PY
 }
 
+int4_tests() {
+  log "pytest -m gpu int4"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
+    tests/test_int4_checkpoint.py 2>&1 | tee "$OUT/int4_gpu_tests.log" | tail -30
+}
+
+int4_latency() {  # batch-1 / batch-64 decode (targets <= 1.8 ms/token; <= bf16 at 64)
+  for quant in bf16 awq; do
+    log "bench latency bs1/64 128/256, weights $quant"
+    timeout ${STAGE_TIMEOUT:-280} python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+      --load-format dummy --batch-sizes 1 64 --input-len 128 --output-len 256 \
+      $([ $quant = awq ] && echo --quantization awq) \
+      --output-json "$OUT/latency_int4_$quant.json" 2>&1 | grep '^{' | tail -3
+  done
+}
+
 setup
 for stage in "$@"; do
   case "$stage" in
@@ -231,6 +248,11 @@ for stage in "$@"; do
     fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
     fp8-offline-w8kv8) fp8_offline fp8w_fp8kv --quantization fp8 --kv-cache-dtype fp8_e4m3 ;;
     tree) tree ;;
+    int4-tests) int4_tests ;;
+    int4-gemm) timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_int4_gemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -12 ;;
+    int4-gemm-sweep) timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_int4_gemm.py --sweep --out "$OUT" 2>&1 | grep -v Warning | tail -12 ;;
+    int4-latency) int4_latency ;;
+    int4-accuracy) timeout ${STAGE_TIMEOUT:-280} python3 scripts/int4_accuracy.py --device cuda --out "$OUT" 2>&1 | grep -v Warning | tail -8 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -244,8 +244,8 @@ def test_engine_greedy_with_fp8_weights_and_kv(tiny_model_path):
 
 
 def test_unsupported_configs_are_refused_by_name():
-    with pytest.raises(ValueError, match="quant_method 'awq'.*not support"):
-        resolve_quant_config({"quant_method": "awq", "bits": 4}, None)
+    with pytest.raises(ValueError, match="quant_method 'bitsandbytes'.*not support"):
+        resolve_quant_config({"quant_method": "bitsandbytes"}, None)
     with pytest.raises(ValueError, match="format 'pack-quantized'"):
         resolve_quant_config(
             {"quant_method": "compressed-tensors", "format": "pack-quantized"}, None

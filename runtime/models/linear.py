@@ -56,6 +56,11 @@ class LinearMethod(abc.ABC):
     def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
         """The checkpoint tensors of `layer` (name -> layout), bias excluded."""
 
+    def prepare_checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """One checkpoint tensor in the layout `create_weights` declares (shards stacked along
+        dim 0, e.g. int4 codes unpacked output-row first); default: as stored."""
+        return tensor
+
     def process_weights_after_loading(self, layer: LinearBase) -> None:  # noqa: B027
         """Turns the loaded checkpoint tensors into the runtime format; default: as loaded."""
 
@@ -217,6 +222,7 @@ class LinearBase(nn.Module):
             raise ValueError(f"{name}: shard {shard} out of range for {self.num_shards} shard(s)")
         if (name, shard) in self._loaded:
             raise ValueError(f"{name}: shard {shard} loaded twice")
+        tensor = self.method.prepare_checkpoint_tensor(name, tensor)
         layout = self.layouts[name]
         rows = layout.rows_per_shard[shard]
         expected = (rows, *layout.trailing_shape)

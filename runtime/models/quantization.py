@@ -6,18 +6,25 @@ Supported (docs/quantization.md):
   one scale per output channel;
 - checkpoints already in FP8: HF `quant_method: fp8` (per-tensor `weight_scale`, or block-wise
   `weight_scale_inv` with `weight_block_size`) and compressed-tensors `float-quantized` with
-  8-bit float weights, per-tensor or per-channel.
+  8-bit float weights, per-tensor or per-channel;
+- int4 weight-only checkpoints (runtime/models/int4_linear.py): AWQ (`quant_method: awq`, GEMM
+  packing, zero points) and GPTQ (4-bit, `desc_act` with `g_idx`, symmetric or not, v1 or v2
+  zeros); `--quantization awq|gptq` on an unquantized checkpoint quantizes it by
+  round-to-nearest (group 128) at load time. vLLM's `awq_marlin` / `gptq_marlin` are aliases.
 Every other `quantization_config` is refused with its method named. Activations are always
 quantized dynamically per token: static `input_scale` tensors are read and discarded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from radixgen.runtime.models.int4_checkpoint import Int4Scheme, parse_int4_quantization_config
+from radixgen.runtime.models.int4_linear import Int4LinearMethod
 from radixgen.runtime.models.linear import (
     FP8_BLOCK,
     FP8_FROM_HIGH_PRECISION,
@@ -28,8 +35,18 @@ from radixgen.runtime.models.linear import (
     UnquantizedLinearMethod,
 )
 
-QuantizationName = Literal["fp8"]
-SUPPORTED_CHECKPOINT_METHODS = ("fp8", "compressed-tensors (float-quantized, 8-bit)")
+QuantizationName = Literal["fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"]
+SUPPORTED_CHECKPOINT_METHODS = (
+    "fp8",
+    "compressed-tensors (float-quantized, 8-bit)",
+    "awq (4-bit, GEMM packing)",
+    "gptq (4-bit)",
+)
+# vLLM's names of the same checkpoints read by its Marlin kernels.
+_METHOD_ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq"}
+# QuantConfig.checkpoint_format of int4 layers.
+INT4_PACKED = "int4_packed"  # AWQ/GPTQ tensors (QuantConfig.int4 says which)
+INT4_FROM_HIGH_PRECISION = "int4_high_precision"  # float weights, RTN-quantized at load time
 
 
 @dataclass(frozen=True)
@@ -37,16 +54,18 @@ class QuantConfig:
     """How the model's linear layers are quantized.
 
     Attributes:
-        method: the quantization ("fp8").
-        checkpoint_format: how the checkpoint stores the weights (linear.FP8_*).
+        method: the quantization ("fp8", "awq" or "gptq"; aliases resolved).
+        checkpoint_format: how the checkpoint stores the weights (linear.FP8_*, INT4_*).
         block_size: (block_n, block_k) of block-quantized checkpoints.
         ignored_modules: checkpoint module names (or "re:" regexes) left unquantized.
+        int4: the int4 checkpoint format ("awq" and "gptq" only).
     """
 
     method: QuantizationName
     checkpoint_format: str
     block_size: tuple[int, int] | None = None
     ignored_modules: tuple[str, ...] = ()
+    int4: Int4Scheme | None = None
 
     def linear_method(self, checkpoint_modules: Sequence[str]) -> LinearMethod:
         """The method of a layer that stacks `checkpoint_modules` (e.g. its q, k, v names).
@@ -62,6 +81,9 @@ class QuantConfig:
                 "quantization_config ignores only some of the fused modules "
                 f"{list(checkpoint_modules)}"
             )
+        if self.int4 is not None:
+            from_high_precision = self.checkpoint_format == INT4_FROM_HIGH_PRECISION
+            return Int4LinearMethod(self.int4, from_high_precision=from_high_precision)
         if self.checkpoint_format == FP8_BLOCK:
             return Fp8LinearMethod(FP8_BLOCK, self.block_size)
         return Fp8LinearMethod(self.checkpoint_format)
@@ -86,7 +108,8 @@ def resolve_quant_config(
 
     Args:
         checkpoint_quantization: config.json's "quantization_config", or None.
-        requested: ServerArgs.quantization (None: whatever the checkpoint is).
+        requested: ServerArgs.quantization (None: whatever the checkpoint is; otherwise it
+            must agree with the checkpoint's, or quantizes an unquantized one at load time).
         dummy_weights: load_format="dummy": random high-precision weights are drawn whatever
             the checkpoint stores, and quantized at load time if the checkpoint is quantized.
 
@@ -94,19 +117,26 @@ def resolve_quant_config(
         ValueError: an unsupported quantization method or scheme (named), or a requested
             quantization the checkpoint's contradicts.
     """
-    if requested not in (None, "fp8"):
-        raise ValueError(f"quantization must be None or 'fp8', got {requested!r}")
-    if checkpoint_quantization is None:
-        if requested is None:
-            return None
-        return QuantConfig(method=requested, checkpoint_format=FP8_FROM_HIGH_PRECISION)
-    parsed = _parse_checkpoint_quantization(checkpoint_quantization)
-    if dummy_weights:
-        return QuantConfig(
-            method="fp8",
-            checkpoint_format=FP8_FROM_HIGH_PRECISION,
-            ignored_modules=parsed.ignored_modules,
+    if requested not in (None, *QuantizationName.__args__):
+        raise ValueError(
+            f"quantization must be None or one of {QuantizationName.__args__}, got {requested!r}"
         )
+    method = _METHOD_ALIASES.get(requested, requested)
+    if checkpoint_quantization is None:
+        if method is None:
+            return None
+        if method == "fp8":
+            return QuantConfig(method=method, checkpoint_format=FP8_FROM_HIGH_PRECISION)
+        return QuantConfig(method, INT4_FROM_HIGH_PRECISION, int4=Int4Scheme(packing=method))
+    parsed = _parse_checkpoint_quantization(checkpoint_quantization)
+    if method is not None and method != parsed.method:
+        raise ValueError(
+            f"quantization={requested!r} contradicts the checkpoint's quantization_config "
+            f"(quant_method {checkpoint_quantization.get('quant_method')!r})"
+        )
+    if dummy_weights:
+        high_precision = INT4_FROM_HIGH_PRECISION if parsed.int4 else FP8_FROM_HIGH_PRECISION
+        return dataclasses.replace(parsed, checkpoint_format=high_precision, block_size=None)
     return parsed
 
 
@@ -116,6 +146,10 @@ def _parse_checkpoint_quantization(config: dict) -> QuantConfig:
         return _parse_hf_fp8(config)
     if method == "compressed-tensors":
         return _parse_compressed_tensors(config)
+    int4_method = _METHOD_ALIASES.get(str(method).lower(), str(method).lower())
+    if int4_method in ("awq", "gptq"):
+        scheme, ignored = parse_int4_quantization_config(config, int4_method)
+        return QuantConfig(int4_method, INT4_PACKED, ignored_modules=ignored, int4=scheme)
     raise ValueError(
         f"the checkpoint's quantization_config has quant_method {method!r}, which radixgen "
         f"does not support; supported: {list(SUPPORTED_CHECKPOINT_METHODS)}"

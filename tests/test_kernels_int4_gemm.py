@@ -1,0 +1,186 @@
+"""int4 weight-only GEMM: the Triton GEMV (split-K) and GEMM against the dequantize-then-matmul
+reference (interpreter on the CPU; real sizes on the GPU), the `int4_linear` dispatcher, the
+row packing, and input checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from radixgen.kernels.int4_gemm import (
+    GEMV_M_MAX,
+    dequantize_int4,
+    dequantize_int4_ref,
+    int4_gemm,
+    int4_linear,
+    int4_linear_ref,
+    pack_int4_rows,
+    unpack_int4_rows,
+)
+
+
+def relative_error(out, ref):
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def random_int4(n: int, k: int, group_size: int, dtype, generator, device="cpu"):
+    """qweight [K/8, N] int32, scales and zeros [K/G, N] in `dtype`."""
+    codes = torch.randint(0, 16, (k, n), generator=generator)
+    scales = torch.rand(k // group_size, n, generator=generator) * 0.02 + 1e-3
+    zeros = torch.randint(0, 17, (k // group_size, n), generator=generator)  # 16: GPTQ v1
+    return (
+        pack_int4_rows(codes).to(device),
+        scales.to(dtype).to(device),
+        zeros.to(dtype).to(device),
+    )
+
+
+def test_row_packing_byte_layout():
+    """Nibble j of word [i, n] is row 8 i + j: rows 1..8 of one column pack to 0x87654321."""
+    codes = torch.tensor([[1], [2], [3], [4], [5], [6], [7], [8]])
+    assert pack_int4_rows(codes).item() == 0x87654321 - (1 << 32)  # int32: the sign bit is set
+    codes = torch.randint(0, 16, (64, 24), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(unpack_int4_rows(pack_int4_rows(codes)).long(), codes)
+
+
+@pytest.mark.parametrize(
+    "m,n,k,group_size,dtype,overrides",
+    [
+        (1, 72, 256, 128, torch.float32, {}),  # GEMV, split-K by default
+        (3, 40, 128, 32, torch.float16, {"split_k": 2}),  # GEMV, ragged N
+        (20, 48, 256, 64, torch.float32, {}),  # GEMM, ragged M
+        (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}),  # GEMM split-K
+    ],
+)
+def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides):
+    """On the interpreter without CUDA: both kernels, fp32 and fp16 activations."""
+    generator = torch.Generator().manual_seed(m + n)
+    weights = random_int4(n, k, group_size, dtype, generator)
+    x = torch.randn(m, k, generator=generator).to(dtype)
+    assert (m <= GEMV_M_MAX) == (m in (1, 3))
+    out = int4_gemm(x, *weights, group_size, **overrides)
+    assert out.dtype == dtype and out.shape == (m, n)
+    reference = int4_linear_ref(x.float(), *weights, group_size)
+    assert relative_error(out, reference) < (1e-5 if dtype == torch.float32 else 1e-3)
+
+
+def test_reference_is_dequantize_then_matmul():
+    generator = torch.Generator().manual_seed(5)
+    qweight, scales, zeros = random_int4(16, 64, 32, torch.float32, generator)
+    weight = dequantize_int4_ref(qweight, scales, zeros, 32)  # [K, N]
+    codes = unpack_int4_rows(qweight).float()
+    assert torch.equal(weight[40], (codes[40] - zeros[1]) * scales[1])  # row 40: group 1
+    x, bias = torch.randn(2, 5, 64, generator=generator), torch.randn(16, generator=generator)
+    out = int4_linear(x, qweight, scales, zeros, 32, bias)  # CPU: the reference
+    assert out.shape == (2, 5, 16)
+    assert torch.allclose(out, x @ weight + bias, atol=1e-5)
+    # The Triton dequantizer (prefill's path on CUDA) writes the same weight (interpreter).
+    assert torch.equal(dequantize_int4(qweight, scales, zeros, 32), weight)
+    half = random_int4(24, 96, 32, torch.float16, generator)
+    assert torch.equal(dequantize_int4(*half, 32), dequantize_int4_ref(*half, 32).half())
+
+
+def test_bad_inputs_name_the_argument():
+    generator = torch.Generator().manual_seed(0)
+    qweight, scales, zeros = random_int4(16, 64, 32, torch.float32, generator)
+    x = torch.randn(2, 64)
+    with pytest.raises(ValueError, match="group_size"):
+        int4_gemm(x, qweight, scales, zeros, 24)
+    with pytest.raises(ValueError, match="qweight must be"):
+        int4_gemm(torch.randn(2, 32), qweight, scales, zeros, 32)
+    with pytest.raises(ValueError, match="zeros must be"):
+        int4_gemm(x, qweight, scales, zeros[:1], 32)
+    with pytest.raises(ValueError, match="block_k=48"):
+        int4_gemm(x, qweight, scales, zeros, 32, block_k=48)
+
+
+# Llama-3.1-8B projections (N, K) at decode and prefill sizes.
+GPU_SHAPES = [(6144, 4096), (4096, 14336), (28672, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("m", [1, 3, 16, 64, 300, 2048])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_int4_linear_on_cuda(m, dtype):
+    generator = torch.Generator().manual_seed(m)
+    for n, k in GPU_SHAPES:
+        weights = random_int4(n, k, 128, dtype, generator, device="cuda")
+        x = torch.randn(m, k, generator=generator).to(dtype).cuda()
+        out = int4_linear(x, *weights, 128)
+        reference = int4_linear_ref(x.float(), *weights, 128)
+        assert out.dtype == dtype
+        assert relative_error(out, reference) < 1e-2, (m, n, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_int4_kernels_agree_across_configs_on_cuda():
+    """GEMV and GEMM, with and without split-K, at M = 4 (both kernels accept it)."""
+    generator = torch.Generator().manual_seed(0)
+    weights = random_int4(4096, 4096, 128, torch.bfloat16, generator, device="cuda")
+    x = torch.randn(4, 4096, generator=generator).bfloat16().cuda()
+    reference = int4_linear_ref(x.float(), *weights, 128)
+    for config in (
+        {"gemv": True, "split_k": 1},
+        {"gemv": True, "split_k": 8},
+        {"gemv": False, "block_m": 16, "split_k": 1},
+        {"gemv": False, "block_m": 16, "split_k": 4},
+    ):
+        out = int4_gemm(x, *weights, 128, **config)
+        assert relative_error(out, reference) < 1e-2, config
+
+
+# Run in a subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into interpreted functions.
+_COMPILE_FOR_SM90 = """
+import glob, os, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radixgen.kernels.int4_gemm import (
+    _dequantize_int4_kernel, _int4_gemm_kernel, _int4_gemv_kernel
+)
+
+pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
+            "out_ptr": "*fp32"}
+sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
+gemm_pointers = {**pointers, "out_ptr": "*bf16", "M": "i32"}
+kernels = [  # the default configs at M = 1 and M = 64
+    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 128}, 4),
+    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 8),
+    (_dequantize_int4_kernel, {"qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
+                               "out_ptr": "*bf16", "N": "i32", "K": "i32"},
+     {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 64}, 4),
+]
+binaries = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))
+ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that reads Triton's PTX
+for kernel, signature, constexprs, num_warps in kernels:
+    source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
+    options = {"num_warps": num_warps, "num_stages": 3}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        done = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
+                              capture_output=True, text=True)
+    print(done.returncode, done.stderr.replace(chr(10), " "))
+"""
+
+
+def test_kernels_compile_for_sm90_without_spills():
+    """The default GEMV, GEMM and dequantizer configs through Triton's compiler and ptxas for sm_90 (H100 /
+    H200), no GPU needed: a kernel that does not compile, or spills registers, fails here."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    reports = done.stdout.strip().splitlines()
+    assert len(reports) == 3, done.stdout
+    for report in reports:
+        assert report.startswith("0 ") and "0 bytes spill stores" in report, report
