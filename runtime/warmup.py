@@ -35,10 +35,11 @@ logger = logging.getLogger(__name__)
 _FIRST_ORDINARY_ID = 300
 # Tokens each warm-up request generates: enough to run decode steps (and graph replays).
 WARMUP_NEW_TOKENS = 8
-# Prompt lengths of the batched extend round on CUDA. The extend kernel's grid has
-# ceil(len / BLOCK_M) row blocks, and Triton specialises a kernel on integer arguments that
-# equal 1 or divide by 16: 8 tokens (one block), 200 (a few), 1024 and 2048 (16 blocks at
-# BLOCK_M 64 or 128) compile every class that common prompts hit.
+# Prompt lengths of the extend rounds on CUDA, one batch each. The extend kernel takes the
+# batch's row-block count, ceil(longest / BLOCK_M), as an integer argument, and Triton
+# compiles a variant per class of it (equal to 1, divisible by 16, other): 8 tokens (one
+# block), 200 (a few), 1024 and 2048 (8 and 16 blocks at BLOCK_M 128, 16 and 32 at 64)
+# compile every class whatever the block size.
 CUDA_PROMPT_LENS = (8, 200, 1024, 2048)
 # A constraint whose mask is applied both by the vocab-mask kernel (greedy) and inside the
 # fused sampling kernel (sampled).
@@ -62,8 +63,9 @@ class WarmupPlan:
     batch), then decoded to the end.
 
     Attributes:
-        prompt_lens: prompt lengths of the batched extend round (clipped to what the model
-            holds); empty: no such round.
+        prompt_lens: prompt lengths of the extend rounds, one round (batch) each, since the
+            kernel variant follows the batch's longest prompt (clipped to what the model
+            holds).
         sampler_paths: a round per sampler path (`SAMPLER_ROUNDS`).
         constrained: a round per regex-constrained path (`CONSTRAINED_ROUNDS`).
     The first round is always one short greedy request.
@@ -121,15 +123,9 @@ def warmup_rounds(
         return _request(f"warmup-{name}", prompt_len, new_tokens, vocab_size, sampling, regex)
 
     rounds = [[request("first", short, greedy)]]
-    # One extend batch of every prompt length (greedy: the lengths are what compiles here).
-    budget = kv_capacity // 2
-    extend_round = []
-    for index, length in enumerate(sorted({min(n, max_prompt) for n in plan.prompt_lens})):
-        budget -= length + new_tokens
-        if budget < 0 and extend_round:
-            break
-        extend_round.append(request(f"extend-{index}", length, greedy))
-    rounds.append(extend_round)
+    # An extend batch per prompt length (greedy: the lengths are what compiles here).
+    for length in sorted({min(n, max_prompt) for n in plan.prompt_lens} - {short}):
+        rounds.append([request(f"extend-{length}", length, greedy)])
     if plan.sampler_paths:
         rounds += [[request(name, short, *path)] for name, path in SAMPLER_ROUNDS.items()]
     if plan.constrained:

@@ -40,11 +40,11 @@ def test_warm_up_runs_every_shape_then_leaves_no_state(tiny_model_path):
     server_args = ServerArgs(model_path=tiny_model_path, seed=3)
     scheduler = Scheduler(server_args)
     before = scheduler.get_stats()
-    # The CUDA plan's rounds on the CPU (shorter prompts): a batched extend, a round per
-    # sampler path, regex-constrained requests (the grammar backend and its masks).
+    # The CUDA plan's rounds on the CPU (shorter prompts): extends of several lengths, a
+    # round per sampler path, regex-constrained requests (the grammar backend and its masks).
     plan = WarmupPlan(prompt_lens=(8, 64, 200), sampler_paths=True, constrained=True)
     report = warm_up(scheduler, plan)
-    assert report.num_requests == 1 + 3 + 3 + 2  # first, extend lengths, sampler paths, regex
+    assert report.num_requests == 1 + 2 + 3 + 2  # first (8), extends 64/200, samplers, regex
     assert scheduler.get_stats() == before  # counters zeroed, every KV slot free
     assert scheduler.kv.free_size() == scheduler.kv.capacity
     assert scheduler.kv.tree.total_size() == 0
