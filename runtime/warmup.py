@@ -21,7 +21,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from radixgen.runtime.request_schema import GenerateReq, SamplingParams
+from radixgen.runtime.request_schema import (
+    GenerateReq,
+    ModelLimits,
+    RequestFieldError,
+    SamplingParams,
+    validate_request,
+)
 from radixgen.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -30,10 +36,11 @@ logger = logging.getLogger(__name__)
 _FIRST_ORDINARY_ID = 300
 # Tokens each warm-up request generates: enough to run decode steps (and graph replays).
 WARMUP_NEW_TOKENS = 8
-# Prompt lengths of the batched extend round on CUDA. The extend kernel's grid has
-# ceil(len / BLOCK_M) row blocks, and Triton specialises a kernel on integer arguments that
-# equal 1 or divide by 16: 8 tokens (one block), 200 (a few), 1024 and 2048 (16 blocks at
-# BLOCK_M 64 or 128) compile every class that common prompts hit.
+# Prompt lengths of the extend rounds on CUDA, one batch each. The extend kernel takes the
+# batch's row-block count, ceil(longest / BLOCK_M), as an integer argument, and Triton
+# compiles a variant per class of it (equal to 1, divisible by 16, other): 8 tokens (one
+# block), 200 (a few), 1024 and 2048 (8 and 16 blocks at BLOCK_M 128, 16 and 32 at 64)
+# compile every class whatever the block size.
 CUDA_PROMPT_LENS = (8, 200, 1024, 2048)
 # A constraint whose mask is applied both by the vocab-mask kernel (greedy) and inside the
 # fused sampling kernel (sampled).
@@ -41,6 +48,9 @@ WARMUP_REGEX = "[0-9]{1,6}"
 # A compile slower than this (a cold grammar backend indexing a 128k vocabulary) stops the
 # warm-up of constraints only: the server still starts.
 CONSTRAINT_WAIT_S = 60.0
+# An unconstrained round with no output for this long is stuck (a scheduler bug, or a pool
+# that cannot hold it): aborted with a warning rather than hanging the start-up.
+STALL_S = 120.0
 
 
 class WarmupError(RuntimeError):
@@ -54,8 +64,9 @@ class WarmupPlan:
     batch), then decoded to the end.
 
     Attributes:
-        prompt_lens: prompt lengths of the batched extend round (clipped to what the model
-            holds); empty: no such round.
+        prompt_lens: prompt lengths of the extend rounds, one round (batch) each, since the
+            kernel variant follows the batch's longest prompt (clipped to what the model
+            holds).
         sampler_paths: a round per sampler path (`SAMPLER_ROUNDS`).
         constrained: a round per regex-constrained path (`CONSTRAINED_ROUNDS`).
     The first round is always one short greedy request.
@@ -100,37 +111,48 @@ CONSTRAINED_ROUNDS = {
 def warmup_rounds(
     plan: WarmupPlan, *, context_length: int, kv_capacity: int, vocab_size: int
 ) -> list[list[GenerateReq]]:
-    """The warm-up requests, in rounds. Prompts are clipped so that each request fits the
-    context and each round fits half the KV pool (a small `max_total_tokens` still starts)."""
-    max_prompt = max(1, min(context_length, kv_capacity // 2) - WARMUP_NEW_TOKENS - 1)
+    """The warm-up requests, in rounds. Each request fits the context and half the KV pool,
+    each round the pool (a tiny `max_total_tokens` still starts); requests that cannot fit
+    at all are left out, and so are rounds left empty."""
+    room = min(context_length, kv_capacity // 2)  # tokens one request may hold
+    new_tokens = max(1, min(WARMUP_NEW_TOKENS, room // 2))
+    max_prompt = max(1, room - new_tokens)
     short = min(8, max_prompt)
     greedy = {"temperature": 0.0}
-    rounds = [[_request("warmup-first", short, vocab_size, greedy)]]
-    # One extend batch of every prompt length (greedy: the lengths are what compiles here).
-    budget = kv_capacity // 2
-    extend_round = []
-    for index, length in enumerate(sorted({min(n, max_prompt) for n in plan.prompt_lens})):
-        budget -= length + WARMUP_NEW_TOKENS
-        if budget < 0 and extend_round:
-            break
-        extend_round.append(_request(f"warmup-extend-{index}", length, vocab_size, greedy))
-    if extend_round:
-        rounds.append(extend_round)
+
+    def request(name: str, prompt_len: int, sampling: dict, regex: str | None = None):
+        return _request(f"warmup-{name}", prompt_len, new_tokens, vocab_size, sampling, regex)
+
+    rounds = [[request("first", short, greedy)]]
+    # An extend batch per prompt length (greedy: the lengths are what compiles here).
+    for length in sorted({min(n, max_prompt) for n in plan.prompt_lens} - {short}):
+        rounds.append([request(f"extend-{length}", length, greedy)])
     if plan.sampler_paths:
-        rounds += [
-            [_request(f"warmup-{name}", short, vocab_size, sampling, regex)]
-            for name, (sampling, regex) in SAMPLER_ROUNDS.items()
-        ]
+        rounds += [[request(name, short, *path)] for name, path in SAMPLER_ROUNDS.items()]
     if plan.constrained:
-        rounds += [
-            [_request(f"warmup-{name}", short, vocab_size, sampling, regex)]
-            for name, (sampling, regex) in CONSTRAINED_ROUNDS.items()
-        ]
-    return rounds
+        rounds += [[request(name, short, *path)] for name, path in CONSTRAINED_ROUNDS.items()]
+    limits = ModelLimits(
+        vocab_size=vocab_size, context_length=context_length, kv_capacity=kv_capacity
+    )
+    fitting = [[r for r in requests if _fits(r, limits)] for requests in rounds]
+    return [requests for requests in fitting if requests]
+
+
+def _fits(request: GenerateReq, limits: ModelLimits) -> bool:
+    try:
+        validate_request(request, limits)
+    except RequestFieldError:
+        return False
+    return True
 
 
 def _request(
-    rid: str, prompt_len: int, vocab_size: int, sampling: dict, regex: str | None = None
+    rid: str,
+    prompt_len: int,
+    new_tokens: int,
+    vocab_size: int,
+    sampling: dict,
+    regex: str | None = None,
 ) -> GenerateReq:
     # A deterministic spread of ordinary ids (not one repeated token); a test model's
     # vocabulary may be smaller than the first ordinary id: then any id of it.
@@ -138,7 +160,7 @@ def _request(
     span = vocab_size - first
     input_ids = [first + (i * 7919) % span for i in range(prompt_len)]
     params = SamplingParams(
-        max_new_tokens=WARMUP_NEW_TOKENS,
+        max_new_tokens=new_tokens,
         ignore_eos=regex is None,
         seed=0,
         regex=regex,
@@ -193,24 +215,33 @@ def warm_up(scheduler: Scheduler, plan: WarmupPlan | None = None) -> WarmupRepor
 
 
 def _run_round(
-    scheduler: Scheduler, requests: list[GenerateReq], timeout_s: float | None
+    scheduler: Scheduler, requests: list[GenerateReq], compile_wait_s: float | None
 ) -> str | None:
-    """Runs `requests` until the scheduler is idle; returns the first error, or None."""
+    """Runs `requests` until the scheduler is idle; returns the first error, or None.
+
+    Steps that produce nothing (a constraint compiling on the backend's threads) are waited
+    for up to `compile_wait_s` (None: `STALL_S`), then the round's requests are aborted: a
+    start-up never hangs on its warm-up."""
     for request in requests:
         scheduler.add_request(request)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    wait_s = STALL_S if compile_wait_s is None else compile_wait_s
+    last_progress = time.monotonic()
     error = None
     while scheduler.has_work():
         outputs = scheduler.step()
         for output in outputs:
             if output.error is not None and error is None:
                 error = output.error
-        if not outputs:
-            # Nothing ran (a constraint compiling on the backend's threads): yield the CPU.
-            time.sleep(0.001)
-            if deadline is not None and time.monotonic() > deadline:
-                for request in requests:
-                    scheduler.abort_request(request.rid)
-                deadline = None
-                error = error or f"constraint compile slower than {timeout_s} s"
+        if outputs:
+            last_progress = time.monotonic()
+            continue
+        time.sleep(0.001)  # nothing ran: yield the CPU
+        if time.monotonic() - last_progress > wait_s:
+            for request in requests:
+                scheduler.abort_request(request.rid)
+            last_progress = float("inf")  # abort once; the aborts finish the round
+            if compile_wait_s is not None:
+                error = error or f"constraint compile slower than {compile_wait_s} s"
+            else:
+                logger.warning("warm-up round made no progress for %.0f s: aborted", STALL_S)
     return error

@@ -135,14 +135,14 @@ stage_gsp_served() {  # generated-shared-prefix defaults (1024 x 2048+128/256) t
     --random-output-len 8 >/dev/null
   log "$1: generated-shared-prefix defaults, served"
   serve_bench --dataset generated-shared-prefix --output-json "$OUT/$1_gsp_served.json" \
-    | grep -E "duration|mean_ttft|throughput" | tail -4
+    | grep -E "duration|mean_ttft|output_token_throughput" | tail -3
   stop_server
 }
 
 stage_gsp_offline() {
   log "$1: generated-shared-prefix defaults, in-process"
   bench offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
-    --output-json "$OUT/$1_gsp_offline.json" | grep -E "duration|throughput" | tail -4
+    --output-json "$OUT/$1_gsp_offline.json" | grep -E "duration|output_token_throughput" | tail -2
 }
 
 stage_jump_forward() {  # this tree only: the json dataset with jump-forward off, then on

@@ -6,6 +6,7 @@ import pytest
 
 from radixgen.runtime.detokenizer import (
     IncrementalDetokenizer,
+    add_tokens_batch,
     find_stop,
     partial_stop_suffix_len,
 )
@@ -85,3 +86,27 @@ def test_invalid_bytes_do_not_stall_the_stream(tokenizer):
     assert deltas[0] == ""  # the lone byte might still start a character
     assert "".join(deltas) == tokenizer.decode(ids)  # all streamed before finishing
     assert detok.add_tokens([], finished=True) == ""
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_add_tokens_batch_matches_one_stream_at_a_time(tokenizer, skip_special_tokens):
+    texts = [TEXT, "stop here: the end", "naïve → 🎉 ok", "a"]
+    ids = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    options = {"skip_special_tokens": skip_special_tokens, "stop_strings": ["here", "ok"]}
+    one_by_one = [IncrementalDetokenizer(tokenizer, **options) for _ in texts]
+    batched = [IncrementalDetokenizer(tokenizer, **options) for _ in texts]
+    longest = max(len(seq) for seq in ids)
+    for step in range(longest):
+        # Streams that ended drop out; one stream appears twice (two steps in one message).
+        live = [i for i, seq in enumerate(ids) if step < len(seq)]
+        rows = live + live[:1]
+        new = [[seq[step]] for seq in (ids[i] for i in live)] + [[ids[live[0]][step]]]
+        ends = [step == len(ids[i]) - 1 for i in live] + [False]
+        ends[0] = False  # the stream seen twice finishes on its second row at most
+        expected = [
+            one_by_one[i].add_tokens(t, finished=e) for i, t, e in zip(rows, new, ends, strict=True)
+        ]
+        got = add_tokens_batch(tokenizer, [batched[i] for i in rows], new, ends)
+        assert got == expected
+    for reference, stream in zip(one_by_one, batched, strict=True):
+        assert stream.text == reference.text and stream.matched_stop == reference.matched_stop

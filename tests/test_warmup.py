@@ -16,7 +16,7 @@ from radixgen.runtime.server.metrics import ServerMetrics
 from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tokenizer import load_tokenizer
-from radixgen.runtime.warmup import WARMUP_NEW_TOKENS, WarmupPlan, warm_up, warmup_rounds
+from radixgen.runtime.warmup import WarmupPlan, warm_up, warmup_rounds
 
 PROMPT = [300 + i for i in range(12)]
 
@@ -40,11 +40,11 @@ def test_warm_up_runs_every_shape_then_leaves_no_state(tiny_model_path):
     server_args = ServerArgs(model_path=tiny_model_path, seed=3)
     scheduler = Scheduler(server_args)
     before = scheduler.get_stats()
-    # The CUDA plan's rounds on the CPU (shorter prompts): a batched extend, a round per
-    # sampler path, regex-constrained requests (the grammar backend and its masks).
+    # The CUDA plan's rounds on the CPU (shorter prompts): extends of several lengths, a
+    # round per sampler path, regex-constrained requests (the grammar backend and its masks).
     plan = WarmupPlan(prompt_lens=(8, 64, 200), sampler_paths=True, constrained=True)
     report = warm_up(scheduler, plan)
-    assert report.num_requests == 1 + 3 + 3 + 2  # first, extend lengths, sampler paths, regex
+    assert report.num_requests == 1 + 2 + 3 + 2  # first (8), extends 64/200, samplers, regex
     assert scheduler.get_stats() == before  # counters zeroed, every KV slot free
     assert scheduler.kv.free_size() == scheduler.kv.capacity
     assert scheduler.kv.tree.total_size() == 0
@@ -73,7 +73,9 @@ def test_warm_up_refuses_a_busy_scheduler(tiny_model_path):
     scheduler.shutdown()
 
 
-@pytest.mark.parametrize("context_length,kv_capacity", [(64, 10_000), (4096, 300), (20, 30)])
+@pytest.mark.parametrize(
+    "context_length,kv_capacity", [(64, 10_000), (4096, 300), (20, 30), (4096, 4), (4096, 1)]
+)
 def test_warmup_requests_fit_small_models(context_length, kv_capacity):
     rounds = warmup_rounds(
         WarmupPlan.for_device("cuda"),
@@ -81,14 +83,29 @@ def test_warmup_requests_fit_small_models(context_length, kv_capacity):
         kv_capacity=kv_capacity,
         vocab_size=32000,
     )
+    if kv_capacity < 2:  # not even one prompt token and one new token: nothing to run
+        assert rounds == []
+        return
     assert len(rounds[0]) == 1 and len(rounds[1]) >= 1
+
+    def tokens(request) -> int:
+        return len(request.input_ids) + request.sampling_params.max_new_tokens
+
     for requests in rounds:
         # A round fits the KV pool at once; each request fits half of it, and the context.
-        assert sum(len(r.input_ids) + WARMUP_NEW_TOKENS for r in requests) <= kv_capacity
+        assert sum(tokens(r) for r in requests) <= kv_capacity
         for request in requests:
-            assert len(request.input_ids) + WARMUP_NEW_TOKENS < context_length
-            assert len(request.input_ids) + WARMUP_NEW_TOKENS <= kv_capacity // 2
+            assert tokens(request) <= min(context_length, max(2, kv_capacity // 2))
             assert all(300 <= token < 32000 for token in request.input_ids)
+
+
+def test_an_engine_with_a_tiny_kv_pool_still_warms_up_and_starts(tiny_model_path):
+    from radixgen.runtime.engine import Engine
+
+    with Engine(model_path=tiny_model_path, max_total_tokens=4) as engine:
+        assert engine.get_stats()["kv_free_slots"] == 4
+        out = engine.generate(input_ids=[300], sampling_params={"max_new_tokens": 2})
+        assert out["meta_info"]["completion_tokens"] >= 1
 
 
 def test_health_is_503_warming_up_until_the_scheduler_reports_done(tiny_model_path):

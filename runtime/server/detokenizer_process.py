@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 
 import zmq
 
-from radixgen.runtime.detokenizer import IncrementalDetokenizer
+from radixgen.runtime.detokenizer import IncrementalDetokenizer, add_tokens_batch
 from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain_multipart
 from radixgen.runtime.server.messages import (
@@ -54,26 +54,41 @@ class DetokenizerManager:
 
     def detokenize(self, step: StepOutputs) -> list[str]:
         """The text new in each row of `step` (stop strings trimmed; "" while a multi-byte
-        character is incomplete)."""
+        character is incomplete), every decode of the step in one batched tokenizer call."""
         finished = step.finished.tolist()
-        return [
-            self._detokenize(
-                step.rids[row],
-                int(step.sample_indices[row]),
-                step.new_token_ids(row),
-                finished[row],
-            )
-            for row in range(len(step))
-        ]
+        indices = step.sample_indices.tolist()
+        rows, streams = [], []
+        for row, rid in enumerate(step.rids):
+            stream = self._stream(rid, indices[row])
+            if stream is not None:
+                rows.append(row)
+                streams.append(stream)
+        deltas = [""] * len(step)  # rows without a stream: rejected before they were registered
+        texts = add_tokens_batch(
+            self.tokenizer,
+            streams,
+            [step.new_token_ids(row) for row in rows],
+            [finished[row] for row in rows],
+        )
+        for row, text in zip(rows, texts, strict=True):
+            deltas[row] = text
+            if finished[row]:
+                rid = step.rids[row]
+                del self.streams[(rid, indices[row])]
+                self.unfinished_samples[rid] -= 1
+                if self.unfinished_samples[rid] == 0:
+                    self._forget(rid)
+        return deltas
 
-    def _detokenize(self, rid: str, index: int, new_token_ids: list[int], finished: bool) -> str:
+    def _stream(self, rid: str, index: int) -> IncrementalDetokenizer | None:
+        """The sample's detokenizer (made on its first output); None for a request never
+        registered (an error output: nothing to decode)."""
         key = (rid, index)
         stream = self.streams.get(key)
         if stream is None:
             spec = self.specs.get(rid)
             if spec is None:
-                # Rejected before it was registered (an error output): nothing to decode.
-                return ""
+                return None
             stream = IncrementalDetokenizer(
                 self.tokenizer,
                 spec.prompt_tail_ids,
@@ -81,13 +96,7 @@ class DetokenizerManager:
                 stop_strings=spec.stop_strings,
             )
             self.streams[key] = stream
-        delta = stream.add_tokens(new_token_ids, finished=finished)
-        if finished:
-            del self.streams[key]
-            self.unfinished_samples[rid] -= 1
-            if self.unfinished_samples[rid] == 0:
-                self._forget(rid)
-        return delta
+        return stream
 
     def _forget(self, rid: str) -> None:
         spec = self.specs.pop(rid, None)

@@ -3,9 +3,8 @@ and hands each request's outputs back to the handler awaiting them.
 
 One asyncio task reads the detokenizer's per-step `[StepOutputs, text deltas]` messages (and
 the scheduler's control replies) and routes each output row to its request's `RequestInbox`
-by rid. A handler iterates
-`generate()`; leaving the iteration early (client gone, error) aborts the request, which
-frees its KV in the scheduler.
+by rid. A handler iterates `generate()`; leaving the iteration early (client gone, error)
+aborts the request, which frees its KV in the scheduler.
 """
 
 from __future__ import annotations
