@@ -191,13 +191,17 @@ def warm_up(scheduler: Scheduler, plan: WarmupPlan | None = None) -> WarmupRepor
         vocab_size=scheduler.vocab_size,
     )
     adapters = scheduler.lora.names()
-    if adapters:  # the LoRA kernels compile for the extend tiles and decode rows too
-        rounds.append(
-            [
-                dataclasses.replace(request, rid=f"{request.rid}-lora", lora_path=adapters[0])
-                for request in rounds[-1 if len(rounds) == 1 else 1]
-            ]
-        )
+    if adapters:  # the LoRA kernels compile for the extend tiles and decode rows too:
+        # the first and extend rounds again (one prompt length each), under the first adapter
+        extend_rounds = [
+            requests
+            for requests in rounds
+            if requests[0].rid == "warmup-first" or requests[0].rid.startswith("warmup-extend-")
+        ]
+        rounds += [
+            [dataclasses.replace(r, rid=f"{r.rid}-lora", lora_path=adapters[0]) for r in requests]
+            for requests in extend_rounds
+        ]
     for requests in rounds:
         constrained = any(r.sampling_params.has_constraint for r in requests)
         error = _run_round(scheduler, requests, CONSTRAINT_WAIT_S if constrained else None)
