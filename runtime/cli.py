@@ -60,6 +60,13 @@ _FLAG_HELP = {
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
     "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
     "they end as a complete match)",
+    "speculative_algorithm": "speculative decoding: NGRAM (prompt lookup; STANDALONE and EAGLE "
+    "are not implemented yet), any case",
+    "speculative_num_steps": "tokens drafted per request per step (default 4)",
+    "speculative_num_draft_tokens": "tokens per request in a verify forward: num_steps + 1",
+    "speculative_eagle_topk": "draft tree width; only 1 (a chain) is supported",
+    "speculative_max_batch_size": "running batches larger than this decode without speculation "
+    "(default 8)",
     "chat_template": "a Jinja chat template file that replaces the tokenizer's own",
     "tool_call_parser": "how tool calls are written and parsed on /v1/chat/completions "
     "(hermes = qwen25: <tool_call> blocks; llama3 = llama3_json; mistral: [TOOL_CALLS])",

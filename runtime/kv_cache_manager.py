@@ -131,6 +131,13 @@ class KVCacheManager:
         row_slots = self.req_to_token_pool.req_to_token[req.req_pool_idx]
         self.slot_allocator.free(row_slots[req.kv_committed_len : req.kv_committed_len + 1])
 
+    def free_uncommitted_slots(self, req: Req, end: int) -> None:
+        """Frees the slots of req's positions `[kv_committed_len, end)`: written by a
+        speculative verify forward for drafts that were rejected (never committed)."""
+        row_slots = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        if end > req.kv_committed_len:
+            self.slot_allocator.free(row_slots[req.kv_committed_len : end])
+
     def flush(self) -> None:
         """Drop every cached prefix (no request may be running)."""
         self.tree.reset()

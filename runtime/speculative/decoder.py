@@ -1,0 +1,162 @@
+"""`SpeculativeDecoder`: one speculative step of the running batch.
+
+The step proposes drafts for each request (NGRAM: `ngram.py`), allocates KV slots for every
+request's last sampled token plus its drafts, runs ONE target forward over them as an extend
+batch (each request's new tokens attend causally to its cached prefix and to each other),
+accepts a prefix of each request's drafts (`verify.py`) plus the target's next token, and
+frees the slots of the rejected drafts through the KV manager. Afterwards every request is
+in the plain decode state again (its last token has no KV yet), so retraction, the radix
+cache and the idle integrity check see nothing new.
+
+The step declines (returns None: the scheduler decodes plainly) when the batch is larger
+than `max_batch_size`, when a request needs what verification does not model yet (a grammar
+mask, logprobs, penalties, logit bias, a min-token ban, a jump-forward run), when no request
+found a draft, or when the KV pool cannot hold the drafts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixgen.runtime.forward_batch import ForwardMode
+from radixgen.runtime.io_struct import SchedulerCounters
+from radixgen.runtime.kv_cache_manager import KVCacheManager
+from radixgen.runtime.req import Req, ReqStatus
+from radixgen.runtime.result_processor import (
+    ResultProcessor,
+    StepResult,
+    check_finished,
+    make_req_output,
+)
+from radixgen.runtime.schedule_batch import ScheduleBatch
+from radixgen.runtime.speculative.config import SpeculativeConfig
+from radixgen.runtime.speculative.ngram import propose_ngram
+from radixgen.runtime.speculative.verify import build_verify_input, verify_drafts
+
+
+def can_speculate(req: Req) -> bool:
+    """Whether verification reproduces req's plain sampling: no constraint mask, logprobs,
+    penalties, logit bias or min-token ban, and a plain one-token decode state."""
+    params = req.sampling_params
+    return (
+        req.status is ReqStatus.DECODING
+        and req.grammar is None
+        and not req.return_logprob
+        and not params.logit_bias
+        and params.frequency_penalty == 0.0
+        and params.presence_penalty == 0.0
+        and params.repetition_penalty == 1.0
+        and len(req.output_ids) >= params.min_new_tokens
+    )
+
+
+class SpeculativeDecoder:
+    """Args:
+    config: the resolved speculative options.
+    runner: the model runner (the target model).
+    kv: the KV manager (slots for drafts, freed on rejection).
+    results: finishing and outputs.
+    counters: the speculative counts go here.
+    context_length: no draft goes past it.
+    """
+
+    def __init__(
+        self,
+        config: SpeculativeConfig,
+        *,
+        runner,
+        kv: KVCacheManager,
+        results: ResultProcessor,
+        counters: SchedulerCounters,
+        context_length: int,
+    ):
+        self.config = config
+        self.runner = runner
+        self.kv = kv
+        self.results = results
+        self.counters = counters
+        self.context_length = context_length
+
+    def applies_to(self, batch: ScheduleBatch) -> bool:
+        """Whether a step of `batch` may speculate (before looking for drafts)."""
+        return 0 < batch.batch_size <= self.config.max_batch_size and all(
+            can_speculate(req) for req in batch.reqs
+        )
+
+    def step(self, batch: ScheduleBatch) -> StepResult | None:
+        """Runs one verify forward of the running `batch` and commits it (finished requests
+        leave `batch`); None when it declines (nothing was run or allocated)."""
+        if not self.applies_to(batch):
+            return None
+        drafts = [self._propose(req) for req in batch.reqs]
+        num_drafts = sum(len(draft) for draft in drafts)
+        if num_drafts == 0 or self.kv.available_size() < num_drafts + batch.batch_size:
+            return None
+        reqs = batch.reqs
+        out_cache_loc = self.kv.alloc_slots(num_drafts + batch.batch_size)
+        forward_batch = self.runner.build_forward_batch(
+            mode=ForwardMode.EXTEND,
+            input_ids=[
+                [req.output_ids[-1], *draft] for req, draft in zip(reqs, drafts, strict=True)
+            ],
+            req_pool_indices=[req.req_pool_idx for req in reqs],
+            prefix_lens=[req.kv_committed_len for req in reqs],
+            out_cache_loc=out_cache_loc,
+            return_all_logits=True,
+        )
+        logits = self.runner.forward(forward_batch)  # [num_drafts + batch, vocab]
+        layout = build_verify_input(drafts, [len(req.output_ids) for req in reqs], logits.device)
+        num_accepted, final_ids = verify_drafts(logits, layout, batch.sampling_info)
+        # The step's one deliberate host sync.
+        accepted_host, final_host = [
+            values.tolist() for values in (num_accepted.cpu(), final_ids.cpu())
+        ]
+        result = StepResult()
+        counters = self.counters
+        for req, draft, accepted, final_id in zip(
+            reqs, drafts, accepted_host, final_host, strict=True
+        ):
+            prefix_len = req.kv_committed_len
+            appended = self._append(req, [*draft[:accepted], final_id])
+            # KV is valid for the inputs before the last appended token; the rest is rejected.
+            req.kv_committed_len = prefix_len + appended
+            self.kv.free_uncommitted_slots(req, prefix_len + len(draft) + 1)
+            counters.spec_accepted_tokens += min(accepted, appended)
+            counters.generated_tokens += appended
+            counters.spec_emitted_tokens += appended
+            result.outputs.append(
+                self.results.finish(req) if req.finished else make_req_output(req)
+            )
+        counters.forward_steps += 1
+        counters.spec_verify_steps += 1
+        counters.spec_verified_reqs += len(reqs)
+        counters.spec_draft_tokens += num_drafts
+        keep = [row for row, req in enumerate(reqs) if not req.finished]
+        if len(keep) < batch.batch_size:
+            batch.filter(keep)
+        return result
+
+    def _propose(self, req: Req) -> list[int]:
+        """req's drafts: at most num_steps, within its token limit and the context length."""
+        limit = min(
+            self.config.num_steps,
+            req.remaining_new_tokens - 1,  # the verify step adds one token beyond the drafts
+            self.context_length - req.seqlen,
+        )
+        if limit < 1:
+            return []
+        return propose_ngram(
+            np.asarray(req.fill_ids, dtype=np.int64),
+            num_draft=limit,
+            min_window=self.config.ngram_min_window,
+            max_window=self.config.ngram_max_window,
+        )
+
+    def _append(self, req: Req, tokens: list[int]) -> int:
+        """Appends `tokens` one by one until one finishes req; returns how many went in."""
+        for count, token_id in enumerate(tokens, start=1):
+            req.output_ids.append(token_id)
+            check_finished(req, [token_id], self.context_length)
+            if req.finished:
+                return count
+        return len(tokens)
