@@ -1,0 +1,176 @@
+"""Speculative decoding (NGRAM) through the Engine and the server, on the trained tiny model
+(CPU, fp32): greedy outputs identical to plain decoding (radix cache on; off with a pool small
+enough to retract), seeded sampling keeping the target distribution, requests it cannot
+verify decoding plainly, the accept length reported, and the KV pool whole afterwards."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from radixgen.runtime.engine import Engine
+from radixgen.runtime.server.subprocess_launcher import ServerProcess
+from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
+from tests.server_checks import assert_healthy_and_whole
+
+SNIPPETS = [
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
+    "import os\nimport sys\nimport re\nimport json\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n",
+    "for i in range(10):\n    print(i)\nfor j in range(10):\n",
+]
+NUM_HELDOUT = 4
+HELDOUT_PROMPT_LEN = 48
+SPECULATIVE = {"speculative_algorithm": "ngram", "speculative_max_batch_size": 16}
+# Greedy with every way to finish: length (at and near the draft length), EOS, stop strings,
+# stop ids; one sampled row rides along (its tokens may differ, its presence may not matter).
+SAMPLING = [
+    {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True},
+    {"temperature": 0, "max_new_tokens": 3, "ignore_eos": True},
+    {"temperature": 0, "max_new_tokens": 32, "stop": ["\n\n"]},
+    {"temperature": 0, "max_new_tokens": 32, "stop_token_ids": [10]},
+    {"temperature": 0, "max_new_tokens": 36},
+    {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True},
+    {"temperature": 0.8, "max_new_tokens": 20, "seed": 3, "ignore_eos": True},
+    {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True, "min_new_tokens": 6},
+]
+GREEDY_ROWS = [i for i, params in enumerate(SAMPLING) if params["temperature"] == 0]
+
+
+def prompts(tokenizer) -> list[list[int]]:
+    """Repetitive code snippets and windows of tiny's held-out test split."""
+    heldout = np.load(CI_SLICE_PATH)  # [windows, 1024] uint16
+    windows = [
+        heldout[i % len(heldout), 100 * i : 100 * i + HELDOUT_PROMPT_LEN].tolist()
+        for i in range(NUM_HELDOUT)
+    ]
+    return [tokenizer.encode(text) for text in SNIPPETS] + windows
+
+
+def run(engine: Engine) -> list[list[int]]:
+    outputs = engine.generate(input_ids=prompts(engine.tokenizer), sampling_params=SAMPLING)
+    engine.check_integrity()
+    return [output["output_ids"] for output in outputs]
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(tiny_model_path) -> list[list[int]]:
+    with Engine(model_path=tiny_model_path, dtype="float32", skip_warmup=True) as engine:
+        return run(engine)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        # No cache, and a pool this small retracts requests mid-generation.
+        {
+            "disable_radix_cache": True,
+            "max_total_tokens": 300,
+            "chunked_prefill_size": 64,
+            "new_token_ratio": 0.05,
+        },
+    ],
+    ids=["radix-cache", "retracting"],
+)
+def test_greedy_outputs_are_identical_with_ngram_speculation(
+    tiny_model_path, plain_outputs, options
+):
+    with Engine(
+        model_path=tiny_model_path, dtype="float32", skip_warmup=True, **SPECULATIVE, **options
+    ) as engine:
+        outputs = run(engine)
+        stats = engine.get_stats()
+    for row in GREEDY_ROWS:
+        assert outputs[row] == plain_outputs[row], row
+    assert stats["num_spec_verify_steps"] > 0
+    assert stats["num_spec_accepted_tokens"] > 0
+    assert stats["spec_accept_length"] > 1.3  # tokens per request per verify step
+    assert stats["num_forward_steps"] < 40 + len(SAMPLING)  # fewer forwards than tokens
+    if "max_total_tokens" in options:
+        assert stats["num_retractions"] > 0
+
+
+def test_requests_it_cannot_verify_decode_plainly(tiny_model_path):
+    """A regex-constrained request and one with logprobs make their batch decode plainly
+    (speculation does not model masks or logprobs yet): same outputs as without it."""
+    requests = {
+        "input_ids": [[5, 6, 7, 8], [9, 10, 11], [5, 6, 7, 8]],
+        "sampling_params": [
+            {"temperature": 0, "max_new_tokens": 12, "regex": "(ab)+c"},
+            {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
+            {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
+        ],
+    }
+    results = []
+    for options in ({}, SPECULATIVE):
+        with Engine(model_path=tiny_model_path, dtype="float32", skip_warmup=True, **options) as e:
+            with_logprobs = e.generate(**requests, return_logprob=True)
+            plain = e.generate(**requests)
+            e.check_integrity()
+            results.append([[o["output_ids"] for o in with_logprobs], plain])
+    assert results[0][0] == results[1][0]
+    assert [o["output_ids"] for o in results[0][1]] == [o["output_ids"] for o in results[1][1]]
+    assert results[1][1][0]["text"].endswith("c")
+
+
+def test_sampling_keeps_the_target_distribution_on_tiny(tiny_model_path):
+    """400 seeded samples of 4 tokens after a repetitive prompt (drafts from the first decode
+    step on), with and without speculation: every token's frequency at every position agrees
+    within 5 standard errors of a difference of two frequencies (fixed seeds: deterministic).
+    This checks the wiring end to end (rows, seeds, temperature, finishing) with a small
+    budget; the exact law of acceptance and resampling is tested on hand-made logits with
+    known probabilities (test_speculative_units.py)."""
+    num_samples, num_new = 400, 4
+    prompt = SNIPPETS[3] + "    print(j)\nfor k in range(10):\n"
+    params = [
+        {"temperature": 0.7, "max_new_tokens": num_new, "ignore_eos": True, "seed": seed}
+        for seed in range(num_samples)
+    ]
+    options = {"max_total_tokens": 8192, "max_running_requests": num_samples}
+    tokens = []
+    for speculative in ({}, {**SPECULATIVE, "speculative_max_batch_size": num_samples}):
+        with Engine(
+            model_path=tiny_model_path, dtype="float32", skip_warmup=True, **options, **speculative
+        ) as engine:
+            outputs = engine.generate([prompt] * num_samples, params)
+            engine.check_integrity()
+            if speculative:
+                assert engine.get_stats()["num_spec_accepted_tokens"] > num_samples // 8
+        tokens.append(np.array([o["output_ids"] for o in outputs]))  # [samples, num_new]
+    plain, speculated = tokens
+    assert not np.array_equal(plain, speculated)  # the draws differ, not their law
+    for position in range(num_new):
+        for token in np.unique(np.concatenate([plain[:, position], speculated[:, position]])):
+            p = (plain[:, position] == token).mean()
+            q = (speculated[:, position] == token).mean()
+            pooled = (p + q) / 2
+            standard_error = np.sqrt(2 * pooled * (1 - pooled) / num_samples)
+            assert abs(p - q) <= 5 * standard_error + 1e-9, (position, token, p, q)
+
+
+def test_server_with_ngram_speculation_matches_plain_greedy(tiny_model_path, plain_outputs):
+    flags = ["--log-level", "warning", "--speculative-algorithm", "NGRAM"]
+    flags += ["--speculative-num-draft-tokens", "5", "--speculative-max-batch-size", "16"]
+    with ServerProcess(flags) as server, httpx.Client(base_url=server.base_url, timeout=60) as http:
+        tokenizer_prompts = prompts(_tokenizer(tiny_model_path))
+        rows = GREEDY_ROWS
+        response = http.post(
+            "/generate",
+            json={
+                "input_ids": [tokenizer_prompts[row] for row in rows],
+                "sampling_params": [SAMPLING[row] for row in rows],
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert [out["output_ids"] for out in response.json()] == [plain_outputs[r] for r in rows]
+        scheduler = http.get("/get_server_info").json()["scheduler"]
+        assert scheduler["spec_accept_length"] > 1.3
+        assert_healthy_and_whole(http)
+
+
+def _tokenizer(model_path: str):
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    return load_tokenizer(model_path, None)
