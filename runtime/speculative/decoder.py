@@ -16,7 +16,7 @@ found a draft, or when the KV pool cannot hold the drafts.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Protocol
 
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.io_struct import SchedulerCounters
@@ -30,8 +30,15 @@ from radixgen.runtime.result_processor import (
 )
 from radixgen.runtime.schedule_batch import ScheduleBatch
 from radixgen.runtime.speculative.config import SpeculativeConfig
-from radixgen.runtime.speculative.ngram import propose_ngram
+from radixgen.runtime.speculative.ngram import NgramProposer
 from radixgen.runtime.speculative.verify import build_verify_input, verify_drafts
+
+
+class DraftProposer(Protocol):
+    """Proposes a request's next tokens (a chain) without the target model."""
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        """At most `max_tokens` (>= 1) tokens to follow req's last token; [] for none."""
 
 
 def can_speculate(req: Req) -> bool:
@@ -58,6 +65,8 @@ class SpeculativeDecoder:
     results: finishing and outputs.
     counters: the speculative counts go here.
     context_length: no draft goes past it.
+    proposer: where drafts come from (None: NGRAM with the config's windows; a benchmark's
+        oracle draft goes here).
     """
 
     def __init__(
@@ -69,6 +78,7 @@ class SpeculativeDecoder:
         results: ResultProcessor,
         counters: SchedulerCounters,
         context_length: int,
+        proposer: DraftProposer | None = None,
     ):
         self.config = config
         self.runner = runner
@@ -76,6 +86,9 @@ class SpeculativeDecoder:
         self.results = results
         self.counters = counters
         self.context_length = context_length
+        self.proposer = proposer or NgramProposer(
+            min_window=config.ngram_min_window, max_window=config.ngram_max_window
+        )
 
     def applies_to(self, batch: ScheduleBatch) -> bool:
         """Whether a step of `batch` may speculate (before looking for drafts)."""
@@ -145,12 +158,7 @@ class SpeculativeDecoder:
         )
         if limit < 1:
             return []
-        return propose_ngram(
-            np.asarray(req.fill_ids, dtype=np.int64),
-            num_draft=limit,
-            min_window=self.config.ngram_min_window,
-            max_window=self.config.ngram_max_window,
-        )
+        return self.proposer.propose(req, limit)[:limit]
 
     def _append(self, req: Req, tokens: list[int]) -> int:
         """Appends `tokens` one by one until one finishes req; returns how many went in."""

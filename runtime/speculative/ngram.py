@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from radixgen.runtime.req import Req
+
 
 def propose_ngram(
     tokens: np.ndarray,  # [seq_len] int64, prompt then output
@@ -51,3 +53,23 @@ def propose_ngram(
     # The match ends within `num_draft` of the end: the text since it repeats with period
     # seq_len - start, and so (the proposal's bet) does its future: repeat it cyclically.
     return np.resize(tokens[start:], num_draft).tolist()
+
+
+class NgramProposer:
+    """The NGRAM `DraftProposer` (decoder.py): prompt lookup over a request's tokens.
+
+    Args:
+        min_window, max_window: the suffix lengths tried (`propose_ngram`).
+    """
+
+    def __init__(self, *, min_window: int, max_window: int):
+        self.min_window = min_window
+        self.max_window = max_window
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        return propose_ngram(
+            np.asarray(req.fill_ids, dtype=np.int64),
+            num_draft=max_tokens,
+            min_window=self.min_window,
+            max_window=self.max_window,
+        )
