@@ -66,7 +66,7 @@ _FLAG_HELP = {
     "speculative_num_draft_tokens": "tokens per request in a verify forward: num_steps + 1",
     "speculative_eagle_topk": "draft tree width; only 1 (a chain) is supported",
     "speculative_max_batch_size": "running batches larger than this decode without speculation "
-    "(default 8)",
+    "(default: 128 // num_draft_tokens, 25 with the default 4 steps)",
     "chat_template": "a Jinja chat template file that replaces the tokenizer's own",
     "tool_call_parser": "how tool calls are written and parsed on /v1/chat/completions "
     "(hermes = qwen25: <tool_call> blocks; llama3 = llama3_json; mistral: [TOOL_CALLS])",

@@ -107,7 +107,7 @@ class ServerArgs:
     speculative_num_steps: int | None = None  # None: from num_draft_tokens, else 4
     speculative_eagle_topk: int | None = None  # only 1 (a chain)
     speculative_num_draft_tokens: int | None = None  # None: num_steps + 1
-    # Running batches above this size decode without speculation. None: 8.
+    # Running batches above this size decode without speculation. None: 128 // num_draft_tokens.
     speculative_max_batch_size: int | None = None
     speculative_ngram_min_match_window_size: int = 1
     speculative_ngram_max_match_window_size: int = 12

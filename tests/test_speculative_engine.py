@@ -5,6 +5,8 @@ verify decoding plainly, the accept length reported, and the KV pool whole after
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import numpy as np
 import pytest
@@ -167,6 +169,8 @@ def test_server_with_ngram_speculation_matches_plain_greedy(tiny_model_path, pla
         assert [out["output_ids"] for out in response.json()] == [plain_outputs[r] for r in rows]
         scheduler = http.get("/get_server_info").json()["scheduler"]
         assert scheduler["spec_accept_length"] > 1.3
+        metrics = http.get("/metrics").text
+        assert re.search(r"^radixgen:spec_accept_length\{[^}]*\} (1\.[3-9]|[2-9])", metrics, re.M)
         assert_healthy_and_whole(http)
 
 

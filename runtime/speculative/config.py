@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_NUM_STEPS = 4
-# Above this running batch size a step decodes plainly: the verify forward computes
-# (1 + num_steps) tokens per request, which stops paying once decode is compute-bound
-# (docs/engine.md, `## Speculative decoding`; docs/benchmarks.md).
-DEFAULT_MAX_BATCH_SIZE = 8
+# The default batch-size cap keeps a verify forward within this many tokens (batch x
+# num_draft_tokens): an 8B decode step on the H200 streams its 15 GB of weights in >= 3.5 ms,
+# the time of ~170 tokens of compute at 790 TFLOP/s, so up to ~128 tokens a verify forward
+# costs about a decode step; beyond, rejected drafts cost real compute. A cost model until
+# `scripts/bench_speculative.py verify-cost` measures it (docs/engine.md; on the CPU, tiny
+# gained up to batch 32: docs/benchmarks.md).
+DEFAULT_MAX_VERIFY_TOKENS = 128
 DEFAULT_NGRAM_MIN_WINDOW = 1
 DEFAULT_NGRAM_MAX_WINDOW = 12
 
@@ -100,7 +103,7 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
         )
     max_batch_size = args.speculative_max_batch_size
     if max_batch_size is None:
-        max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        max_batch_size = max(1, DEFAULT_MAX_VERIFY_TOKENS // draft_tokens)
     if max_batch_size < 1:
         raise ValueError(f"speculative_max_batch_size must be >= 1, got {max_batch_size}")
     min_window = args.speculative_ngram_min_match_window_size
