@@ -131,15 +131,29 @@ def bench_tokens(args) -> list[dict]:
 # ---- verify cost at the 8B shape -------------------------------------------------------------
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _timed_ms(device: torch.device, step, repeats: int) -> float:
+    """Median ms of `step()` (the first two calls are warm-up)."""
     times = []
     for _ in range(repeats):
-        torch.cuda.synchronize(device)
+        _sync(device)
         start = time.perf_counter()
         step()
-        torch.cuda.synchronize(device)
+        _sync(device)
         times.append(1000 * (time.perf_counter() - start))
     return statistics.median(times[2:] or times)
+
+
+def target_model_options(args) -> dict:
+    """The 8B shape with dummy weights, or (`--model tiny`, a smoke test) the tiny model."""
+    if args.model == "tiny":
+        return {"model_path": "tiny", "dtype": "float32"}
+    folder = write_dummy_model_folder(args.model, Path(args.model_dir))
+    return {"model_path": str(folder), "load_format": "dummy"}
 
 
 def _static_forward(
@@ -165,13 +179,12 @@ def _static_forward(
 
 
 def bench_verify_cost(args) -> list[dict]:
-    model_path = write_dummy_model_folder("llama-3.1-8b", Path(args.model_dir))
     runner = ModelRunner(
         ServerArgs(
-            model_path=str(model_path),
-            load_format="dummy",
+            **target_model_options(args),
             context_length=args.prompt_len + 64,
             max_running_requests=max(args.batch_sizes),
+            max_total_tokens=max(args.batch_sizes) * (args.prompt_len + 16) + 64,
         )
     )
     rows = []
@@ -236,16 +249,14 @@ class OracleProposer:
 
 
 def bench_oracle(args) -> list[dict]:
-    model_path = write_dummy_model_folder("llama-3.1-8b", Path(args.model_dir))
     base = {
-        "model_path": str(model_path),
-        "load_format": "dummy",
+        **target_model_options(args),
         "context_length": args.prompt_len + args.max_new_tokens + 16,
     }
     rows = []
     for batch_size in args.batch_sizes:
         generator = torch.Generator().manual_seed(batch_size)
-        prompts = torch.randint(300, 128000, (batch_size, args.prompt_len), generator=generator)
+        prompts = torch.randint(300, 30000, (batch_size, args.prompt_len), generator=generator)
         prompts = prompts.tolist()
         plain = run_engine(base, prompts, batch_size, args.max_new_tokens)
         recorded = {tuple(p): ids for p, ids in zip(prompts, plain.pop("output_ids"), strict=True)}
@@ -256,13 +267,13 @@ def bench_oracle(args) -> list[dict]:
                 "speculative_num_steps": args.num_steps,
                 "speculative_max_batch_size": args.speculative_max_batch_size,
             }
-            proposer = OracleProposer(recorded, alpha, 128256)
+            proposer = OracleProposer(recorded, alpha, vocab_size=30000)
             oracle = run_engine(options, prompts, batch_size, args.max_new_tokens, proposer)
             oracle.pop("output_ids")
             k = args.num_steps
             rows.append(
                 {
-                    "label": "oracle run (dummy weights)",
+                    "label": f"oracle run ({args.model})",
                     "batch_size": batch_size,
                     "alpha": alpha,
                     "num_draft_tokens": k,
@@ -272,7 +283,13 @@ def bench_oracle(args) -> list[dict]:
                     "speedup": oracle["tokens_per_s"] / plain["tokens_per_s"],
                 }
             )
-            print({key: v for key, v in rows[-1].items() if key != "oracle"}, flush=True)
+            print(
+                f"oracle batch {batch_size:>3} alpha {alpha}: plain {plain['tokens_per_s']:.1f} "
+                f"tok/s, oracle {oracle['tokens_per_s']:.1f} tok/s ({rows[-1]['speedup']:.2f}x), "
+                f"accept length {oracle['spec_accept_length']:.2f} (expected "
+                f"{rows[-1]['expected_tokens_per_step']:.2f})",
+                flush=True,
+            )
     return rows
 
 
@@ -294,6 +311,12 @@ def main() -> None:
     )
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.7, 0.9])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--model",
+        default="llama-3.1-8b",
+        help="verify-cost and oracle: a runtime/bench/model_configs.py preset (dummy weights), "
+        "or 'tiny' (a CPU smoke test)",
+    )
     parser.add_argument("--model-dir", default="/tmp/radixgen-llama-3.1-8b")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()

@@ -178,3 +178,17 @@ def _tokenizer(model_path: str):
     from radixgen.runtime.tokenizer import load_tokenizer
 
     return load_tokenizer(model_path, None)
+
+
+@pytest.mark.gpu
+def test_gpu_greedy_outputs_are_identical_with_ngram_speculation(tiny_model_path):
+    """On CUDA (Triton attention, CUDA-graph decode, overlap on; verify forwards are eager
+    extends): fp32 greedy outputs with NGRAM equal plain decoding's, and the pool is whole."""
+    results = []
+    for options in ({}, SPECULATIVE):
+        with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **options) as e:
+            results.append(run(e))
+            stats = e.get_stats()
+    for row in GREEDY_ROWS:
+        assert results[1][row] == results[0][row], row
+    assert stats["spec_accept_length"] > 1.3
