@@ -308,6 +308,9 @@ class Scheduler:
         resolved = self.overlap_decoder.resolve(self.batches.running)
         self.pending_outputs += self._apply(resolved, decoded=True)
         self.kv.check_integrity(self.batches.holding_kv())
+        if self.speculative is not None:
+            self.speculative.proposer.release(self.batches.running.reqs)
+            self.speculative.proposer.check_integrity()
 
     def get_stats(self) -> SchedulerStats:
         return self.counters.to_stats(

@@ -237,7 +237,19 @@ class OracleProposer:
         self.alpha = alpha
         self.vocab_size = vocab_size
 
-    def propose(self, req: Req, max_tokens: int) -> list[int]:
+    def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
+        return [self._propose_one(req, limit) for req, limit in zip(reqs, limits, strict=True)]
+
+    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+        pass
+
+    def release(self, reqs: list[Req]) -> None:
+        pass
+
+    def check_integrity(self) -> None:
+        pass
+
+    def _propose_one(self, req: Req, max_tokens: int) -> list[int]:
         continuation = self.recorded.get(tuple(req.origin_input_ids), [])
         start = len(req.output_ids)
         drafts = continuation[start : start + max_tokens]

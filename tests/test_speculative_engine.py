@@ -14,6 +14,7 @@ import pytest
 from radixgen.runtime.engine import Engine
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
+from radixgen.runtime.tiny_model import TINY_CONFIG, write_random_model
 from tests.server_checks import assert_healthy_and_whole
 
 SNIPPETS = [
@@ -91,6 +92,43 @@ def test_greedy_outputs_are_identical_with_ngram_speculation(
     assert stats["spec_accept_length"] > 1.3  # tokens per request per verify step
     assert stats["num_forward_steps"] < 40 + len(SAMPLING)  # fewer forwards than tokens
     if "max_total_tokens" in options:
+        assert stats["num_retractions"] > 0
+
+
+@pytest.fixture(scope="module")
+def random_draft_path(tmp_path_factory) -> str:
+    """A one-layer draft with random weights and tiny's tokenizer: mostly wrong drafts."""
+    folder = tmp_path_factory.mktemp("random-draft")
+    write_random_model(folder, {**TINY_CONFIG, "num_hidden_layers": 1}, seed=1)
+    return str(folder)
+
+
+@pytest.mark.parametrize("draft", ["tiny-itself", "random-one-layer"])
+def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
+    tiny_model_path, plain_outputs, random_draft_path, draft
+):
+    """STANDALONE: the target as its own draft accepts every draft; a random draft almost
+    none; both leave greedy outputs unchanged and both KV pools whole (retracting too)."""
+    draft_path = tiny_model_path if draft == "tiny-itself" else random_draft_path
+    options = {
+        "speculative_algorithm": "STANDALONE",
+        "speculative_draft_model_path": draft_path,
+        "speculative_num_steps": 3,
+        "speculative_max_batch_size": 16,
+    }
+    if draft == "random-one-layer":
+        options |= {"max_total_tokens": 270, "new_token_ratio": 0.05, "chunked_prefill_size": 64}
+    with Engine(model_path=tiny_model_path, dtype="float32", skip_warmup=True, **options) as e:
+        outputs = run(e)  # checks both pools: the draft's is whole once idle
+        stats = e.get_stats()
+    for row in GREEDY_ROWS:
+        assert outputs[row] == plain_outputs[row], row
+    assert stats["num_spec_draft_tokens"] > 0
+    if draft == "tiny-itself":
+        # Greedy rows accept all; the one sampled row may reject.
+        assert stats["num_spec_accepted_tokens"] > 0.8 * stats["num_spec_draft_tokens"]
+        assert stats["spec_accept_length"] > 3.0
+    else:
         assert stats["num_retractions"] > 0
 
 

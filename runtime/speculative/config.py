@@ -26,11 +26,11 @@ DEFAULT_NGRAM_MAX_WINDOW = 12
 
 class SpeculativeAlgorithm(enum.Enum):
     NGRAM = "NGRAM"  # prompt lookup: the continuation of an earlier match of the last tokens
-    STANDALONE = "STANDALONE"  # a small draft model with its own KV (not implemented yet)
+    STANDALONE = "STANDALONE"  # a small draft model with its own KV
     EAGLE = "EAGLE"  # a draft head on the target's hidden states (not implemented yet)
 
 
-IMPLEMENTED_ALGORITHMS = (SpeculativeAlgorithm.NGRAM,)
+IMPLEMENTED_ALGORITHMS = (SpeculativeAlgorithm.NGRAM, SpeculativeAlgorithm.STANDALONE)
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,11 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
             "speculative_ngram_min_match_window_size must be >= 1 and <= "
             f"speculative_ngram_max_match_window_size, got {min_window} and {max_window}"
         )
-    if args.speculative_draft_model_path is not None and algorithm is SpeculativeAlgorithm.NGRAM:
+    has_draft_model = args.speculative_draft_model_path is not None
+    if has_draft_model and algorithm is SpeculativeAlgorithm.NGRAM:
         raise ValueError("speculative_draft_model_path is for STANDALONE and EAGLE, not NGRAM")
+    if not has_draft_model and algorithm is SpeculativeAlgorithm.STANDALONE:
+        raise ValueError("speculative_algorithm='STANDALONE' needs speculative_draft_model_path")
     return SpeculativeConfig(
         algorithm=algorithm,
         num_steps=steps,

@@ -29,16 +29,30 @@ from radixgen.runtime.result_processor import (
     make_req_output,
 )
 from radixgen.runtime.schedule_batch import ScheduleBatch
-from radixgen.runtime.speculative.config import SpeculativeConfig
+from radixgen.runtime.speculative.config import SpeculativeAlgorithm, SpeculativeConfig
 from radixgen.runtime.speculative.ngram import NgramProposer
+from radixgen.runtime.speculative.standalone import DraftModelProposer
 from radixgen.runtime.speculative.verify import build_verify_input, verify_drafts
 
 
 class DraftProposer(Protocol):
-    """Proposes a request's next tokens (a chain) without the target model."""
+    """Proposes each request's next tokens (a chain) cheaply, without the target model."""
 
-    def propose(self, req: Req, max_tokens: int) -> list[int]:
-        """At most `max_tokens` (>= 1) tokens to follow req's last token; [] for none."""
+    def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
+        """At most `limits[i]` tokens to follow `reqs[i]`'s last token ([] for none; a limit
+        may be 0). `reqs` is the whole running batch: a proposer with per-request state may
+        drop the state of requests not in it."""
+
+    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+        """Called once the verified tokens are appended to `reqs` (the same batch as the
+        `propose` call), e.g. to roll back a draft model's KV past the rejected drafts."""
+
+    def release(self, reqs: list[Req]) -> None:
+        """Frees whatever the proposer holds for requests not in `reqs` (the running batch;
+        [] when the scheduler is idle)."""
+
+    def check_integrity(self) -> None:
+        """Raises AssertionError if the proposer's own memory (if any) leaked."""
 
 
 def can_speculate(req: Req) -> bool:
@@ -57,6 +71,13 @@ def can_speculate(req: Req) -> bool:
     )
 
 
+def build_proposer(config: SpeculativeConfig, target_runner) -> DraftProposer:
+    """The proposer of `config.algorithm`."""
+    if config.algorithm is SpeculativeAlgorithm.STANDALONE:
+        return DraftModelProposer.from_target(target_runner, config.draft_model_path)
+    return NgramProposer(min_window=config.ngram_min_window, max_window=config.ngram_max_window)
+
+
 class SpeculativeDecoder:
     """Args:
     config: the resolved speculative options.
@@ -65,8 +86,8 @@ class SpeculativeDecoder:
     results: finishing and outputs.
     counters: the speculative counts go here.
     context_length: no draft goes past it.
-    proposer: where drafts come from (None: NGRAM with the config's windows; a benchmark's
-        oracle draft goes here).
+    proposer: where drafts come from (None: the config's algorithm: NGRAM, or STANDALONE's
+        draft model loaded beside `runner`; a benchmark's oracle draft goes here).
     """
 
     def __init__(
@@ -86,9 +107,7 @@ class SpeculativeDecoder:
         self.results = results
         self.counters = counters
         self.context_length = context_length
-        self.proposer = proposer or NgramProposer(
-            min_window=config.ngram_min_window, max_window=config.ngram_max_window
-        )
+        self.proposer = proposer or build_proposer(config, runner)
 
     def applies_to(self, batch: ScheduleBatch) -> bool:
         """Whether a step of `batch` may speculate (before looking for drafts)."""
@@ -101,7 +120,7 @@ class SpeculativeDecoder:
         leave `batch`); None when it declines (nothing was run or allocated)."""
         if not self.applies_to(batch):
             return None
-        drafts = [self._propose(req) for req in batch.reqs]
+        drafts = self.proposer.propose(batch.reqs, [self._draft_limit(r) for r in batch.reqs])
         num_drafts = sum(len(draft) for draft in drafts)
         if num_drafts == 0 or self.kv.available_size() < num_drafts + batch.batch_size:
             return None
@@ -140,6 +159,7 @@ class SpeculativeDecoder:
             result.outputs.append(
                 self.results.finish(req) if req.finished else make_req_output(req)
             )
+        self.proposer.after_verify(reqs, drafts)
         counters.forward_steps += 1
         counters.spec_verify_steps += 1
         counters.spec_verified_reqs += len(reqs)
@@ -149,16 +169,16 @@ class SpeculativeDecoder:
             batch.filter(keep)
         return result
 
-    def _propose(self, req: Req) -> list[int]:
+    def _draft_limit(self, req: Req) -> int:
         """req's drafts: at most num_steps, within its token limit and the context length."""
-        limit = min(
-            self.config.num_steps,
-            req.remaining_new_tokens - 1,  # the verify step adds one token beyond the drafts
-            self.context_length - req.seqlen,
+        return max(
+            0,
+            min(
+                self.config.num_steps,
+                req.remaining_new_tokens - 1,  # the verify step adds one token beyond them
+                self.context_length - req.seqlen,
+            ),
         )
-        if limit < 1:
-            return []
-        return self.proposer.propose(req, limit)[:limit]
 
     def _append(self, req: Req, tokens: list[int]) -> int:
         """Appends `tokens` one by one until one finishes req; returns how many went in."""

@@ -66,10 +66,22 @@ class NgramProposer:
         self.min_window = min_window
         self.max_window = max_window
 
-    def propose(self, req: Req, max_tokens: int) -> list[int]:
-        return propose_ngram(
-            np.asarray(req.fill_ids, dtype=np.int64),
-            num_draft=max_tokens,
-            min_window=self.min_window,
-            max_window=self.max_window,
-        )
+    def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
+        return [
+            propose_ngram(
+                np.asarray(req.fill_ids, dtype=np.int64),
+                num_draft=limit,
+                min_window=self.min_window,
+                max_window=self.max_window,
+            )
+            for req, limit in zip(reqs, limits, strict=True)
+        ]
+
+    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+        pass  # stateless
+
+    def release(self, reqs: list[Req]) -> None:
+        pass
+
+    def check_integrity(self) -> None:
+        pass  # holds no memory
