@@ -28,7 +28,9 @@ import functools
 import json
 import os
 import random
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +44,7 @@ from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.req import Req
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
+from radixgen.runtime.tiny_model import resolve_model_path
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
 
@@ -57,6 +60,30 @@ def heldout_prompts(num_prompts: int, prompt_len: int) -> list[list[int]]:
         for i in range(per_window)
     ]
     return prompts[:num_prompts]
+
+
+def write_truncated_draft(num_layers: int, folder: Path) -> str:
+    """A STANDALONE draft without training: tiny's first `num_layers` layers with its
+    embedding (tied to the output head) and final norm, in `folder`."""
+    from safetensors.torch import load_file, save_file
+
+    source = Path(resolve_model_path("tiny"))
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = load_file(source / "model.safetensors")
+    save_file(
+        {
+            name: tensor
+            for name, tensor in weights.items()
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < num_layers
+        },
+        folder / "model.safetensors",
+    )
+    config = json.loads((source / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": num_layers}))
+    for file in source.iterdir():
+        if file.is_file() and file.name not in ("model.safetensors", "config.json"):
+            shutil.copyfile(file, folder / file.name)
+    return str(folder)
 
 
 def run_engine(
@@ -94,24 +121,29 @@ def run_engine(
 
 def bench_tokens(args) -> list[dict]:
     prompts = heldout_prompts(args.num_prompts, args.prompt_len)
+    if args.draft_layers is not None:
+        folder = Path(tempfile.mkdtemp(prefix="radixgen-draft-"))
+        args.draft_model_path = write_truncated_draft(args.draft_layers, folder)
     base = {"model_path": "tiny", "device": args.device, "dtype": args.dtype}
     rows = []
     for batch_size in args.batch_sizes:
         plain = run_engine(base, prompts, batch_size, args.max_new_tokens)
         speculative = {
             **base,
-            "speculative_algorithm": "NGRAM",
+            "speculative_algorithm": args.algorithm,
+            "speculative_draft_model_path": args.draft_model_path,
             "speculative_num_steps": args.num_steps,
             "speculative_max_batch_size": args.speculative_max_batch_size,
         }
         ngram = run_engine(speculative, prompts, batch_size, args.max_new_tokens)
         identical = plain.pop("output_ids") == ngram.pop("output_ids")
         if args.dtype == "float32" and not identical:
-            raise AssertionError(f"batch {batch_size}: NGRAM changed greedy outputs (fp32)")
+            raise AssertionError(f"batch {batch_size}: {args.algorithm} changed greedy outputs")
         rows.append(
             {
                 "batch_size": batch_size,
-                "algorithm": "NGRAM",
+                "algorithm": args.algorithm,
+                "draft_model_path": args.draft_model_path,
                 "num_steps": args.num_steps,
                 "identical_outputs": identical,
                 "plain": plain,
@@ -120,7 +152,7 @@ def bench_tokens(args) -> list[dict]:
             }
         )
         print(
-            f"batch {batch_size:>3}: plain {plain['tokens_per_s']:8.1f} tok/s, NGRAM "
+            f"batch {batch_size:>3}: plain {plain['tokens_per_s']:8.1f} tok/s, {args.algorithm} "
             f"{ngram['tokens_per_s']:8.1f} tok/s ({rows[-1]['speedup']:.2f}x), accept length "
             f"{ngram['spec_accept_length']:.2f}, identical {identical}",
             flush=True,
@@ -309,6 +341,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["tokens", "verify-cost", "oracle"])
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--algorithm", default="NGRAM", help="tokens mode: NGRAM or STANDALONE")
+    parser.add_argument("--draft-model-path", default=None, help="tokens mode, STANDALONE")
+    parser.add_argument(
+        "--draft-layers",
+        type=int,
+        default=None,
+        help="tokens mode, STANDALONE: draft with tiny's first N layers (untrained as a draft)",
+    )
     parser.add_argument("--dtype", default="float32", help="tokens mode (fp32: exact outputs)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=None)
     parser.add_argument("--num-prompts", type=int, default=16)
