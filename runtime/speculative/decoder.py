@@ -8,15 +8,18 @@ frees the slots of the rejected drafts through the KV manager. Afterwards every 
 in the plain decode state again (its last token has no KV yet), so retraction, the radix
 cache and the idle integrity check see nothing new.
 
-The step declines (returns None: the scheduler decodes plainly) when the batch is larger
-than `max_batch_size`, when a request needs what verification does not model yet (a grammar
-mask, logprobs, penalties, logit bias, a min-token ban, a jump-forward run), when no request
-found a draft, or when the KV pool cannot hold the drafts.
+Acceptance is vectorised (`verify.py`) unless a request has a grammar mask, logprobs,
+penalties, a logit bias or a min-token ban: then the plain sampler replays the rows position
+by position (`replay.py`). The step declines (returns None: the scheduler decodes plainly)
+when the batch is larger than `max_batch_size`, when a request has a jump-forward run
+pending, when no request found a draft, or when the KV pool cannot hold the drafts.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+import torch
 
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.io_struct import SchedulerCounters
@@ -28,9 +31,11 @@ from radixgen.runtime.result_processor import (
     check_finished,
     make_req_output,
 )
+from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 from radixgen.runtime.schedule_batch import ScheduleBatch
 from radixgen.runtime.speculative.config import SpeculativeAlgorithm, SpeculativeConfig
 from radixgen.runtime.speculative.ngram import NgramProposer
+from radixgen.runtime.speculative.replay import needs_replay, replay_verify
 from radixgen.runtime.speculative.standalone import DraftModelProposer
 from radixgen.runtime.speculative.verify import build_verify_input, verify_drafts
 
@@ -56,19 +61,8 @@ class DraftProposer(Protocol):
 
 
 def can_speculate(req: Req) -> bool:
-    """Whether verification reproduces req's plain sampling: no constraint mask, logprobs,
-    penalties, logit bias or min-token ban, and a plain one-token decode state."""
-    params = req.sampling_params
-    return (
-        req.status is ReqStatus.DECODING
-        and req.grammar is None
-        and not req.return_logprob
-        and not params.logit_bias
-        and params.frequency_penalty == 0.0
-        and params.presence_penalty == 0.0
-        and params.repetition_penalty == 1.0
-        and len(req.output_ids) >= params.min_new_tokens
-    )
+    """A plain one-token decode state (a jump-forward's pending run goes first)."""
+    return req.status is ReqStatus.DECODING
 
 
 def build_proposer(config: SpeculativeConfig, target_runner) -> DraftProposer:
@@ -125,6 +119,7 @@ class SpeculativeDecoder:
         if num_drafts == 0 or self.kv.available_size() < num_drafts + batch.batch_size:
             return None
         reqs = batch.reqs
+        prefix_lens = [req.kv_committed_len for req in reqs]
         out_cache_loc = self.kv.alloc_slots(num_drafts + batch.batch_size)
         forward_batch = self.runner.build_forward_batch(
             mode=ForwardMode.EXTEND,
@@ -132,11 +127,31 @@ class SpeculativeDecoder:
                 [req.output_ids[-1], *draft] for req, draft in zip(reqs, drafts, strict=True)
             ],
             req_pool_indices=[req.req_pool_idx for req in reqs],
-            prefix_lens=[req.kv_committed_len for req in reqs],
+            prefix_lens=prefix_lens,
             out_cache_loc=out_cache_loc,
             return_all_logits=True,
         )
         logits = self.runner.forward(forward_batch)  # [num_drafts + batch, vocab]
+        if any(needs_replay(req) for req in reqs):
+            result = self._commit_by_replay(batch, drafts, logits, prefix_lens)
+        else:
+            result = self._commit_vectorised(batch, drafts, logits)
+        self.proposer.after_verify(reqs, drafts)
+        counters = self.counters
+        counters.forward_steps += 1
+        counters.spec_verify_steps += 1
+        counters.spec_verified_reqs += len(reqs)
+        counters.spec_draft_tokens += num_drafts
+        keep = [row for row, req in enumerate(reqs) if not req.finished]
+        if len(keep) < batch.batch_size:
+            batch.filter(keep)
+        return result
+
+    def _commit_vectorised(
+        self, batch: ScheduleBatch, drafts: list[list[int]], logits: torch.Tensor
+    ) -> StepResult:
+        """Greedy and plainly sampled requests: acceptance for all rows at once."""
+        reqs = batch.reqs
         layout = build_verify_input(drafts, [len(req.output_ids) for req in reqs], logits.device)
         num_accepted, final_ids = verify_drafts(logits, layout, batch.sampling_info)
         # The step's one deliberate host sync.
@@ -159,14 +174,36 @@ class SpeculativeDecoder:
             result.outputs.append(
                 self.results.finish(req) if req.finished else make_req_output(req)
             )
-        self.proposer.after_verify(reqs, drafts)
-        counters.forward_steps += 1
-        counters.spec_verify_steps += 1
-        counters.spec_verified_reqs += len(reqs)
-        counters.spec_draft_tokens += num_drafts
-        keep = [row for row, req in enumerate(reqs) if not req.finished]
-        if len(keep) < batch.batch_size:
-            batch.filter(keep)
+        return result
+
+    def _commit_by_replay(
+        self,
+        batch: ScheduleBatch,
+        drafts: list[list[int]],
+        logits: torch.Tensor,
+        prefix_lens: list[int],
+    ) -> StepResult:
+        """Requests with masks, logprobs, penalties, bias or bans: the plain sampler walks
+        the rows (`replay.py`); the batch's sampling tensors are rebuilt afterwards."""
+        reqs = batch.reqs
+        output_lens = [len(req.output_ids) for req in reqs]
+        result, accepted = replay_verify(
+            reqs,
+            drafts,
+            logits,
+            prefix_lens=prefix_lens,
+            kv=self.kv,
+            results=self.results,
+            vocab_size=self.results.vocab_size,
+        )
+        self.counters.spec_accepted_tokens += sum(accepted)
+        self.counters.spec_emitted_tokens += sum(
+            len(req.output_ids) - before for req, before in zip(reqs, output_lens, strict=True)
+        )
+        # Penalty counts, masks and bans follow the output: rebuilt for the tokens appended.
+        batch.sampling_info = SamplingBatchInfo.from_reqs(
+            reqs, self.results.vocab_size, self.results.device
+        )
         return result
 
     def _draft_limit(self, req: Req) -> int:
