@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+import radixgen as rg
 from radixgen.runtime.engine import Engine
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
@@ -178,6 +179,28 @@ def test_constrained_penalised_and_logprob_requests_replay_exactly(tiny_model_pa
         assert np.allclose(*logprobs, atol=1e-4)  # extend and decode forwards: fp32 rounding
     json.loads(results[1][0]["text"])
     assert re.fullmatch(LOOP_REGEX, results[1][3]["text"])
+
+
+def test_dsl_program_on_a_speculative_engine(tiny_model_path):
+    """The DSL runs unchanged on an Engine with NGRAM: a fork of code completions, one of them
+    regex-constrained, gives the plain engine's text."""
+
+    @rg.function
+    def complete(s, snippets):
+        forks = s.fork(len(snippets))
+        for fork, snippet in zip(forks, snippets, strict=True):
+            fork += snippet + rg.gen("code", max_tokens=24, temperature=0.0, ignore_eos=True)
+        s += "loop:" + rg.gen("loop", max_tokens=30, temperature=0.0, regex=LOOP_REGEX)
+        s["codes"] = [fork["code"] for fork in forks]
+
+    texts = []
+    for options in ({}, SPECULATIVE):
+        with rg.Engine(model_path=tiny_model_path, skip_warmup=True, **options) as engine:
+            state = complete.run(snippets=SNIPPETS[:3], backend=engine)
+            texts.append((state["codes"], state["loop"]))
+            stats = engine.get_stats()
+    assert texts[0] == texts[1]
+    assert stats["num_spec_verify_steps"] > 0
 
 
 def test_sampling_keeps_the_target_distribution_on_tiny(tiny_model_path):
