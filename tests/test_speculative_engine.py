@@ -11,6 +11,7 @@ import re
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
 import radixgen as rg
@@ -253,6 +254,18 @@ def test_server_with_ngram_speculation_matches_plain_greedy(tiny_model_path, pla
         )
         assert response.status_code == 200, response.text
         assert [out["output_ids"] for out in response.json()] == [plain_outputs[r] for r in rows]
+        # The OpenAI client, token-id prompt, streamed: the same text as plain decoding.
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0)
+        stream = client.completions.create(
+            model="tiny",
+            prompt=tokenizer_prompts[0],
+            max_tokens=SAMPLING[0]["max_new_tokens"],
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        streamed = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+        assert streamed == _tokenizer(tiny_model_path).decode(plain_outputs[0])
         scheduler = http.get("/get_server_info").json()["scheduler"]
         assert scheduler["spec_accept_length"] > 1.3
         metrics = http.get("/metrics").text
