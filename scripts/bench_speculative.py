@@ -124,7 +124,14 @@ def bench_tokens(args) -> list[dict]:
     if args.draft_layers is not None:
         folder = Path(tempfile.mkdtemp(prefix="radixgen-draft-"))
         args.draft_model_path = write_truncated_draft(args.draft_layers, folder)
-    base = {"model_path": "tiny", "device": args.device, "dtype": args.dtype}
+    # A fixed KV size (the CPU default): on a GPU the STANDALONE draft gets as many slots as
+    # the target, which must leave it room.
+    base = {
+        "model_path": "tiny",
+        "device": args.device,
+        "dtype": args.dtype,
+        "max_total_tokens": 1 << 16,
+    }
     rows = []
     for batch_size in args.batch_sizes:
         plain = run_engine(base, prompts, batch_size, args.max_new_tokens)

@@ -291,3 +291,23 @@ def test_gpu_greedy_outputs_are_identical_with_ngram_speculation(tiny_model_path
     for row in GREEDY_ROWS:
         assert results[1][row] == results[0][row], row
     assert stats["spec_accept_length"] > 1.3
+
+
+@pytest.mark.gpu
+def test_gpu_standalone_draft_keeps_greedy_outputs(tiny_model_path):
+    """On CUDA the draft model gets its own runner (and decode CUDA graphs): tiny as its own
+    draft accepts its drafts and changes no greedy output."""
+    options = {
+        "speculative_algorithm": "STANDALONE",
+        "speculative_draft_model_path": tiny_model_path,
+        "speculative_max_batch_size": 16,
+        "mem_fraction_static": 0.4,  # the draft's weights and KV come after the target's
+    }
+    results = []
+    for speculative in ({}, options):
+        with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **speculative) as e:
+            results.append(run(e))
+            stats = e.get_stats()
+    for row in GREEDY_ROWS:
+        assert results[1][row] == results[0][row], row
+    assert stats["spec_accept_length"] > 2.0
