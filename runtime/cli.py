@@ -68,6 +68,8 @@ _FLAG_HELP = {
     "speculative_draft_model_path": "the draft model of STANDALONE (same vocabulary as the model)",
     "speculative_ngram_min_match_window_size": "NGRAM: shortest suffix that must match earlier",
     "speculative_ngram_max_match_window_size": "NGRAM: longest suffix tried (longest match wins)",
+    "speculative_min_accept_length": "back off (decode plainly for a growing number of steps) "
+    "while speculation gains fewer tokens per request per step than this (default 2.0; 0: never)",
     "speculative_max_batch_size": "running batches larger than this decode without speculation "
     "(default: 128 // num_draft_tokens, 25 with the default 4 steps)",
     "chat_template": "a Jinja chat template file that replaces the tokenizer's own",

@@ -109,6 +109,8 @@ class ServerArgs:
     speculative_num_draft_tokens: int | None = None  # None: num_steps + 1
     # Running batches above this size decode without speculation. None: 128 // num_draft_tokens.
     speculative_max_batch_size: int | None = None
+    # Speculation backs off while its mean accept length stays below this. None: 2.0; 0: never.
+    speculative_min_accept_length: float | None = None
     speculative_ngram_min_match_window_size: int = 1
     speculative_ngram_max_match_window_size: int = 12
 

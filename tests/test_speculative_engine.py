@@ -29,7 +29,12 @@ SNIPPETS = [
 ]
 NUM_HELDOUT = 4
 HELDOUT_PROMPT_LEN = 48
-SPECULATIVE = {"speculative_algorithm": "ngram", "speculative_max_batch_size": 16}
+# Backing off never (min accept length 0): these tests want every step to speculate.
+SPECULATIVE = {
+    "speculative_algorithm": "ngram",
+    "speculative_max_batch_size": 16,
+    "speculative_min_accept_length": 0,
+}
 # Greedy with every way to finish: length (at and near the draft length), EOS, stop strings,
 # stop ids; one sampled row rides along (its tokens may differ, its presence may not matter).
 SAMPLING = [
@@ -112,7 +117,8 @@ def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
     tiny_model_path, plain_outputs, random_draft_path, draft
 ):
     """STANDALONE: the target as its own draft accepts every draft; a random draft almost
-    none; both leave greedy outputs unchanged and both KV pools whole (retracting too)."""
+    none, so speculation backs off (the default minimum accept length); both leave greedy
+    outputs unchanged and both KV pools whole (retracting too)."""
     draft_path = tiny_model_path if draft == "tiny-itself" else random_draft_path
     options = {
         "speculative_algorithm": "STANDALONE",
@@ -120,7 +126,9 @@ def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
         "speculative_num_steps": 3,
         "speculative_max_batch_size": 16,
     }
-    if draft == "random-one-layer":
+    if draft == "tiny-itself":
+        options["speculative_min_accept_length"] = 0
+    else:
         options |= {"max_total_tokens": 270, "new_token_ratio": 0.05, "chunked_prefill_size": 64}
     with Engine(model_path=tiny_model_path, dtype="float32", skip_warmup=True, **options) as e:
         outputs = run(e)  # checks both pools: the draft's is whole once idle
@@ -134,6 +142,8 @@ def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
         assert stats["spec_accept_length"] > 3.0
     else:
         assert stats["num_retractions"] > 0
+        # Probes after 1, 2, 4, 8, ... plain steps: a handful of verify steps, not one a step.
+        assert 0 < stats["num_spec_verify_steps"] <= 8 < stats["num_forward_steps"] // 4
 
 
 USERS_SCHEMA = {
@@ -242,6 +252,7 @@ def test_sampling_keeps_the_target_distribution_on_tiny(tiny_model_path):
 def test_server_with_ngram_speculation_matches_plain_greedy(tiny_model_path, plain_outputs):
     flags = ["--log-level", "warning", "--speculative-algorithm", "NGRAM"]
     flags += ["--speculative-num-draft-tokens", "5", "--speculative-max-batch-size", "16"]
+    flags += ["--speculative-min-accept-length", "0"]
     with ServerProcess(flags) as server, httpx.Client(base_url=server.base_url, timeout=60) as http:
         tokenizer_prompts = prompts(_tokenizer(tiny_model_path))
         rows = GREEDY_ROWS

@@ -54,6 +54,10 @@ def test_flags_parse_case_insensitively_and_draft_tokens_follow_steps():
             "not NGRAM",
         ),
         (
+            {"speculative_algorithm": "ngram", "speculative_min_accept_length": -1.0},
+            "speculative_min_accept_length must be >= 0",
+        ),
+        (
             {"speculative_algorithm": "ngram", "speculative_max_batch_size": 0},
             "speculative_max_batch_size must be >= 1",
         ),

@@ -20,6 +20,10 @@ DEFAULT_NUM_STEPS = 4
 # `scripts/bench_speculative.py verify-cost` measures it (docs/engine.md; on the CPU, tiny
 # gained up to batch 32: docs/benchmarks.md).
 DEFAULT_MAX_VERIFY_TOKENS = 128
+# Below this mean accept length (tokens per request per verify step) speculation backs off:
+# on the CPU (tiny, batch 1) NGRAM at 1.71 was 0.91x plain decoding (sampled text), at 3.36
+# 1.78x (greedy code); a verify forward costs 1.4-1.8 decode steps there (docs/benchmarks.md).
+DEFAULT_MIN_ACCEPT_LENGTH = 2.0
 DEFAULT_NGRAM_MIN_WINDOW = 1
 DEFAULT_NGRAM_MAX_WINDOW = 12
 
@@ -43,6 +47,7 @@ class SpeculativeConfig:
     max_batch_size: int  # running batches larger than this decode without speculation
     ngram_min_window: int  # shortest suffix that must match earlier in the sequence
     ngram_max_window: int  # longest suffix tried (the longest match wins)
+    min_accept_length: float  # below it (a moving average), speculation backs off; 0: never
     draft_model_path: str | None = None
 
 
@@ -64,6 +69,7 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
                 "speculative_eagle_topk",
                 "speculative_draft_model_path",
                 "speculative_max_batch_size",
+                "speculative_min_accept_length",
             )
             if getattr(args, flag) is not None
         ]
@@ -118,6 +124,11 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
         raise ValueError("speculative_draft_model_path is for STANDALONE and EAGLE, not NGRAM")
     if not has_draft_model and algorithm is SpeculativeAlgorithm.STANDALONE:
         raise ValueError("speculative_algorithm='STANDALONE' needs speculative_draft_model_path")
+    min_accept_length = args.speculative_min_accept_length
+    if min_accept_length is None:
+        min_accept_length = DEFAULT_MIN_ACCEPT_LENGTH
+    if min_accept_length < 0:
+        raise ValueError(f"speculative_min_accept_length must be >= 0, got {min_accept_length}")
     return SpeculativeConfig(
         algorithm=algorithm,
         num_steps=steps,
@@ -125,5 +136,6 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
         max_batch_size=max_batch_size,
         ngram_min_window=min_window,
         ngram_max_window=max_window,
+        min_accept_length=min_accept_length,
         draft_model_path=args.speculative_draft_model_path,
     )

@@ -60,6 +60,12 @@ class DraftProposer(Protocol):
         """Raises AssertionError if the proposer's own memory (if any) leaked."""
 
 
+# Backing off: plain steps before the next probe, doubling up to this while probes still fail.
+MAX_BACKOFF_STEPS = 64
+# Weight of the newest verify step in the moving average of the accept length.
+ACCEPT_LENGTH_EMA_WEIGHT = 0.25
+
+
 def can_speculate(req: Req) -> bool:
     """A plain one-token decode state (a jump-forward's pending run goes first)."""
     return req.status is ReqStatus.DECODING
@@ -102,6 +108,11 @@ class SpeculativeDecoder:
         self.counters = counters
         self.context_length = context_length
         self.proposer = proposer or build_proposer(config, runner)
+        # The measured rule: a moving average of the accept length; below the configured
+        # minimum the next `backoff_steps` steps decode plainly, then one step probes again.
+        self.accept_length_ema: float | None = None
+        self.backoff_steps = 0
+        self.next_backoff = 1
 
     def applies_to(self, batch: ScheduleBatch) -> bool:
         """Whether a step of `batch` may speculate (before looking for drafts)."""
@@ -114,12 +125,16 @@ class SpeculativeDecoder:
         leave `batch`); None when it declines (nothing was run or allocated)."""
         if not self.applies_to(batch):
             return None
+        if self.backoff_steps > 0:
+            self.backoff_steps -= 1
+            return None
         drafts = self.proposer.propose(batch.reqs, [self._draft_limit(r) for r in batch.reqs])
         num_drafts = sum(len(draft) for draft in drafts)
         if num_drafts == 0 or self.kv.available_size() < num_drafts + batch.batch_size:
             return None
         reqs = batch.reqs
         prefix_lens = [req.kv_committed_len for req in reqs]
+        output_lens = [len(req.output_ids) for req in reqs]
         out_cache_loc = self.kv.alloc_slots(num_drafts + batch.batch_size)
         forward_batch = self.runner.build_forward_batch(
             mode=ForwardMode.EXTEND,
@@ -137,6 +152,8 @@ class SpeculativeDecoder:
         else:
             result = self._commit_vectorised(batch, drafts, logits)
         self.proposer.after_verify(reqs, drafts)
+        emitted = sum(len(req.output_ids) for req in reqs) - sum(output_lens)
+        self._update_backoff(emitted / len(reqs))
         counters = self.counters
         counters.forward_steps += 1
         counters.spec_verify_steps += 1
@@ -205,6 +222,19 @@ class SpeculativeDecoder:
             reqs, self.results.vocab_size, self.results.device
         )
         return result
+
+    def _update_backoff(self, accept_length: float) -> None:
+        """Speculation that gains too little costs more than it saves (a verify forward is
+        dearer than a decode step): back off, for twice as long after each failed probe."""
+        ema = self.accept_length_ema
+        weight = ACCEPT_LENGTH_EMA_WEIGHT
+        ema = accept_length if ema is None else weight * accept_length + (1 - weight) * ema
+        self.accept_length_ema = ema
+        if ema < self.config.min_accept_length:
+            self.backoff_steps = self.next_backoff
+            self.next_backoff = min(2 * self.next_backoff, MAX_BACKOFF_STEPS)
+        else:
+            self.next_backoff = 1
 
     def _draft_limit(self, req: Req) -> int:
         """req's drafts: at most num_steps, within its token limit and the context length."""

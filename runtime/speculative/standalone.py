@@ -72,6 +72,7 @@ class DraftModelProposer:
             speculative_num_draft_tokens=None,
             speculative_eagle_topk=None,
             speculative_max_batch_size=None,
+            speculative_min_accept_length=None,
         )
         return cls(ModelRunner(draft_args), target_vocab_size=target_runner.vocab_size)
 
