@@ -87,15 +87,23 @@ def write_truncated_draft(num_layers: int, folder: Path) -> str:
 
 
 def run_engine(
-    options: dict, prompts: list[list[int]], batch_size: int, max_new_tokens: int, proposer=None
+    options: dict,
+    prompts: list[list[int]],
+    batch_size: int,
+    max_new_tokens: int,
+    proposer=None,
+    temperature: float = 0.0,
 ) -> dict:
-    """Runs `prompts` `batch_size` at a time through a warmed-up Engine."""
+    """Runs `prompts` `batch_size` at a time through a warmed-up Engine (greedy, or sampled
+    with seed 1 at `temperature`)."""
     with Engine(**options) as engine:
         if proposer is not None:
             # A benchmark-only draft source (the oracle): the scheduler's decoder takes any
             # DraftProposer; the Engine has no public hook for one.
             engine._scheduler.speculative.proposer = proposer
         params = {**GREEDY, "max_new_tokens": max_new_tokens}
+        if temperature > 0:
+            params |= {"temperature": temperature, "seed": 1}
         outputs = []
         start = time.perf_counter()
         for first in range(0, len(prompts), batch_size):
@@ -134,17 +142,22 @@ def bench_tokens(args) -> list[dict]:
     }
     rows = []
     for batch_size in args.batch_sizes:
-        plain = run_engine(base, prompts, batch_size, args.max_new_tokens)
+        plain = run_engine(
+            base, prompts, batch_size, args.max_new_tokens, temperature=args.temperature
+        )
         speculative = {
             **base,
             "speculative_algorithm": args.algorithm,
             "speculative_draft_model_path": args.draft_model_path,
             "speculative_num_steps": args.num_steps,
             "speculative_max_batch_size": args.speculative_max_batch_size,
+            "speculative_min_accept_length": args.speculative_min_accept_length,
         }
-        ngram = run_engine(speculative, prompts, batch_size, args.max_new_tokens)
+        ngram = run_engine(
+            speculative, prompts, batch_size, args.max_new_tokens, temperature=args.temperature
+        )
         identical = plain.pop("output_ids") == ngram.pop("output_ids")
-        if args.dtype == "float32" and not identical:
+        if args.dtype == "float32" and args.temperature == 0 and not identical:
             raise AssertionError(f"batch {batch_size}: {args.algorithm} changed greedy outputs")
         rows.append(
             {
@@ -367,6 +380,15 @@ def main() -> None:
         type=int,
         default=None,
         help="batches above it decode plainly (default: the engine's rule)",
+    )
+    parser.add_argument(
+        "--speculative-min-accept-length",
+        type=float,
+        default=None,
+        help="the back-off threshold (default: the engine's; 0: never back off)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="tokens mode: 0 greedy, else seeded"
     )
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.7, 0.9])
     parser.add_argument("--repeats", type=int, default=20)

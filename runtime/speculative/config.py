@@ -21,7 +21,7 @@ DEFAULT_NUM_STEPS = 4
 # gained up to batch 32: docs/benchmarks.md).
 DEFAULT_MAX_VERIFY_TOKENS = 128
 # Below this mean accept length (tokens per request per verify step) speculation backs off:
-# on the CPU (tiny, batch 1) NGRAM at 1.71 was 0.91x plain decoding (sampled text), at 3.36
+# on the CPU (tiny, batch 1) NGRAM at 1.71 was 0.93x plain decoding (sampled text), at 3.36
 # 1.78x (greedy code); a verify forward costs 1.4-1.8 decode steps there (docs/benchmarks.md).
 DEFAULT_MIN_ACCEPT_LENGTH = 2.0
 DEFAULT_NGRAM_MIN_WINDOW = 1
