@@ -134,6 +134,13 @@ class SchedulerStats:
     num_jump_forward_tokens: int = 0  # tokens appended by constrained jump-forward
     num_mixed_steps: int = 0  # extend forwards that also decoded the running requests
     num_tree_attention_steps: int = 0  # decode forwards that read shared prefixes once
+    # Speculative decoding (runtime/speculative/): verify forwards, the requests they verified,
+    # the drafts proposed and accepted, and the tokens emitted (accepted + 1 per request).
+    num_spec_verify_steps: int = 0
+    num_spec_draft_tokens: int = 0
+    num_spec_accepted_tokens: int = 0
+    # Mean tokens a request gains per verify step (SGLang's accept length; 1.0 = no gain).
+    spec_accept_length: float = 0.0
 
 
 @dataclass
@@ -148,6 +155,11 @@ class SchedulerCounters:
     forward_steps: int = 0
     mixed_steps: int = 0  # extend forwards that also decoded the running requests
     tree_attention_steps: int = 0  # decode forwards with shared prefixes (tree attention)
+    spec_verify_steps: int = 0  # speculative verify forwards
+    spec_verified_reqs: int = 0  # requests in them (summed over steps)
+    spec_draft_tokens: int = 0  # drafts proposed
+    spec_accepted_tokens: int = 0  # drafts accepted
+    spec_emitted_tokens: int = 0  # tokens appended by verify steps (accepted + the target's)
     retractions: int = 0
     finished_reqs: int = 0
 
@@ -189,4 +201,8 @@ class SchedulerCounters:
             num_jump_forward_tokens=self.jump_forward_tokens,
             num_mixed_steps=self.mixed_steps,
             num_tree_attention_steps=self.tree_attention_steps,
+            num_spec_verify_steps=self.spec_verify_steps,
+            num_spec_draft_tokens=self.spec_draft_tokens,
+            num_spec_accepted_tokens=self.spec_accepted_tokens,
+            spec_accept_length=self.spec_emitted_tokens / max(self.spec_verified_reqs, 1),
         )

@@ -141,6 +141,21 @@ class KVCacheManager:
         row_slots = self.req_to_token_pool.req_to_token[req.req_pool_idx]
         self.slot_allocator.free(row_slots[req.kv_committed_len : req.kv_committed_len + 1])
 
+    def uncommitted_slots(self, req: Req, end: int) -> torch.Tensor:
+        """A copy of the slots of req's positions `[kv_committed_len, end)` ([n] int64):
+        written by a speculative verify forward for drafts not (yet) accepted."""
+        row_slots = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        return row_slots[req.kv_committed_len : max(end, req.kv_committed_len)].to(torch.int64)
+
+    def free_slots(self, slots: torch.Tensor) -> None:
+        """Frees slots that no request or cache entry holds (`uncommitted_slots`)."""
+        if slots.numel():
+            self.slot_allocator.free(slots)
+
+    def free_uncommitted_slots(self, req: Req, end: int) -> None:
+        """Frees the slots of req's positions `[kv_committed_len, end)` (rejected drafts)."""
+        self.free_slots(self.uncommitted_slots(req, end))
+
     def flush(self) -> None:
         """Drop every cached prefix (no request may be running)."""
         self.tree.reset()

@@ -43,6 +43,8 @@ from radixgen.runtime.result_processor import (
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.schedule_policy import SchedulePolicy
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.speculative.config import resolve_speculative_config
+from radixgen.runtime.speculative.decoder import SpeculativeDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +123,20 @@ class Scheduler:
             counters=self.counters,
             context_length=self.context_length,
             results=self.results,
+        )
+        speculative_config = resolve_speculative_config(server_args)
+        # Speculative steps run without overlap (their verify forward is an extend batch).
+        self.speculative = (
+            None
+            if speculative_config is None
+            else SpeculativeDecoder(
+                speculative_config,
+                runner=model_runner,
+                kv=self.kv,
+                results=self.results,
+                counters=self.counters,
+                context_length=self.context_length,
+            )
         )
 
     @property
@@ -242,6 +258,10 @@ class Scheduler:
         if batch is batches.running and self._can_overlap_decode():
             outputs += self._apply(overlap.launch(batches.running), decoded=True)
             return outputs
+        if batch is batches.running and self.speculative is not None:
+            speculated = self.speculative.step(batch)  # None: it declined, decode plainly
+            if speculated is not None:
+                return outputs + self._apply(speculated, decoded=True)
         forward_batch = batch.prepare_forward(self.kv, self.runner)
         logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
@@ -311,6 +331,9 @@ class Scheduler:
         self.pending_outputs += self._apply(resolved, decoded=True)
         self.kv.check_integrity(self.batches.holding_kv())
         self.lora.check_integrity(self.batches.holding_kv())
+        if self.speculative is not None:
+            self.speculative.proposer.release(self.batches.running.reqs)
+            self.speculative.proposer.check_integrity()
 
     def get_stats(self) -> SchedulerStats:
         return self.counters.to_stats(
@@ -354,6 +377,8 @@ class Scheduler:
             return False
         if batches.chunked_req is not None:
             return False
+        if self.speculative is not None and self.speculative.applies_to(batches.running):
+            return False  # a speculative step comes next (it runs without overlap)
         return all(
             can_overlap(r) and not self.grammar.jumps_prevent_overlap(r)
             for r in batches.running.reqs

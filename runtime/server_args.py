@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from radixgen.runtime.speculative.config import resolve_speculative_config
+
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 SchedulePolicy = Literal["lpm", "dfs-weight", "fcfs"]
@@ -108,6 +110,20 @@ class ServerArgs:
     # (constrained/completion_budget.py); disabling skips their per-grammar table build too.
     disable_constraint_budget: bool = False
 
+    # Speculative decoding (SGLang's flags; runtime/speculative/, docs/engine.md). Only NGRAM
+    # (prompt lookup) is implemented; with topk 1, num_draft_tokens = num_steps + 1.
+    speculative_algorithm: str | None = None  # NGRAM, STANDALONE or EAGLE, any case
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None  # None: from num_draft_tokens, else 4
+    speculative_eagle_topk: int | None = None  # only 1 (a chain)
+    speculative_num_draft_tokens: int | None = None  # None: num_steps + 1
+    # Running batches above this size decode without speculation. None: 128 // num_draft_tokens.
+    speculative_max_batch_size: int | None = None
+    # Speculation backs off while its mean accept length stays below this. None: 2.0; 0: never.
+    speculative_min_accept_length: float | None = None
+    speculative_ngram_min_match_window_size: int = 1
+    speculative_ngram_max_match_window_size: int = 12
+
     # Chat and tools
     chat_template: str | None = None  # a Jinja file that replaces the tokenizer's template
     tool_call_parser: ToolCallParserName = "hermes"
@@ -181,6 +197,14 @@ class ServerArgs:
             raise ValueError(
                 f"attention_backend must be one of {AttentionBackendName.__args__}, "
                 f"got {self.attention_backend!r}"
+            )
+
+        resolve_speculative_config(self)  # raises ValueError naming the flag
+        if self.speculative_algorithm is not None and self.lora_enabled:
+            # The draft/verify path does not carry adapter slots yet (docs/lora.md).
+            raise ValueError(
+                "speculative_algorithm cannot be combined with LoRA adapters (lora_paths / "
+                "lora_target_modules) yet"
             )
 
     @classmethod

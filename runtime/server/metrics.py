@@ -63,6 +63,11 @@ class ServerMetrics:
         self.cache_hit_rate = series(
             Gauge, "cache_hit_rate", "Cached prompt tokens / prompt tokens since start (0..1)."
         )
+        self.spec_accept_length = series(
+            Gauge,
+            "spec_accept_length",
+            "Mean tokens a request gains per speculative verify step (0: none ran).",
+        )
         self.time_to_first_token_s = series(
             Histogram,
             "time_to_first_token_seconds",
@@ -87,6 +92,7 @@ class ServerMetrics:
         self.num_queued_reqs.set(stats.num_queued_reqs)
         self.kv_usage.set(stats.kv_usage)
         self.cache_hit_rate.set(stats.cache_hit_rate)
+        self.spec_accept_length.set(stats.spec_accept_length)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
