@@ -22,6 +22,14 @@ from radixgen.runtime.server_args import ServerArgs
 
 # One-line help for the flags users reach for first; the rest show their default only.
 _FLAG_HELP = {
+    "tp_size": "tensor parallelism: split every layer over this many processes (GPUs)",
+    "dp_size": "data parallelism: this many replicas behind one HTTP front end",
+    "routing_policy": "how --dp-size replicas are picked (alias --policy): longest cached "
+    "prefix unless load is imbalanced, or round robin",
+    "nnodes": "machines the --tp-size ranks spread over",
+    "node_rank": "this machine's index among --nnodes (0 serves HTTP)",
+    "dist_init_addr": "'host:port' of node 0 for the process group (default: a free local port)",
+    "dist_timeout": "seconds a collective waits for a peer before the server stops",
     "model_path": "model folder, or 'tiny' for the project's built-in tiny model",
     "tokenizer_path": "tokenizer folder (default: the model path)",
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
@@ -143,7 +151,11 @@ def add_server_args(parser: argparse.ArgumentParser, skip: frozenset[str] = froz
         if optional and "type" in kwargs:
             kwargs["help"] += "; 'none' unsets it"
             kwargs["type"] = _none_or(kwargs["type"])
-        group.add_argument(flag_name(field.name), **kwargs)
+        group.add_argument(flag_name(field.name), *_FLAG_ALIASES.get(field.name, ()), **kwargs)
+
+
+# Other projects' names for the same flag (SGLang router's --policy).
+_FLAG_ALIASES = {"routing_policy": ("--policy",)}
 
 
 def _opposite_switch(field_name: str) -> str | None:

@@ -31,6 +31,11 @@ from radixgen.runtime.loader import load_model
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_model import resolve_model_path
+from radixgen.runtime.tp_batch_sync import (
+    broadcast_forward_batch,
+    receive_forward_batch,
+    stop_followers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +209,8 @@ class ModelRunner:
             float32 logits: [batch, vocab] (last token of each request), or
             [num_tokens, vocab] when `forward_batch.return_all_logits`.
         """
+        if self.parallel.size > 1 and self.parallel.is_leader:
+            broadcast_forward_batch(self.parallel, forward_batch)  # the followers run it too
         # no_grad rather than inference_mode: callers may modify the logits in place.
         with torch.no_grad():
             graph_runner = self.cuda_graph_runner
@@ -211,6 +218,16 @@ class ModelRunner:
                 return graph_runner.replay(forward_batch)
             forward_batch.attn_backend.init_forward_metadata(forward_batch)
             return self.model(forward_batch)
+
+    def follow(self) -> None:
+        """A tensor-parallel follower (rank > 0): runs rank 0's batches until it stops them."""
+        while (forward_batch := receive_forward_batch(self.parallel, self)) is not None:
+            self.forward(forward_batch)  # the logits are rank 0's to use
+
+    def stop_followers(self) -> None:
+        """Rank 0: ends the followers' `follow()` (a no-op without tensor parallelism)."""
+        if self.parallel.size > 1 and self.parallel.is_leader:
+            stop_followers(self.parallel)
 
     def build_forward_batch(
         self,
