@@ -18,6 +18,7 @@ import typing
 from collections.abc import Callable, Sequence
 
 from radixgen.runtime.bench.cli import add_bench_command
+from radixgen.runtime.router.cli import add_router_command
 from radixgen.runtime.server_args import ServerArgs
 
 # One-line help for the flags users reach for first; the rest show their default only.
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
     add_bench_command(subparsers)
+    add_router_command(subparsers)
     return parser
 
 

@@ -44,6 +44,11 @@ class Engine:
         from radixgen.runtime.scheduler import Scheduler
 
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
+        if self.server_args.dp_size != 1:
+            raise ValueError(
+                "dp_size: the Engine is one replica; data parallelism is `radixgen serve "
+                "--dp-size N` or `radixgen router`"
+            )
         # tp_size > 1: rank 0 here, ranks 1.. in spawned processes (runtime/tp_worker.py).
         self._tensor_parallel = None
         if self.server_args.tp_size > 1:

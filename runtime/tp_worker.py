@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import socket
 import threading
 import time
 import traceback
@@ -27,6 +26,7 @@ from radixgen.runtime.distributed import (
     init_tensor_parallel,
 )
 from radixgen.runtime.model_runner import ModelRunner, resolve_device
+from radixgen.runtime.server.subprocess_launcher import find_free_port
 from radixgen.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -41,9 +41,7 @@ def tensor_parallel_init_method(server_args: ServerArgs) -> str:
     """`tcp://host:port` where the ranks meet: `dist_init_addr`, or a free local port."""
     if server_args.dist_init_addr is not None:
         return f"tcp://{server_args.dist_init_addr}"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    return f"tcp://127.0.0.1:{find_free_port()}"
 
 
 def node_ranks(server_args: ServerArgs) -> range:

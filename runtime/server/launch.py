@@ -76,6 +76,10 @@ def launch_server(server_args: ServerArgs) -> int:
         )
         return 2
     configure_logging("server", server_args.log_level)
+    if server_args.dp_size > 1:  # replicas behind the router (runtime/router/launch.py)
+        from radixgen.runtime.router.launch import launch_data_parallel
+
+        return launch_data_parallel(server_args)
     # Inherited by every child: no NVLink multicast in NCCL, symmetric memory or NVSHMEM.
     disable_nvlink_multicast()
     if server_args.node_rank > 0:
