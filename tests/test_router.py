@@ -144,3 +144,7 @@ def test_dp_replicas_and_standalone_router():
                 _generate(front.base_url, f"after the crash {question}")
             described = httpx.get(f"{router.base_url}/workers").json()["workers"]
             assert [worker["healthy"] for worker in described] == [True, False]
+        survivor = httpx.get(f"{urls[0]}/get_server_info").json()["process_ids"]["server"]
+    # Stopping the front end (SIGTERM) stopped its replicas too.
+    with pytest.raises(ProcessLookupError):
+        os.kill(survivor, 0)

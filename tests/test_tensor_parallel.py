@@ -1,6 +1,8 @@
 """Tensor parallelism on CPU (gloo): TP = 2 and TP = 4 give the logits of TP = 1.
 
-One world of 4 spawned processes serves the whole module: its 4-rank group is TP = 4, and
+The ranks work as they do when serving: each group's rank 0 builds the batches and broadcasts
+them, the others follow (`ModelRunner.follow`). One world of 4 spawned processes serves the
+whole module: its 4-rank group is TP = 4, and
 its two 2-rank subgroups ([0, 1], [2, 3]) are two TP = 2 instances. Each checks a prefill
 (every token's logits) and a decode step on the tiny model and on random Llama/Qwen/Mistral
 shapes, including fewer KV heads than ranks (KV heads replicated) and a vocabulary that does
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import socket
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from radixgen.runtime.distributed import TensorParallel, init_tensor_parallel
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
+from radixgen.runtime.server.subprocess_launcher import find_free_port
 from radixgen.runtime.server_args import ServerArgs
 
 WORLD_SIZE = 4
@@ -113,6 +115,17 @@ def build_runner(model_path: str, load_format: str, parallel: TensorParallel) ->
     return ModelRunner(args, parallel)
 
 
+def _lead_or_follow(runner: ModelRunner) -> torch.Tensor | None:
+    """As in serving: the group's rank 0 builds the batches and gets the logits; the other
+    ranks run the batches it broadcasts (runtime/tp_batch_sync.py) until it stops them."""
+    if not runner.parallel.is_leader:
+        runner.follow()
+        return None
+    logits = prefill_and_decode_logits(runner, PROMPTS)
+    runner.stop_followers()
+    return logits
+
+
 def _worker(rank: int, init_method: str, commands, answers) -> None:
     torch.set_num_threads(1)
     world = init_tensor_parallel(
@@ -132,26 +145,21 @@ def _worker(rank: int, init_method: str, commands, answers) -> None:
             # What this rank holds: its heads, KV heads and vocabulary rows.
             held = (runner.num_local_heads, runner.num_local_kv_heads)
             held += (runner.model.lm_head_weight.shape[0],)
-            tp4 = prefill_and_decode_logits(runner, PROMPTS)
-            tp2 = prefill_and_decode_logits(build_runner(model_path, load_format, half), PROMPTS)
+            tp4 = _lead_or_follow(runner)
+            tp2 = _lead_or_follow(build_runner(model_path, load_format, half))
             answers.put((rank, tp2, tp4, held, None))
         except Exception as error:  # reported to the test, which fails with it
             answers.put((rank, None, None, None, repr(error)))
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tp_world():
     """Runs models on TP = 4 and TP = 2: `run(path, load_format) -> {rank: (tp2 logits, tp4
-    logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank)}`."""
+    logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank)}`; a follower's
+    logits are None."""
     context = multiprocessing.get_context("spawn")
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    init_method = f"tcp://127.0.0.1:{find_free_port()}"
     commands = [context.Queue() for _ in range(WORLD_SIZE)]
     answers = context.Queue()
     workers = [
@@ -187,8 +195,13 @@ def _check_equal(model_path: str, load_format: str, tp_world) -> dict[int, tuple
         build_runner(model_path, load_format, TensorParallel()), PROMPTS
     )
     results = tp_world(model_path, load_format)
+    # Logits come from the leaders: rank 0 (TP = 4, and TP = 2 of ranks 0-1) and rank 2.
+    assert results[0][1] is not None and results[0][0] is not None
+    assert results[2][0] is not None
     for rank, (tp2, tp4, _held) in results.items():
         for name, logits in (("tp2", tp2), ("tp4", tp4)):
+            if logits is None:
+                continue  # a follower
             assert logits.shape == reference.shape, (rank, name)
             torch.testing.assert_close(logits, reference, atol=1e-5, rtol=1e-5, msg=f"{name}")
     return {rank: held for rank, (_tp2, _tp4, held) in results.items()}

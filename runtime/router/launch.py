@@ -12,6 +12,10 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
 
 import uvicorn
 
@@ -26,6 +30,27 @@ logger = logging.getLogger("radixgen.router")
 REPLICA_STOP_TIMEOUT_S = 30.0
 # Replicas start unhealthy; the first checks should find them soon after they load.
 DP_HEALTH_CHECK_INTERVAL_S = 1.0
+# How often a replica checks that the front end that started it is alive.
+PARENT_CHECK_INTERVAL_S = 0.5
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM reached the front end."""
+
+
+@contextmanager
+def _signals_raise_stop():
+    # uvicorn handles the signal while it serves, then raises it again once it stopped: here
+    # that unwinds the launcher, so that its `finally` stops the replicas.
+    def handler(signum, frame):
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def serve_router(args: RouterArgs, *, host: str, port: int, log_level: str = "info") -> int:
@@ -45,7 +70,9 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         replica_args = dataclasses.replace(server_args, dp_size=1, host="127.0.0.1", port=port)
         # Not a daemon: a replica starts children of its own.
         process = context.Process(
-            target=_run_replica, args=(replica_args, index), name=f"radixgen-dp-{index}"
+            target=_run_replica,
+            args=(replica_args, index, os.getpid()),
+            name=f"radixgen-dp-{index}",
         )
         process.start()
         replicas.append(process)
@@ -55,9 +82,12 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         health_check_interval_s=DP_HEALTH_CHECK_INTERVAL_S,
     )
     try:
-        return serve_router(
-            args, host=server_args.host, port=server_args.port, log_level=server_args.log_level
-        )
+        with _signals_raise_stop():
+            return serve_router(
+                args, host=server_args.host, port=server_args.port, log_level=server_args.log_level
+            )
+    except _Stop:
+        return 0
     finally:
         for process in replicas:
             if process.is_alive():
@@ -69,8 +99,16 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                 process.join()
 
 
-def _run_replica(server_args: ServerArgs, index: int) -> None:
+def _run_replica(server_args: ServerArgs, index: int, parent_pid: int) -> None:
+    from radixgen.runtime.server.child_process import parent_is_alive
     from radixgen.runtime.server.launch import launch_server
+
+    def stop_with_parent() -> None:  # a killed front end must not leave replicas behind
+        while parent_is_alive(parent_pid):
+            time.sleep(PARENT_CHECK_INTERVAL_S)
+        os.kill(os.getpid(), signal.SIGTERM)  # the replica's own graceful stop
+
+    threading.Thread(target=stop_with_parent, name="parent-watch", daemon=True).start()
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(64)]
