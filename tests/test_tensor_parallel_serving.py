@@ -52,3 +52,20 @@ def test_server_tp2_equals_tp1_and_a_dead_rank_stops_it(single_process_texts):
         assert "the tp-rank-1 process died (exit code -9)" in server.log()
         with pytest.raises(ProcessLookupError):
             os.kill(info["process_ids"]["scheduler"], 0)
+
+
+@pytest.mark.gpu
+def test_engine_tp2_on_two_gpus_equals_tp1(tiny_model_path):
+    """NCCL, the Triton backend and CUDA graphs (each rank captures the same graphs, the
+    all-reduces inside them): greedy outputs of TP = 2 equal TP = 1 in float32."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    options = dict(device="cuda", dtype="float32", context_length=256)
+    with Engine(tiny_model_path, **options) as engine:
+        expected = [output["text"] for output in engine.generate(PROMPTS, GREEDY)]
+    with Engine(tiny_model_path, tp_size=2, **options) as engine:
+        texts = [output["text"] for output in engine.generate(PROMPTS, GREEDY)]
+        engine.check_integrity()
+    assert texts == expected
