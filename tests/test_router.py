@@ -148,3 +148,32 @@ def test_dp_replicas_and_standalone_router():
     # Stopping the front end (SIGTERM) stopped its replicas too.
     with pytest.raises(ProcessLookupError):
         os.kill(survivor, 0)
+
+
+def test_parallel_flags_parse_and_are_validated():
+    from radixgen.runtime.cli import build_parser, server_args_from_namespace
+    from radixgen.runtime.server_args import ServerArgs
+
+    flags = ["serve", "--tp-size", "4", "--dp-size", "2", "--policy", "round_robin"]
+    flags += ["--nnodes", "1", "--dist-init-addr", "10.0.0.1:5000", "--dist-timeout", "60"]
+    args = server_args_from_namespace(build_parser().parse_args(flags))
+    assert (args.tp_size, args.dp_size, args.routing_policy) == (4, 2, "round_robin")
+    assert args.dist_init_addr == "10.0.0.1:5000" and args.dist_timeout == 60
+    for bad, match in (
+        (dict(tp_size=0), "tp_size"),
+        (dict(tp_size=3, nnodes=2, dist_init_addr="h:1"), "multiple of nnodes"),
+        (dict(tp_size=2, nnodes=2), "dist_init_addr"),
+        (dict(dist_init_addr="no-port"), "host:port"),
+        (dict(node_rank=1), "node_rank"),
+        (dict(routing_policy="random"), "routing_policy"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ServerArgs(**bad)
+    with pytest.raises(ValueError, match="dp_size"):
+        from radixgen.runtime.engine import Engine
+
+        Engine("tiny", dp_size=2)
+    router = build_parser().parse_args(
+        ["router", "--worker-urls", "http://a:1", "--policy", "round_robin"]
+    )
+    assert router.routing_policy == "round_robin" and router.worker_urls == ["http://a:1"]

@@ -80,6 +80,11 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # [num_tokens] int64
         if self.parallel.size == 1:
             return F.embedding(input_ids, self.weight)  # [num_tokens, hidden]
+        if self.num_local_rows == 0:  # a tiny vocabulary over many ranks: nothing held here
+            embedded = input_ids.new_zeros(
+                (*input_ids.shape, self.weight.shape[1]), dtype=self.weight.dtype
+            )
+            return self.parallel.all_reduce(embedded)
         local_ids = input_ids - self.vocab_start
         is_local = (local_ids >= 0) & (local_ids < self.num_local_rows)  # [num_tokens]
         # Ids of other ranks read row 0 and are zeroed: no data-dependent shapes (graphable).
