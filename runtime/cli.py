@@ -18,6 +18,7 @@ import typing
 from collections.abc import Callable, Sequence
 
 from radixgen.runtime.bench.cli import add_bench_command
+from radixgen.runtime.router.cli import add_router_command
 from radixgen.runtime.server_args import ServerArgs
 
 # One-line help for the flags users reach for first; the rest show their default only.
@@ -27,6 +28,14 @@ _FLAG_HELP = {
     "gate_proj up_proj down_proj (default: the start-up adapters')",
     "max_loras_per_batch": "LoRA adapters on the device at once (the pool's slots)",
     "max_lora_rank": "rank of the LoRA pool (default: the largest start-up adapter's)",
+    "tp_size": "tensor parallelism: split every layer over this many processes (GPUs)",
+    "dp_size": "data parallelism: this many replicas behind one HTTP front end",
+    "routing_policy": "how --dp-size replicas are picked (alias --policy): longest cached "
+    "prefix unless load is imbalanced, or round robin",
+    "nnodes": "machines the --tp-size ranks spread over",
+    "node_rank": "this machine's index among --nnodes (0 serves HTTP)",
+    "dist_init_addr": "'host:port' of node 0 for the process group (default: a free local port)",
+    "dist_timeout": "seconds a collective waits for a peer before the server stops",
     "model_path": "model folder, or 'tiny' for the project's built-in tiny model",
     "tokenizer_path": "tokenizer folder (default: the model path)",
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",
@@ -165,7 +174,11 @@ def add_server_args(parser: argparse.ArgumentParser, skip: frozenset[str] = froz
         if optional and "type" in kwargs:
             kwargs["help"] += "; 'none' unsets it"
             kwargs["type"] = _none_or(kwargs["type"])
-        group.add_argument(flag_name(field.name), **kwargs)
+        group.add_argument(flag_name(field.name), *_FLAG_ALIASES.get(field.name, ()), **kwargs)
+
+
+# Other projects' names for the same flag (SGLang router's --policy).
+_FLAG_ALIASES = {"routing_policy": ("--policy",)}
 
 
 def _opposite_switch(field_name: str) -> str | None:
@@ -224,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
     add_bench_command(subparsers)
+    add_router_command(subparsers)
     return parser
 
 

@@ -51,7 +51,19 @@ class Engine:
         from radixgen.runtime.scheduler import Scheduler
 
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
-        self._scheduler = Scheduler(self.server_args)
+        if self.server_args.dp_size != 1:
+            raise ValueError(
+                "dp_size: the Engine is one replica; data parallelism is `radixgen serve "
+                "--dp-size N` or `radixgen router`"
+            )
+        # tp_size > 1: rank 0 here, ranks 1.. in spawned processes (runtime/tp_worker.py).
+        self._tensor_parallel = None
+        if self.server_args.tp_size > 1:
+            from radixgen.runtime.tp_worker import InProcessTensorParallel
+
+            self._tensor_parallel = InProcessTensorParallel(self.server_args)
+        runner = self._tensor_parallel.runner if self._tensor_parallel else None
+        self._scheduler = Scheduler(self.server_args, model_runner=runner)
         if not self.server_args.skip_warmup:
             # Before the loop thread starts: kernels compile here, not in the first request.
             try:
@@ -272,6 +284,9 @@ class Engine:
         """Stops the scheduler thread (idempotent)."""
         self._scheduler_thread.shutdown()
         self._scheduler.shutdown()
+        if self._tensor_parallel is not None:
+            self._tensor_parallel.shutdown()
+            self._tensor_parallel = None
 
     def __enter__(self) -> Engine:
         return self

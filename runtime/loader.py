@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.linear import LinearBase
 from radixgen.runtime.models.llama import (
@@ -25,6 +26,7 @@ from radixgen.runtime.models.llama import (
     checkpoint_weight_shapes,
     kv_cache_scale_target,
 )
+from radixgen.runtime.models.parallel_layers import VocabParallelEmbedding
 from radixgen.runtime.models.quantization import QuantizationName, resolve_quant_config
 
 LoadFormat = Literal["auto", "safetensors", "dummy"]
@@ -47,6 +49,7 @@ def load_model(
     seed: int = 0,
     max_positions: int | None = None,
     quantization: QuantizationName | None = None,
+    parallel: TensorParallel | None = None,
 ) -> LlamaForCausalLM:
     """Builds the model and loads its weights, in `dtype` on `device`, in eval mode.
 
@@ -58,6 +61,8 @@ def load_model(
         max_positions: RoPE table size; defaults to the config's context length.
         quantization: "fp8" quantizes a high-precision checkpoint at load time; None loads
             the checkpoint as it is (FP8 checkpoints stay FP8).
+        parallel: this rank's tensor-parallel group: every layer keeps only its slice of
+            each checkpoint tensor as it streams by (None: the whole model).
 
     Raises:
         FileNotFoundError: no safetensors weights in the folder.
@@ -73,7 +78,7 @@ def load_model(
         model_config.quantization_config, quantization, dummy_weights=load_format == "dummy"
     )
     with torch.device("meta"):
-        model = LlamaForCausalLM(model_config, max_positions, quant_config)
+        model = LlamaForCausalLM(model_config, max_positions, quant_config, parallel)
     if load_format == "dummy":
         tensors = random_checkpoint_tensors(model_config, seed=seed, dtype=dtype, device=device)
     else:
@@ -170,6 +175,10 @@ def _load_weights(
     rest by assignment; KV-cache scales onto their attention layer. Checks completeness."""
     modules = dict(model.named_modules())
     linears = {name: m for name, m in modules.items() if isinstance(m, LinearBase)}
+    # Embedding / LM head parameters, which keep only their rows under tensor parallelism.
+    vocab_rows = {
+        f"{name}.weight": m for name, m in modules.items() if isinstance(m, VocabParallelEmbedding)
+    }
     # name -> meta tensor (shape reference) of every parameter that is not in a LinearBase.
     plain_expected = {
         name: tensor
@@ -198,6 +207,8 @@ def _load_weights(
             except ValueError as error:
                 raise ValueError(f"checkpoint tensor {name!r}: {error}") from None
         elif param_name in plain_expected:
+            if param_name in vocab_rows:
+                tensor = vocab_rows[param_name].shard_checkpoint(tensor)
             plain[param_name] = tensor
         else:
             unexpected.append(name)

@@ -25,12 +25,18 @@ from radixgen.radix_cache.memory_pool import (
     TokenToKVPool,
 )
 from radixgen.runtime.attention.base import AttentionBackend
+from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, build_forward_batch
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.lora.manager import LoRAManager
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_model import resolve_model_path
+from radixgen.runtime.tp_batch_sync import (
+    broadcast_forward_batch,
+    receive_forward_batch,
+    stop_followers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -124,12 +130,17 @@ class ModelRunner:
         max_running_requests: rows of req_to_token.
         attn_backend_name, attn_backend: the attention implementation in use.
         tree_attention_enabled: decode batches may carry `shared_prefixes` (tree attention).
+        parallel: this rank's tensor-parallel group; the model, the KV pools and the attention
+            backend hold this rank's heads only (`num_local_heads`, `num_local_kv_heads`).
     """
 
-    def __init__(self, server_args: ServerArgs):
+    def __init__(self, server_args: ServerArgs, parallel: TensorParallel | None = None):
         self.server_args = server_args
+        self.parallel = parallel or TensorParallel()
         self.model_path = resolve_model_path(server_args.model_path)
         self.device = resolve_device(server_args.device)
+        if self.device.type == "cuda" and self.parallel.size > 1:
+            self.device = torch.device("cuda", self.parallel.local_rank)  # one GPU per rank
         self.dtype = resolve_dtype(server_args.dtype, self.device)
         self.kv_cache_dtype = resolve_kv_cache_dtype(server_args.kv_cache_dtype, self.dtype)
         if self.kv_cache_dtype != self.dtype and self.kv_cache_dtype.itemsize == 1:
@@ -161,6 +172,12 @@ class ModelRunner:
             seed=server_args.seed,
             max_positions=max(self.context_length, self.model_config.context_length),
             quantization=server_args.quantization,
+            parallel=self.parallel,
+        )
+        attention = self.model.model.layers[0].self_attn if self.model_config.num_layers else None
+        self.num_local_heads = attention.num_heads if attention else self.model_config.num_heads
+        self.num_local_kv_heads = (
+            attention.num_kv_heads if attention else self.model_config.num_kv_heads
         )
         self.lora_manager = self._create_lora_manager()
         self._init_memory_pools()
@@ -196,6 +213,8 @@ class ModelRunner:
             float32 logits: [batch, vocab] (last token of each request), or
             [num_tokens, vocab] when `forward_batch.return_all_logits`.
         """
+        if self.parallel.size > 1 and self.parallel.is_leader:
+            broadcast_forward_batch(self.parallel, forward_batch)  # the followers run it too
         # no_grad rather than inference_mode: callers may modify the logits in place.
         if self.lora_manager is not None:
             self.lora_manager.state.segments = forward_batch.lora_segments
@@ -205,6 +224,16 @@ class ModelRunner:
                 return graph_runner.replay(forward_batch)
             forward_batch.attn_backend.init_forward_metadata(forward_batch)
             return self.model(forward_batch)
+
+    def follow(self) -> None:
+        """A tensor-parallel follower (rank > 0): runs rank 0's batches until it stops them."""
+        while (forward_batch := receive_forward_batch(self.parallel, self)) is not None:
+            self.forward(forward_batch)  # the logits are rank 0's to use
+
+    def stop_followers(self) -> None:
+        """Rank 0: ends the followers' `follow()` (a no-op without tensor parallelism)."""
+        if self.parallel.size > 1 and self.parallel.is_leader:
+            stop_followers(self.parallel)
 
     def build_forward_batch(
         self,
@@ -252,7 +281,7 @@ class ModelRunner:
     def _init_memory_pools(self) -> None:
         config, args = self.model_config, self.server_args
         bytes_per_token = TokenToKVPool.bytes_per_token(
-            config.num_layers, config.num_kv_heads, config.head_dim, self.kv_cache_dtype
+            config.num_layers, self.num_local_kv_heads, config.head_dim, self.kv_cache_dtype
         )
         if args.max_total_tokens is not None:
             budget = KVBudget(num_tokens=args.max_total_tokens)
@@ -281,7 +310,7 @@ class ModelRunner:
         self.token_to_kv_pool = TokenToKVPool(
             num_slots=num_slots,
             num_layers=config.num_layers,
-            num_kv_heads=config.num_kv_heads,
+            num_kv_heads=self.num_local_kv_heads,
             head_dim=config.head_dim,
             dtype=self.dtype,
             device=self.device,

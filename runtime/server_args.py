@@ -26,6 +26,8 @@ SamplingBackendName = Literal["auto", "torch", "triton"]
 GrammarBackendName = Literal["llguidance", "outlines"]
 # runtime/server/tool_parsers.py's formats, under SGLang's and vLLM's names.
 ToolCallParserName = Literal["hermes", "qwen25", "llama3", "llama3_json", "mistral"]
+# Data-parallel routing (runtime/router): SGLang router's policy names.
+RoutingPolicy = Literal["cache_aware", "round_robin"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,21 @@ class ServerArgs:
     # vLLM's flag, accepted for its users: tool_choice "auto" is always on here.
     enable_auto_tool_choice: bool = False
 
+    # Parallelism (docs/distributed.md). Tensor parallel: every layer split over tp_size
+    # processes (one GPU each); rank 0 schedules and the others follow its batches.
+    tp_size: int = 1
+    # Data parallel: dp_size independent replicas (each of tp_size ranks) behind one front end.
+    dp_size: int = 1
+    # How replicas are chosen (runtime/router): longest cached prefix unless load is skewed.
+    routing_policy: RoutingPolicy = "cache_aware"
+    # Multi-node TP (SGLang's flags): tp_size ranks spread evenly over nnodes machines; node 0
+    # serves HTTP, the others only run their ranks. dist_init_addr is "host:port" of node 0.
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    # Seconds a collective waits for a dead or stuck peer before it raises.
+    dist_timeout: float = 300.0
+
     # Server
     host: str = "127.0.0.1"
     port: int = 30000
@@ -173,6 +190,7 @@ class ServerArgs:
         for name in ("shutdown_timeout", "header_read_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        self._check_parallelism()
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
         choices = {
@@ -183,6 +201,7 @@ class ServerArgs:
             "grammar_backend": GrammarBackendName,
             "kv_cache_dtype": KVCacheDType,
             "tool_call_parser": ToolCallParserName,
+            "routing_policy": RoutingPolicy,
         }
         for name, literal in choices.items():
             allowed = literal.__args__
@@ -206,6 +225,39 @@ class ServerArgs:
                 "speculative_algorithm cannot be combined with LoRA adapters (lora_paths / "
                 "lora_target_modules) yet"
             )
+        if self.tp_size > 1 and (self.lora_enabled or self.speculative_algorithm is not None):
+            # Adapter weights are not sharded, and the draft/verify path is not broadcast to
+            # the other ranks yet (docs/distributed.md).
+            raise ValueError(
+                "tp_size > 1 cannot be combined with LoRA adapters or speculative_algorithm yet"
+            )
+
+    def _check_parallelism(self) -> None:
+        for name in ("tp_size", "dp_size", "nnodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(
+                f"node_rank must be in [0, nnodes={self.nnodes}), got {self.node_rank}"
+            )
+        if self.tp_size % self.nnodes:
+            raise ValueError(
+                f"tp_size ({self.tp_size}) must be a multiple of nnodes ({self.nnodes})"
+            )
+        if self.nnodes > 1 and self.dist_init_addr is None:
+            raise ValueError("dist_init_addr ('host:port' of node 0) is required when nnodes > 1")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"dist_init_addr must be 'host:port', got {self.dist_init_addr!r}")
+        if self.dp_size > 1 and self.nnodes > 1:
+            raise ValueError("dp_size > 1 runs on one node; use `radixgen router` across nodes")
+        if not self.dist_timeout > 0:
+            raise ValueError(f"dist_timeout must be > 0 seconds, got {self.dist_timeout}")
+
+    @property
+    def tp_ranks_per_node(self) -> int:
+        return self.tp_size // self.nnodes
 
     @classmethod
     def field_names(cls) -> set[str]:

@@ -73,8 +73,8 @@ class TritonAttentionBackend(AttentionBackend):
 
     def __init__(self, model_runner: ModelRunner):
         config = model_runner.model_config
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
+        self.num_heads = model_runner.num_local_heads  # this rank's heads under TP
+        self.num_kv_heads = model_runner.num_local_kv_heads
         self.head_dim = config.head_dim
         self.device = model_runner.device
         self.metadata: (

@@ -103,12 +103,22 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
 def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
     from radixgen.runtime.model_runner import ModelRunner
 
-    runner = ModelRunner(server_args)  # a batch too large for its KV pool raises, naming it
+    tensor_parallel = None
+    if server_args.tp_size > 1:  # rank 0 here, the followers spawned (runtime/tp_worker.py)
+        from radixgen.runtime.tp_worker import InProcessTensorParallel
+
+        tensor_parallel = InProcessTensorParallel(server_args)
+    # A batch too large for its KV pool raises, naming it.
+    runner = tensor_parallel.runner if tensor_parallel else ModelRunner(server_args)
     rows = []
-    for batch_size in tqdm(args.batch_sizes, desc="batch sizes"):
-        # Warm-up at this very shape: kernels compile per shape, outside the timed run.
-        _one_batch(runner, batch_size, replace(args, output_len=4, warmup_steps=0))
-        rows.append(_one_batch(runner, batch_size, args))
+    try:
+        for batch_size in tqdm(args.batch_sizes, desc="batch sizes"):
+            # Warm-up at this very shape: kernels compile per shape, outside the timed run.
+            _one_batch(runner, batch_size, replace(args, output_len=4, warmup_steps=0))
+            rows.append(_one_batch(runner, batch_size, args))
+    finally:
+        if tensor_parallel is not None:
+            tensor_parallel.shutdown()
     return rows
 
 

@@ -45,6 +45,39 @@ class ParamLayout:
         return (sum(self.rows_per_shard), *self.trailing_shape)
 
 
+@dataclass(frozen=True)
+class CheckpointSlice:
+    """The part of each checkpoint tensor a tensor-parallel rank keeps.
+
+    Column parallel (`dim=0`, q/k/v and gate/up): checkpoint shard i keeps its output rows
+    `[starts[i], starts[i] + output_sizes[i])` of `full_sizes[i]`. Row parallel (`dim=1`, o and
+    down): weights keep input columns `[starts[0], starts[0] + input_size)` of `full_sizes[0]`;
+    the bias is added once, by the rank with `keep_bias` (the others hold zeros), because the
+    ranks' outputs are summed.
+    """
+
+    dim: int
+    starts: tuple[int, ...]
+    full_sizes: tuple[int, ...]
+    keep_bias: bool = True
+
+    def select(self, layer: LinearBase, name: str, tensor: torch.Tensor, shard: int):
+        """This rank's part of checkpoint tensor `name` of shard `shard` (a copy: the full
+        tensor is freed as soon as the loader drops it)."""
+        if name == "weight_scale_inv":
+            raise ValueError("block-quantized FP8 checkpoints do not support tensor parallelism")
+        if self.dim == 0:
+            if tensor.ndim >= 1 and tensor.shape[0] == self.full_sizes[shard]:
+                start, rows = self.starts[shard], layer.output_sizes[shard]
+                return tensor.narrow(0, start, rows).clone()
+            return tensor  # per-tensor scales: shared by every rank
+        if name == "bias":
+            return tensor if self.keep_bias else torch.zeros_like(tensor)
+        if tensor.ndim == 2 and tensor.shape[1] == self.full_sizes[0]:
+            return tensor.narrow(1, self.starts[0], layer.input_size).clone()
+        return tensor
+
+
 class LinearMethod(abc.ABC):
     """How a linear layer stores its weights and computes `x @ W.T + b`."""
 
@@ -172,6 +205,8 @@ class LinearBase(nn.Module):
             projection; q, k, v sizes for a merged qkv projection).
         bias: whether the checkpoint stores a bias (kept in the model dtype).
         method: the LinearMethod (default: unquantized).
+        checkpoint_slice: under tensor parallelism, the part of each checkpoint tensor this
+            rank keeps (`input_size` and `output_sizes` are then this rank's sizes); None: all.
     """
 
     def __init__(
@@ -181,8 +216,10 @@ class LinearBase(nn.Module):
         *,
         bias: bool,
         method: LinearMethod | None = None,
+        checkpoint_slice: CheckpointSlice | None = None,
     ):
         super().__init__()
+        self.checkpoint_slice = checkpoint_slice
         self.input_size = input_size
         self.output_sizes = tuple(output_sizes)
         self.output_size = sum(self.output_sizes)
@@ -222,7 +259,10 @@ class LinearBase(nn.Module):
             raise ValueError(f"{name}: shard {shard} out of range for {self.num_shards} shard(s)")
         if (name, shard) in self._loaded:
             raise ValueError(f"{name}: shard {shard} loaded twice")
+        # The method's layout first (e.g. int4 codes unpacked), then this rank's slice of it.
         tensor = self.method.prepare_checkpoint_tensor(name, tensor)
+        if self.checkpoint_slice is not None:
+            tensor = self.checkpoint_slice.select(self, name, tensor, shard)
         layout = self.layouts[name]
         rows = layout.rows_per_shard[shard]
         expected = (rows, *layout.trailing_shape)
@@ -278,5 +318,19 @@ class RowLinear(LinearBase):
     """A projection whose input is the concatenated heads or intermediate features (o_proj,
     down_proj). Tensor parallelism splits it by input columns (row parallel)."""
 
-    def __init__(self, input_size: int, output_size: int, *, bias: bool, method=None):
-        super().__init__(input_size, (output_size,), bias=bias, method=method)
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        *,
+        bias: bool,
+        method=None,
+        checkpoint_slice: CheckpointSlice | None = None,
+    ):
+        super().__init__(
+            input_size,
+            (output_size,),
+            bias=bias,
+            method=method,
+            checkpoint_slice=checkpoint_slice,
+        )

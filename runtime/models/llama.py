@@ -10,6 +10,10 @@ fused (`qkv_proj`, `gate_up_proj`): one matmul each instead of three and two.
 `PACKED_MODULES` tells the loader how checkpoint tensors stack into them. Every projection is
 a `LinearBase` (runtime/models/linear.py) whose method the `QuantConfig` picks (unquantized or
 FP8); the LM head stays in the model dtype.
+
+Under tensor parallelism (`parallel.size > 1`) each rank builds its part of every layer
+(runtime/models/parallel_layers.py): its heads, its MLP features, its vocabulary rows; the
+checkpoint loads through the same names, each layer keeping only its slice.
 """
 
 from __future__ import annotations
@@ -19,10 +23,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixgen.kernels.activation import silu_and_mul
+from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
 from radixgen.runtime.models.linear import LinearMethod, MergedLinear, RowLinear
+from radixgen.runtime.models.parallel_layers import (
+    VocabParallelEmbedding,
+    column_slice,
+    kv_head_partition,
+    row_slice,
+)
 from radixgen.runtime.models.quantization import QuantConfig
 
 # fused parameter -> checkpoint modules stacked (in this order) along the output dimension.
@@ -42,27 +53,42 @@ def _linear_method(
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        quant_config: QuantConfig | None,
+        parallel: TensorParallel,
+    ):
         super().__init__()
         self.layer_id = layer_id
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
+        self.parallel = parallel
+        # This rank's heads (all of them without tensor parallelism).
+        first_head, self.num_heads = parallel.split(config.num_heads, "num_attention_heads")
+        first_kv_head, self.num_kv_heads = kv_head_partition(config.num_kv_heads, parallel)
         self.head_dim = config.head_dim
-        self.q_size = config.q_size
-        self.kv_size = config.kv_size
+        self.q_size = self.num_heads * config.head_dim
+        self.kv_size = self.num_kv_heads * config.head_dim
         self.scaling = config.head_dim**-0.5
         prefix = f"model.layers.{layer_id}.self_attn."
+        q_start, kv_start = first_head * config.head_dim, first_kv_head * config.head_dim
         self.qkv_proj = MergedLinear(
             config.hidden_size,
             (self.q_size, self.kv_size, self.kv_size),
             bias=config.qkv_bias,
             method=_linear_method(quant_config, prefix, PACKED_MODULES["qkv_proj"]),
+            checkpoint_slice=column_slice(
+                parallel,
+                (q_start, kv_start, kv_start),
+                (config.q_size, config.kv_size, config.kv_size),
+            ),
         )
         self.o_proj = RowLinear(
             self.q_size,
             config.hidden_size,
             bias=config.o_proj_bias,
             method=_linear_method(quant_config, prefix, ("o_proj",)),
+            checkpoint_slice=row_slice(parallel, q_start, config.q_size),
         )
         # Per-tensor scales of an FP8 KV cache (stored = value / scale), from the checkpoint's
         # k_scale / v_scale when it has them; read by the runner, unused otherwise.
@@ -99,41 +125,62 @@ class LlamaAttention(nn.Module):
         attn_output = forward_batch.attn_backend.forward(
             q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=not pool.is_fp8
         )
-        return self.o_proj(attn_output.reshape(num_tokens, self.q_size))
+        # Row parallel: each rank's heads contribute a partial sum of the output.
+        return self.parallel.all_reduce(self.o_proj(attn_output.reshape(num_tokens, self.q_size)))
 
 
 class LlamaMLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        quant_config: QuantConfig | None,
+        parallel: TensorParallel,
+    ):
         super().__init__()
-        self.intermediate_size = config.intermediate_size
+        self.parallel = parallel
+        start, self.intermediate_size = parallel.split(
+            config.intermediate_size, "intermediate_size"
+        )
+        full = config.intermediate_size
         prefix = f"model.layers.{layer_id}.mlp."
         self.gate_up_proj = MergedLinear(
             config.hidden_size,
-            (config.intermediate_size, config.intermediate_size),
+            (self.intermediate_size, self.intermediate_size),
             bias=config.mlp_bias,
             method=_linear_method(quant_config, prefix, PACKED_MODULES["gate_up_proj"]),
+            checkpoint_slice=column_slice(parallel, (start, start), (full, full)),
         )
         self.down_proj = RowLinear(
-            config.intermediate_size,
+            self.intermediate_size,
             config.hidden_size,
             bias=config.mlp_bias,
             method=_linear_method(quant_config, prefix, ("down_proj",)),
+            checkpoint_slice=row_slice(parallel, start, full),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [num_tokens, hidden_size]
         if x.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
-            return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+            activated = silu_and_mul(self.gate_up_proj(x))
+        else:
+            gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+            activated = F.silu(gate) * up
+        return self.parallel.all_reduce(self.down_proj(activated))  # row parallel: summed
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, quant_config: QuantConfig | None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        quant_config: QuantConfig | None,
+        parallel: TensorParallel,
+    ):
         super().__init__()
-        self.self_attn = LlamaAttention(config, layer_id, quant_config)
-        self.mlp = LlamaMLP(config, layer_id, quant_config)
+        self.self_attn = LlamaAttention(config, layer_id, quant_config, parallel)
+        self.mlp = LlamaMLP(config, layer_id, quant_config, parallel)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -157,11 +204,17 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, max_positions: int, quant_config: QuantConfig | None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        max_positions: int,
+        quant_config: QuantConfig | None,
+        parallel: TensorParallel,
+    ):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, parallel)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, layer_id, quant_config)
+            LlamaDecoderLayer(config, layer_id, quant_config, parallel)
             for layer_id in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -184,6 +237,7 @@ class LlamaForCausalLM(nn.Module):
         config: the model's shapes and variant switches.
         max_positions: size of the RoPE table (the runtime's context length).
         quant_config: how the projections are quantized (None: not at all).
+        parallel: this rank's tensor-parallel group (None: one device, no parallelism).
     """
 
     def __init__(
@@ -191,23 +245,31 @@ class LlamaForCausalLM(nn.Module):
         config: ModelConfig,
         max_positions: int | None = None,
         quant_config: QuantConfig | None = None,
+        parallel: TensorParallel | None = None,
     ):
         super().__init__()
         self.config = config
         self.quant_config = quant_config
-        self.model = LlamaModel(config, max_positions or config.context_length, quant_config)
+        self.parallel = parallel or TensorParallel()
+        self.model = LlamaModel(
+            config, max_positions or config.context_length, quant_config, self.parallel
+        )
         # Tied: the LM head reads embed_tokens.weight, so there is no second parameter to
         # load or to keep tied after `load_state_dict(assign=True)` replaces tensors.
         if config.tie_word_embeddings:
             self.lm_head = None
         else:
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = VocabParallelEmbedding(
+                config.vocab_size, config.hidden_size, self.parallel
+            )
 
     @property
-    def lm_head_weight(self) -> torch.Tensor:  # [vocab_size, hidden_size]
-        if self.lm_head is None:
-            return self.model.embed_tokens.weight
-        return self.lm_head.weight
+    def lm_head_weight(self) -> torch.Tensor:  # [vocab rows of this rank, hidden_size]
+        return self.output_embedding.weight
+
+    @property
+    def output_embedding(self) -> VocabParallelEmbedding:
+        return self.model.embed_tokens if self.lm_head is None else self.lm_head
 
     def kv_cache_scales(self) -> list[tuple[float, float]]:
         """(k_scale, v_scale) of each layer for an FP8 KV cache (1.0 where the checkpoint
@@ -220,7 +282,7 @@ class LlamaForCausalLM(nn.Module):
         hidden_states = self.model(forward_batch)  # [num_tokens, hidden_size]
         if not forward_batch.return_all_logits and forward_batch.mode == ForwardMode.EXTEND:
             hidden_states = hidden_states[forward_batch.last_token_indices]
-        return F.linear(hidden_states, self.lm_head_weight).float()
+        return self.output_embedding.logits(hidden_states).float()  # [n, vocab_size]
 
 
 def checkpoint_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -9,6 +9,9 @@ Lifetime rules:
 - A child that dies (at start-up or later) is logged with its exit code; the server fails
   the requests in flight with 503, stops, and exits with code 1. It never hangs.
 - Children exit on their own if this process is killed (they watch their parent's pid).
+- `--tp-size N`: the scheduler process is tensor-parallel rank 0, and ranks 1..N-1 are more
+  children (runtime/tp_worker.py), watched like the others: a rank that dies stops the server
+  (exit code 1). On `--node-rank > 0` this process only runs that node's ranks.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from multiprocessing.connection import Connection, wait
 
 import uvicorn
 
+from radixgen.runtime.distributed import disable_nvlink_multicast
 from radixgen.runtime.server.child_process import configure_logging
 from radixgen.runtime.server.detokenizer_process import run_detokenizer_process
 from radixgen.runtime.server.ipc import IpcPaths
@@ -72,6 +76,14 @@ def launch_server(server_args: ServerArgs) -> int:
         )
         return 2
     configure_logging("server", server_args.log_level)
+    if server_args.dp_size > 1:  # replicas behind the router (runtime/router/launch.py)
+        from radixgen.runtime.router.launch import launch_data_parallel
+
+        return launch_data_parallel(server_args)
+    # Inherited by every child: no NVLink multicast in NCCL, symmetric memory or NVSHMEM.
+    disable_nvlink_multicast()
+    if server_args.node_rank > 0:
+        return _run_follower_node(server_args)
     model_path = server_args.model_path
     if model_path != TINY_MODEL_NAME:
         # Checked here, before two processes spend seconds importing torch to find out.
@@ -142,6 +154,14 @@ def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildP
     # spawn: a fresh interpreter, so no CUDA or thread state is inherited from this process.
     context = multiprocessing.get_context("spawn")
     children = []
+    scheduler_kwargs = {}
+    if server_args.tp_size > 1:
+        from radixgen.runtime.tp_worker import start_followers, tensor_parallel_init_method
+
+        init_method = tensor_parallel_init_method(server_args)
+        scheduler_kwargs["tp_init_method"] = init_method
+        for follower in start_followers(server_args, init_method):
+            children.append(ChildProcess(follower.name, follower.process, follower.ready_reader))
     for name, target in (
         ("scheduler", run_scheduler_process),
         ("detokenizer", run_detokenizer_process),
@@ -150,6 +170,7 @@ def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildP
         process = context.Process(
             target=target,
             args=(server_args, ipc_paths, writer, os.getpid()),
+            kwargs=scheduler_kwargs if name == "scheduler" else {},
             name=f"radixgen-{name}",
             daemon=True,
         )
@@ -157,6 +178,33 @@ def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildP
         writer.close()  # the child holds the only writer: its death means EOF here
         children.append(ChildProcess(name, process, reader))
     return children
+
+
+def _run_follower_node(server_args: ServerArgs) -> int:
+    """A node other than 0: runs its tensor-parallel ranks until they end (node 0 stops
+    them), a signal (0), or a rank's failure (1)."""
+    from radixgen.runtime.tp_worker import start_followers, tensor_parallel_init_method
+
+    children: list[ChildProcess] = []
+    try:
+        with _signals_raise_shutdown():
+            init_method = tensor_parallel_init_method(server_args)
+            for follower in start_followers(server_args, init_method):
+                children.append(
+                    ChildProcess(follower.name, follower.process, follower.ready_reader)
+                )
+            _wait_until_ready(children)
+            logger.info("node %d: ranks ready, following node 0", server_args.node_rank)
+            wait([child.process.sentinel for child in children])
+            codes = [child.process.exitcode for child in children]
+            return 0 if all(code == 0 for code in codes) else 1
+    except ShutdownRequested:
+        return 0
+    except ServerFailure as error:
+        logger.error("%s; the node stops", error)
+        return 1
+    finally:
+        _stop_children(children)
 
 
 def _wait_until_ready(children: list[ChildProcess]) -> dict[str, ProcessReady]:

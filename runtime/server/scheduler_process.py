@@ -125,14 +125,26 @@ def describe_model(server_args: ServerArgs, scheduler) -> ServedModelInfo:
 
 
 def run_scheduler_process(
-    server_args: ServerArgs, ipc_paths: IpcPaths, ready_writer: Connection, parent_pid: int
+    server_args: ServerArgs,
+    ipc_paths: IpcPaths,
+    ready_writer: Connection,
+    parent_pid: int,
+    tp_init_method: str | None = None,
 ) -> None:
-    """Entry point of the scheduler process (spawned by the launcher)."""
+    """Entry point of the scheduler process (spawned by the launcher). Under tensor
+    parallelism it is rank 0, joining the followers at `tp_init_method`."""
     setup_child_process("scheduler", server_args.log_level)
     try:
         from radixgen.runtime.scheduler import Scheduler
 
-        scheduler = Scheduler(server_args)
+        runner = None
+        if server_args.tp_size > 1:
+            from radixgen.runtime.model_runner import ModelRunner
+            from radixgen.runtime.tp_worker import join_tensor_parallel
+
+            parallel = join_tensor_parallel(server_args, 0, tp_init_method)
+            runner = ModelRunner(server_args, parallel)
+        scheduler = Scheduler(server_args, model_runner=runner)
         model_info = describe_model(server_args, scheduler)
     except Exception:
         ready_writer.send(ProcessFailed("scheduler", traceback.format_exc()))
@@ -156,3 +168,4 @@ def run_scheduler_process(
             raise SystemExit(1) from None
     transport.to_tokenizer.send_pyobj(WarmupDone(report.num_requests, report.duration_s))
     SchedulerLoop(scheduler, transport).run()
+    scheduler.runner.stop_followers()

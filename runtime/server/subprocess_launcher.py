@@ -28,6 +28,8 @@ class ServerProcess:
 
     Args:
         server_flags: `radixgen serve` flags (without --host/--port, which are chosen here).
+        entry: the interpreter arguments before the flags (another command, e.g.
+            `("-m", "radixgen.runtime.cli", "router")`, takes --host/--port too).
         api_key: sent by `headers` (and passed as --api-key) when given.
         startup_timeout_s: how long `start` waits for /health.
         env: extra environment variables for the server.
@@ -40,6 +42,7 @@ class ServerProcess:
         api_key: str | None = None,
         startup_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
+        entry: Sequence[str] = ("-m", "radixgen.runtime.server"),
     ):
         self.host = "127.0.0.1"
         self.port = find_free_port(self.host)
@@ -48,8 +51,7 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.command = [
             sys.executable,
-            "-m",
-            "radixgen.runtime.server",
+            *entry,
             "--host",
             self.host,
             "--port",

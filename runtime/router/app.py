@@ -1,0 +1,275 @@
+"""The router's HTTP front end: proxies generation requests to the replica its policy picks.
+
+- `POST /generate`, `/v1/completions`, `/v1/chat/completions`: routed by the prompt (text as
+  characters, token ids as ids; a batch by its first prompt), streamed or not, byte for byte.
+  A replica that refuses the connection is taken out of rotation and the request goes to the
+  next one (nothing was sent yet); with none left the client gets 503 in the OpenAI error shape.
+- `GET /health`: 200 while at least one replica is healthy. `GET /v1/models`,
+  `/get_model_info`: from a healthy replica. `POST /flush_cache`: on every replica.
+- `GET /workers`: each replica's URL, health, requests in flight and remembered prefix size.
+- A background task asks every replica's `/health` each `health_check_interval_s`; after
+  `health_failure_threshold` failures in a row a replica leaves the rotation, and it comes
+  back with its first success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from radixgen.runtime.router.policy import (
+    CacheAwareSettings,
+    RoutingPolicyName,
+    Worker,
+    make_policy,
+)
+from radixgen.runtime.router.prefix_tree import ApproximatePrefixTree, RoutingKey
+
+logger = logging.getLogger("radixgen.router")
+
+ROUTED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+# Headers a proxy must not copy between connections (RFC 9110 hop-by-hop, and lengths httpx
+# recomputes).
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+@dataclass(frozen=True)
+class RouterArgs:
+    worker_urls: tuple[str, ...]
+    routing_policy: RoutingPolicyName = "cache_aware"
+    cache_aware: CacheAwareSettings = CacheAwareSettings()
+    health_check_interval_s: float = 2.0
+    health_failure_threshold: int = 2
+    request_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        if not self.worker_urls:
+            raise ValueError("worker_urls must name at least one worker")
+        for url in self.worker_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"worker_urls: {url!r} must start with http:// or https://")
+        if not self.health_check_interval_s > 0:
+            raise ValueError(
+                f"health_check_interval_s must be > 0, got {self.health_check_interval_s}"
+            )
+        if self.health_failure_threshold < 1:
+            raise ValueError(
+                f"health_failure_threshold must be >= 1, got {self.health_failure_threshold}"
+            )
+
+
+def routing_key(path: str, body: dict) -> RoutingKey:
+    """What the prefix tree matches on: the prompt as text or token ids (first of a batch)."""
+    if path == "/v1/chat/completions":
+        messages = body.get("messages") or []
+        return "".join(
+            f"{m.get('role', '')}:{m.get('content') or ''}\n"
+            for m in messages
+            if isinstance(m, dict)
+        )
+    prompt = body.get("prompt") if path == "/v1/completions" else body.get("text")
+    if prompt is None and path == "/generate":
+        prompt = body.get("input_ids")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
+        prompt = prompt[0]  # a batch goes where its first prompt goes
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(token, int) for token in prompt):
+        return tuple(prompt)
+    return ""  # malformed: the worker answers with its 400
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    body = {"error": {"message": message, "type": "service_unavailable", "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def _forward_headers(headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+
+
+class Router:
+    """The replicas, the policy and the HTTP client; see the module docstring."""
+
+    def __init__(self, args: RouterArgs):
+        self.args = args
+        max_elements = args.cache_aware.max_tree_elements
+        self.workers = [
+            Worker(url.rstrip("/"), tree=ApproximatePrefixTree(max_elements))
+            for url in args.worker_urls
+        ]
+        self.policy = make_policy(args.routing_policy, args.cache_aware)
+        self.client: httpx.AsyncClient | None = None
+
+    def healthy_workers(self) -> list[Worker]:
+        return [worker for worker in self.workers if worker.healthy]
+
+    def mark_failed(self, worker: Worker, reason: str) -> None:
+        if worker.healthy:
+            logger.warning("worker %s out of rotation: %s", worker.url, reason)
+        worker.healthy = False
+
+    async def check_health_forever(self) -> None:
+        while True:
+            await asyncio.gather(*(self.check_health(worker) for worker in self.workers))
+            await asyncio.sleep(self.args.health_check_interval_s)
+
+    async def check_health(self, worker: Worker) -> None:
+        try:
+            response = await self.client.get(f"{worker.url}/health", timeout=5.0)
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            if not worker.healthy:
+                logger.info("worker %s back in rotation", worker.url)
+            worker.healthy, worker.consecutive_failures = True, 0
+            return
+        worker.consecutive_failures += 1
+        if worker.consecutive_failures >= self.args.health_failure_threshold:
+            self.mark_failed(worker, "health check failed")
+
+    async def route(self, request: Request, path: str) -> Response:
+        raw = await request.body()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        key = routing_key(path, body) if isinstance(body, dict) else ""
+        headers = _forward_headers(request.headers)
+        tried: set[str] = set()
+        while True:
+            candidates = [w for w in self.healthy_workers() if w.url not in tried]
+            if not candidates:
+                return _error(503, "no healthy worker to serve the request")
+            worker = self.policy.choose(candidates, key)
+            tried.add(worker.url)
+            worker.in_flight += 1
+            outgoing = self.client.build_request(
+                "POST", f"{worker.url}{path}", content=raw, headers=headers
+            )
+            try:
+                response = await self.client.send(outgoing, stream=True)
+            except (httpx.ConnectError, httpx.RemoteProtocolError) as error:
+                worker.in_flight -= 1
+                self.mark_failed(worker, f"{type(error).__name__}: {error}")
+                continue  # nothing reached the worker's model: fail over
+            except httpx.HTTPError as error:
+                worker.in_flight -= 1
+                return _error(502, f"worker {worker.url} failed: {error}")
+            return self._relay(worker, response)
+
+    def _relay(self, worker: Worker, response: httpx.Response) -> Response:
+        """Streams the worker's answer through as it comes (SSE or one JSON body)."""
+        headers = _forward_headers(response.headers)
+
+        async def body():
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            finally:
+                await response.aclose()
+                worker.in_flight -= 1
+
+        return StreamingResponse(body(), status_code=response.status_code, headers=headers)
+
+    async def forward_get(self, path: str, request: Request) -> Response:
+        for worker in self.healthy_workers():
+            try:
+                response = await self.client.get(
+                    f"{worker.url}{path}", headers=_forward_headers(request.headers)
+                )
+            except httpx.HTTPError as error:
+                self.mark_failed(worker, str(error))
+                continue
+            return Response(
+                response.content,
+                status_code=response.status_code,
+                media_type=response.headers.get("content-type"),
+            )
+        return _error(503, "no healthy worker")
+
+    async def flush_all(self, request: Request) -> Response:
+        async def flush(worker: Worker) -> bool:
+            try:
+                response = await self.client.post(
+                    f"{worker.url}/flush_cache", headers=_forward_headers(request.headers)
+                )
+                return response.status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        results = await asyncio.gather(*(flush(worker) for worker in self.healthy_workers()))
+        for worker in self.workers:
+            worker.tree = ApproximatePrefixTree(self.args.cache_aware.max_tree_elements)
+        ok = bool(results) and all(results)
+        return JSONResponse({"success": ok}, status_code=200 if ok else 503)
+
+    def describe(self) -> list[dict]:
+        return [
+            {
+                "url": worker.url,
+                "healthy": worker.healthy,
+                "in_flight": worker.in_flight,
+                "remembered_prefix_elements": worker.tree.num_elements,
+            }
+            for worker in self.workers
+        ]
+
+
+def create_router_app(args: RouterArgs) -> FastAPI:
+    router = Router(args)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        timeout = httpx.Timeout(args.request_timeout_s, connect=5.0)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        router.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        checker = asyncio.create_task(router.check_health_forever())
+        try:
+            yield
+        finally:
+            checker.cancel()
+            await router.client.aclose()
+
+    app = FastAPI(lifespan=lifespan)
+    app.state.router = router
+
+    def routed_handler(path: str):
+        async def routed(request: Request) -> Response:
+            return await router.route(request, path)
+
+        return routed
+
+    for path in ROUTED_PATHS:
+        app.add_api_route(path, routed_handler(path), methods=["POST"])
+
+    @app.get("/health")
+    async def health() -> Response:
+        if router.healthy_workers():
+            return Response(status_code=200)
+        return _error(503, "no healthy worker")
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        return await router.forward_get("/v1/models", request)
+
+    @app.get("/get_model_info")
+    async def model_info(request: Request) -> Response:
+        return await router.forward_get("/get_model_info", request)
+
+    @app.post("/flush_cache")
+    async def flush_cache(request: Request) -> Response:
+        return await router.flush_all(request)
+
+    @app.get("/workers")
+    async def workers() -> JSONResponse:
+        return JSONResponse({"policy": args.routing_policy, "workers": router.describe()})
+
+    return app
