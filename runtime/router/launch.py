@@ -15,12 +15,12 @@ import os
 import signal
 import threading
 import time
-from contextlib import contextmanager
 
 import uvicorn
 
 from radixgen.runtime.router.app import RouterArgs, create_router_app
 from radixgen.runtime.server.child_process import configure_logging
+from radixgen.runtime.server.launch import ShutdownRequested, signals_raise_shutdown
 from radixgen.runtime.server.subprocess_launcher import find_free_port
 from radixgen.runtime.server_args import ServerArgs
 
@@ -32,25 +32,6 @@ REPLICA_STOP_TIMEOUT_S = 30.0
 DP_HEALTH_CHECK_INTERVAL_S = 1.0
 # How often a replica checks that the front end that started it is alive.
 PARENT_CHECK_INTERVAL_S = 0.5
-
-
-class _Stop(Exception):
-    """SIGINT or SIGTERM reached the front end."""
-
-
-@contextmanager
-def _signals_raise_stop():
-    # uvicorn handles the signal while it serves, then raises it again once it stopped: here
-    # that unwinds the launcher, so that its `finally` stops the replicas.
-    def handler(signum, frame):
-        raise _Stop(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def serve_router(args: RouterArgs, *, host: str, port: int, log_level: str = "info") -> int:
@@ -82,11 +63,11 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
         health_check_interval_s=DP_HEALTH_CHECK_INTERVAL_S,
     )
     try:
-        with _signals_raise_stop():
+        with signals_raise_shutdown():
             return serve_router(
                 args, host=server_args.host, port=server_args.port, log_level=server_args.log_level
             )
-    except _Stop:
+    except ShutdownRequested:
         return 0
     finally:
         for process in replicas:

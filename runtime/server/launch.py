@@ -100,7 +100,7 @@ def launch_server(server_args: ServerArgs) -> int:
     ipc_paths = IpcPaths.create()
     children: list[ChildProcess] = []
     try:
-        with _signals_raise_shutdown():
+        with signals_raise_shutdown():
             children = _start_children(server_args, ipc_paths)
             # The front end's tokenizer loads while the children load the model.
             tokenizer = _load_tokenizer(server_args)
@@ -126,7 +126,7 @@ def launch_server(server_args: ServerArgs) -> int:
 
 
 @contextmanager
-def _signals_raise_shutdown():
+def signals_raise_shutdown():
     # Outside uvicorn's own handling (start-up, and after it re-raises the signal it caught),
     # a signal unwinds the launcher so that the `finally` above stops the children.
     def handler(signum, frame):
@@ -187,7 +187,7 @@ def _run_follower_node(server_args: ServerArgs) -> int:
 
     children: list[ChildProcess] = []
     try:
-        with _signals_raise_shutdown():
+        with signals_raise_shutdown():
             init_method = tensor_parallel_init_method(server_args)
             for follower in start_followers(server_args, init_method):
                 children.append(
