@@ -58,6 +58,7 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
          "--random-output-len", "5", "--output-json", str(offline_json)]
     ) == 0  # fmt: skip
     summary = json.loads(offline_json.read_text())
+    assert "requests: 100%" in capsys.readouterr().err  # the progress bar reached 4/4
     assert summary["successful_requests"] == 4
     assert summary["total_input_tokens"] == 4 * 16
     assert summary["total_output_tokens"] == 4 * 5  # ignore_eos forces the length

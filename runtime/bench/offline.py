@@ -7,8 +7,12 @@ whole run, with output lengths forced by `ignore_eos`.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+
+from tqdm import tqdm
 
 from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset, describe
 from radixgen.runtime.server_args import ServerArgs
@@ -42,9 +46,10 @@ def run_offline(server_args: ServerArgs, dataset: DatasetArgs, args: OfflineArgs
             for r in requests
         ]
         start = time.perf_counter()
-        outputs = engine.generate(
-            input_ids=[r.input_ids for r in requests], sampling_params=sampling_params
-        )
+        with _progress(engine, total=len(requests)):
+            outputs = engine.generate(
+                input_ids=[r.input_ids for r in requests], sampling_params=sampling_params
+            )
         duration_s = time.perf_counter() - start
         stats = engine.get_stats()
     finally:
@@ -64,6 +69,28 @@ def run_offline(server_args: ServerArgs, dataset: DatasetArgs, args: OfflineArgs
         "total_token_throughput": (input_tokens + output_tokens) / duration_s,
         "engine_stats": stats,
     }
+
+
+@contextmanager
+def _progress(engine, total: int, interval_s: float = 0.5):
+    """A progress bar of finished requests while the one blocking `generate` runs: a thread
+    reads the scheduler's counters twice a second (a control message each, nothing per token)."""
+    finished_before = engine.get_stats()["num_finished_reqs"]
+    stop = threading.Event()
+
+    def poll(bar: tqdm) -> None:
+        while not stop.wait(interval_s):
+            bar.update(engine.get_stats()["num_finished_reqs"] - finished_before - bar.n)
+
+    with tqdm(total=total, desc="requests") as bar:
+        thread = threading.Thread(target=poll, args=(bar,), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+        bar.update(total - bar.n)  # generate returned: every request finished
 
 
 def _with_model_vocab(dataset: DatasetArgs, engine) -> DatasetArgs:
