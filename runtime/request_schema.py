@@ -281,7 +281,7 @@ def validate_request(request: GenerateReq, limits: ModelLimits | None = None) ->
     if request.logprob_start_len == -1:
         request.logprob_start_len = None  # SGLang's "output logprobs only"
     if limits is not None:
-        _check_tokenized(request, limits)
+        check_model_limits(request, limits)
 
 
 def build_request(
@@ -336,7 +336,14 @@ def _check_sampling_params(params: SamplingParams) -> None:
         )
 
 
-def _check_tokenized(request: GenerateReq, limits: ModelLimits) -> None:
+def check_model_limits(request: GenerateReq, limits: ModelLimits) -> None:
+    """The model-dependent half of `validate_request(request, limits)`, for a request whose
+    fields `validate_request(request)` already checked (the server validates each request
+    once when it builds it, then this once it is tokenized).
+
+    Raises:
+        RequestFieldError naming the field and what it accepts.
+    """
     ids = request.input_ids
     if not isinstance(ids, list) or not ids:
         raise RequestFieldError(

@@ -216,6 +216,7 @@ async def health_generate(request: Request):
         input_ids=manager.encode("ping")[-1:] or [0],
         sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0),
     )
+    validate_request(probe)  # what every route's request gets before the manager admits it
     samples = await run_while_connected(request, collect(manager, probe))
     return {"status": "ok", "completion_tokens": samples[0].completion_tokens}
 

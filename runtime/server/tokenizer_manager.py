@@ -37,7 +37,7 @@ from radixgen.runtime.request_schema import (
     GenerateReq,
     ModelLimits,
     RequestFieldError,
-    validate_request,
+    check_model_limits,
 )
 from radixgen.runtime.server.errors import RequestError
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push
@@ -225,13 +225,14 @@ class TokenizerManager:
     # ---- generation ------------------------------------------------------------------------
 
     def _admit(self, request: GenerateReq) -> str:
-        """Validates a tokenized request against the model (400 naming the field) and
-        admits it under the in-flight limit (503); returns its rid."""
+        """Checks a tokenized request against the model (400 naming the field) and admits it
+        under the in-flight limit (503); returns its rid. Its fields were validated when the
+        route built it (`native_api.build_request`): only the model's limits are left."""
         refusal = self.refusal()
         if refusal is not None:
             raise RequestError(refusal, status_code=503)
         try:
-            validate_request(request, self.limits)
+            check_model_limits(request, self.limits)
         except RequestFieldError as error:
             raise RequestError(str(error), param=error.field) from None
         num_samples = request.sampling_params.n
