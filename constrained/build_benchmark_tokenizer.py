@@ -42,8 +42,10 @@ def stdlib_sources(stdlib_dir: Path) -> Iterator[str]:
             continue
 
 
-def build_tokenizer():
-    """Trains the byte-level BPE tokenizer (VOCAB_SIZE entries, specials included)."""
+def train_byte_level_bpe(texts, *, vocab_size: int, special_tokens: list[str]):
+    """A byte-level BPE `tokenizers.Tokenizer` trained on `texts` (an iterable of strings)
+    with `vocab_size` entries, specials included. Also trains the tiny model's tokenizer
+    (runtime/tiny_assets/build_tokenizer.py)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -51,14 +53,21 @@ def build_tokenizer():
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    stdlib_dir = Path(sysconfig.get_paths()["stdlib"])
-    tokenizer.train_from_iterator(stdlib_sources(stdlib_dir), trainer=trainer)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
+
+
+def build_tokenizer():
+    """Trains the byte-level BPE tokenizer (VOCAB_SIZE entries, specials included)."""
+    stdlib_dir = Path(sysconfig.get_paths()["stdlib"])
+    return train_byte_level_bpe(
+        stdlib_sources(stdlib_dir), vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS
+    )
 
 
 def main() -> None:

@@ -55,21 +55,12 @@ def corpus_texts(files: list[Path]) -> Iterator[str]:
 
 def build_tokenizer():
     """Trains and returns the `tokenizers.Tokenizer` (byte-level BPE, VOCAB_SIZE entries)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from radixgen.constrained.build_benchmark_tokenizer import train_byte_level_bpe
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     files = corpus_files(Path(sysconfig.get_paths()["stdlib"]))
-    tokenizer.train_from_iterator(corpus_texts(files), trainer=trainer)
-    return tokenizer
+    return train_byte_level_bpe(
+        corpus_texts(files), vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS
+    )
 
 
 def main() -> None:
