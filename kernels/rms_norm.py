@@ -20,6 +20,16 @@ import triton.language as tl
 
 
 @triton.jit
+def _store_normed(h, weight_ptr, out_row_ptr, rounding_ptr, offs, mask, hidden, eps):
+    """Stores `h * rsqrt(mean(h^2) + eps) * weight` (h: [BLOCK] fp32 row), the normalised row
+    rounded to `rounding_ptr`'s dtype before the weight multiplies it, as torch's RMSNorm."""
+    rstd = tl.math.rsqrt(tl.sum(h * h, 0) / hidden + eps)
+    normed = (h * rstd).to(rounding_ptr.dtype.element_ty).to(tl.float32)
+    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_row_ptr + offs, (normed * weight).to(out_row_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr,  # [num_rows, hidden]
     weight_ptr,  # [hidden]
@@ -34,14 +44,7 @@ def _rms_norm_kernel(
     offs = tl.arange(0, BLOCK)
     mask = offs < hidden
     x = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.math.rsqrt(tl.sum(x * x, 0) / hidden + eps)
-    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
-    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(
-        out_ptr + row * stride_out_row + offs,
-        (normed * weight).to(out_ptr.dtype.element_ty),
-        mask=mask,
-    )
+    _store_normed(x, weight_ptr, out_ptr + row * stride_out_row, x_ptr, offs, mask, hidden, eps)
 
 
 @triton.jit
@@ -68,14 +71,7 @@ def _fused_add_rms_norm_kernel(
     summed = (x + residual.to(tl.float32)).to(sum_ptr.dtype.element_ty)
     tl.store(sum_ptr + row * stride_sum_row + offs, summed, mask=mask)
     h = summed.to(tl.float32)
-    rstd = tl.math.rsqrt(tl.sum(h * h, 0) / hidden + eps)
-    normed = (h * rstd).to(sum_ptr.dtype.element_ty).to(tl.float32)
-    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(
-        out_ptr + row * stride_out_row + offs,
-        (normed * weight).to(out_ptr.dtype.element_ty),
-        mask=mask,
-    )
+    _store_normed(h, weight_ptr, out_ptr + row * stride_out_row, sum_ptr, offs, mask, hidden, eps)
 
 
 def _check_norm_inputs(x: torch.Tensor, weight: torch.Tensor) -> int:
