@@ -5,7 +5,7 @@
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
 # Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
-# jump-forward (this tree: the json dataset with jump-forward off vs on, concurrency 1 and 64),
+# jump-forward (this tree: the key-heavy json-keys dataset, jump-forward off vs on, at 1 and 64),
 # serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
 # serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128),
@@ -148,12 +148,12 @@ stage_gsp_offline() {
 stage_jump_forward() {  # this tree only: the json dataset with jump-forward off, then on
   [ "$1" = new ] || return 0
   local flags name
-  for flags in "" "--enable-jump-forward"; do
+  for flags in "" "--enable-jump-forward"; do  # the key-heavy json-keys dataset
     name=jf$([ -n "$flags" ] && echo _on || echo _off)
     start_server "$name" $flags || return 1
     for conc in 1 64; do
       log "jump-forward ${flags:-off}: json at concurrency $conc"
-      serve_bench --dataset json --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
+      serve_bench --dataset json-keys --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
         --output-json "$OUT/${name}_c$conc.json" | grep -E "output_token_throughput|tpot" | head -2
     done
     stop_server

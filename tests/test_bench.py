@@ -152,6 +152,23 @@ def test_json_array_dataset_has_fixed_length_outputs():
     assert all(request.output_len >= len("[1,2,3,4,5]") for request in requests)
 
 
+def test_json_keys_dataset_is_key_heavy():
+    (request,) = build_dataset(DatasetArgs(dataset="json-keys", num_prompts=1))
+    schema = request.json_schema
+    record = {}
+    for name, sub in schema["properties"].items():
+        record[name] = (
+            sub["enum"][0] if "enum" in sub else (True if sub["type"] == "boolean" else 7)
+        )
+    jsonschema.validate(record, schema)
+    with pytest.raises(jsonschema.ValidationError):  # every key is required
+        jsonschema.validate({k: v for k, v in record.items() if k != name}, schema)
+    # Most of an output is forced: the keys and punctuation outweigh the chosen values.
+    text = json.dumps(record, separators=(",", ":"))
+    chosen = sum(len(json.dumps(value)) for value in record.values())
+    assert chosen / len(text) < 0.25
+
+
 def write_sharegpt(path, count: int) -> None:
     """A small ShareGPT-format file: conversations of a human turn and a reply."""
     conversations = [

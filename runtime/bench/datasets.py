@@ -14,7 +14,13 @@ from typing import Literal
 import numpy as np
 
 DatasetName = Literal[
-    "random-ids", "generated-shared-prefix", "multi-turn", "json", "json-array", "sharegpt"
+    "random-ids",
+    "generated-shared-prefix",
+    "multi-turn",
+    "json",
+    "json-array",
+    "json-keys",
+    "sharegpt",
 ]
 # ShareGPT replies are measured in characters; ~4 characters a token (English text) turns them
 # into the output length to force, as no tokenizer is at hand on the client.
@@ -186,6 +192,42 @@ def json_array_workload(args: DatasetArgs) -> list[BenchRequest]:
     ]
 
 
+# A key-heavy record: ten required properties with long names and one-token values, in the
+# declared order, so most of each output is text the schema forces (what jump-forward skips).
+JSON_KEYS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        **{
+            f"{name}_status": {"type": "boolean"}
+            for name in ("billing_account", "shipping_address", "customer_contact", "order_history")
+        },
+        **{
+            f"{name}_priority": {"enum": ["low", "high"]}
+            for name in ("support_ticket", "refund_request", "account_security")
+        },
+        **{
+            f"{name}_score": {"type": "integer", "minimum": 0, "maximum": 9}
+            for name in ("satisfaction_survey", "delivery_experience", "product_quality")
+        },
+    },
+    "additionalProperties": False,
+}
+JSON_KEYS_SCHEMA["required"] = list(JSON_KEYS_SCHEMA["properties"])
+
+
+def json_keys_workload(args: DatasetArgs) -> list[BenchRequest]:
+    """Key-heavy constrained outputs (`JSON_KEYS_SCHEMA`): the jump-forward benchmark."""
+    return [
+        BenchRequest(
+            input_ids=None,
+            text=f"Summarise support case {i} as a JSON record: ",
+            output_len=256,  # room; the schema ends every output well before
+            json_schema=JSON_KEYS_SCHEMA,
+        )
+        for i in range(args.num_prompts)
+    ]
+
+
 def sharegpt(args: DatasetArgs) -> list[BenchRequest]:
     """The first human turn of each conversation of `dataset_path`, with its reply's length
     as the output length, for the first `num_prompts` conversations that have both.
@@ -224,6 +266,7 @@ def build_dataset(args: DatasetArgs) -> list[BenchRequest]:
         "multi-turn": multi_turn,
         "json": json_workload,
         "json-array": json_array_workload,
+        "json-keys": json_keys_workload,
     }
     if args.dataset not in builders:
         raise ValueError(f"dataset must be one of {sorted(builders)}, got {args.dataset!r}")
