@@ -12,6 +12,7 @@ set -uo pipefail
 OUT=${OUT:-h200_out}
 mkdir -p "$OUT"
 export STAGE_TIMEOUT=150
+export PYTHONPATH=/tmp/site  # where h200.sh's setup installs the wheels
 case "${PART:-1}" in
   1)
     bash scripts/h200.sh setup int4-tests
@@ -26,6 +27,9 @@ case "${PART:-1}" in
     ;;
   2)
     bash scripts/h200.sh setup fp8-latency
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_lora.py \
+      tests/test_lora_parity.py tests/test_speculative_engine.py tests/test_warmup.py \
+      2>&1 | tee "$OUT/gpu_tests_2.log" | grep -E "passed|failed|Error|FAILED" | tail -15
     MODEL=/tmp/llama-3.1-8b
     echo "bench latency bs1/64 128/256, weights awq (random int4)"
     timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
