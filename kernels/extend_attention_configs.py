@@ -78,6 +78,23 @@ def parse_config_table(data: dict) -> ConfigTable:
     return table
 
 
+def format_config_table(data: dict) -> str:
+    """The JSON form with one row per line (the layout of the shipped file, easy to diff)."""
+    lines = ["{"]
+    for key in ("note", "source"):
+        if key in data:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(data[key])},")
+    lines.append('  "head_dim": {')
+    dims = list(data["head_dim"].items())
+    for i, (head_dim, rows) in enumerate(dims):
+        lines.append(f"    {json.dumps(str(head_dim))}: [")
+        lines += [f"      {json.dumps(row)}," for row in rows]
+        lines[-1] = lines[-1].rstrip(",")
+        lines.append("    ]" + ("," if i + 1 < len(dims) else ""))
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 @functools.cache
 def load_config_table(path: Path = DEFAULT_TABLE_PATH) -> ConfigTable:
     """The parsed table (read once per path: it is a constant of the installed package)."""

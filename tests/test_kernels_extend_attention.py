@@ -3,6 +3,8 @@
 
 # TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
 
+import json
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from radixgen.kernels.extend_attention import extend_attention, extend_attention
 from radixgen.kernels.extend_attention_configs import (
     DEFAULT_TABLE_PATH,
     ExtendAttentionConfig,
+    format_config_table,
     load_config_table,
     parse_config_table,
     select_extend_config,
@@ -158,6 +161,8 @@ def test_config_table_selects_by_length_and_head_dim():
     assert select_extend_config(128, 2048, on_cuda=False, table=table).block_m == 32  # interpreter
     shipped = load_config_table(DEFAULT_TABLE_PATH)
     assert shipped[128][-1][0] is None  # the shipped table covers every length
+    data = json.loads(DEFAULT_TABLE_PATH.read_text())
+    assert parse_config_table(json.loads(format_config_table(data))) == shipped
 
 
 @pytest.mark.parametrize(
