@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("extend_attention_configs.json")
@@ -44,6 +44,10 @@ class ExtendAttentionConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+
+    def with_overrides(self, **fields: int | bool | None) -> ExtendAttentionConfig:
+        """A copy with the fields that are not None replaced (validated again)."""
+        return replace(self, **{k: v for k, v in fields.items() if v is not None})
 
     def to_row(self, max_extend_len: int | None) -> dict:
         return {"max_extend_len": max_extend_len, **asdict(self)}
