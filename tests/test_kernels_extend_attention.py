@@ -229,3 +229,23 @@ def test_extend_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
     out = extend_attention(**args)
     ref = extend_attention_ref(**args)
     assert relative_error(out, ref) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=False),
+        dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=True),
+        dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    ],
+    ids=lambda v: "-".join(map(str, v.values())),
+)
+def test_extend_attention_cuda_variants(variant):
+    args = make_extend_case(
+        prefix_lens=[0, 300, 1000, 7], extend_lens=[1024, 77, 500, 1], num_heads=32,
+        num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, device="cuda",
+    )  # fmt: skip
+    out = extend_attention(**args, **variant)
+    assert relative_error(out, extend_attention_ref(**args)) < 1e-2
