@@ -286,6 +286,7 @@ def main() -> None:
             results.append({"config": fields, "for_case": case.name, **result})
     else:
         space = config_space()
+        print(f"# {len(space)} configs; TFLOP/s per case:", *(c.name for c in CASES), flush=True)
         precompile(space, args.compile_workers)
         results = []
         for config in space:
@@ -295,10 +296,13 @@ def main() -> None:
                 continue
             result = run_config(fields, inputs, references, rep_ms=30)
             results.append({"config": fields, **result})
-            figures = " ".join(
+            figures = " ".join(  # TFLOP/s per case, in CASES order
                 f"{v.get('tflops', 0):.0f}" for v in result["cases"].values() if "tflops" in v
             )
-            print(f"{fields} {result['status']} {figures} {result.get('error', '')}", flush=True)
+            elapsed = time.perf_counter() - start
+            print(
+                f"[{elapsed:.0f}s] {fields} {result['status']} {figures} {result.get('error', '')}"
+            )
 
     summary = {}
     print("\ncase | SDPA TFLOP/s | ours TFLOP/s | ours / SDPA | config")
