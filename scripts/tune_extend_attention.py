@@ -197,20 +197,22 @@ def _compile_worker(configs: list[dict]) -> int:
     return done
 
 
-def precompile(space: list[ExtendAttentionConfig], workers: int) -> None:
-    """Compiles the configs in parallel processes; every case shares one specialization."""
+def precompile(space: list[ExtendAttentionConfig], workers: int, timeout_s: float) -> None:
+    """Compiles the configs in parallel processes; every case shares one specialization.
+
+    Past timeout_s the workers are stopped (the pool's exit terminates them): what they
+    compiled is in the cache, the rest compiles in the timed loop."""
     if workers <= 1:
         return
     chunks = [[dataclasses.asdict(c) for c in space[i::workers]] for i in range(workers)]
     start = time.perf_counter()
     try:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            compiled = sum(pool.map(_compile_worker, chunks))
-        print(
-            f"# precompiled {compiled}/{len(space)} configs in {time.perf_counter() - start:.0f} s"
-        )
+            compiled = sum(pool.map_async(_compile_worker, chunks).get(timeout=timeout_s))
+        elapsed = time.perf_counter() - start
+        print(f"# precompiled {compiled}/{len(space)} configs in {elapsed:.0f} s", flush=True)
     except Exception as error:  # noqa: BLE001 - compile inline instead
-        print(f"# precompile failed ({error!r}); compiling in the timed loop")
+        print(f"# precompile stopped ({error!r}); compiling in the timed loop", flush=True)
 
 
 def run_config(config_fields: dict, inputs: dict, references: dict, rep_ms: int) -> dict:
@@ -287,7 +289,7 @@ def main() -> None:
     else:
         space = config_space()
         print(f"# {len(space)} configs; TFLOP/s per case:", *(c.name for c in CASES), flush=True)
-        precompile(space, args.compile_workers)
+        precompile(space, args.compile_workers, timeout_s=0.6 * args.budget_s)
         results = []
         for config in space:
             fields = dataclasses.asdict(config)
