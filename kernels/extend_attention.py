@@ -6,17 +6,23 @@ one query head):
 1. Load the query block `[BLOCK_M, head_dim]` of the request's new tokens.
 2. Prefix stage: walk the request's cached prefix in BLOCK_N chunks. The slots of positions
    `[n, n + BLOCK_N)` come from `req_to_token[row, n:n + BLOCK_N]`; K and V rows are gathered from
-   the paged pool `k_buffer[slot, kv_head, :]`. Every prefix token is visible to every new token.
+   the paged pool `k_buffer[slot, kv_head, :]`. Every prefix token is visible to every new token,
+   so only the last, partial chunk needs a score mask.
 3. Extend stage: walk the new tokens' own K/V (contiguous in `k_new`/`v_new`). Chunks that lie
-   strictly before the query block need no mask; the chunks on the diagonal apply the causal mask
-   `key_pos <= query_pos` and the length mask.
-4. Online softmax in base 2 (the scale is folded into `log2(e) * scaling`), fp32 accumulators;
-   the output is divided by the running row sum once at the end.
+   wholly before the query block need no mask (and may be loaded through TMA tensor descriptors,
+   `use_tma`); only the chunks on the diagonal apply the causal mask `key_pos <= query_pos`.
+4. Online softmax in base 2: `log2(e) * scaling` is applied in one FMA with the running max
+   (`qk * scale - max`), fp32 accumulators that `tl.dot` updates in place; the output is divided
+   by the running row sum once at the end.
 
-GQA: query head h reads KV head `h // (num_heads // num_kv_heads)`; its K/V come from L2 for the
-other heads of the group. Requests of any lengths share one launch: the grid covers the longest
-request and blocks past a request's end exit at once. The heaviest (last) query blocks of a
-request are launched first so that the causal tail does not straggle.
+Grid `(num_heads, batch, m_blocks)`, heads fastest and the heaviest (last, diagonal-longest) query
+blocks of every request and head first: the hardware starts blocks in that order, so the long
+blocks start in the first wave and the short ones fill the tail (longest-processing-time-first),
+and the query heads sharing a KV head run side by side and read its K/V tiles from L2.
+Requests of any lengths share one launch: blocks past a request's end exit at once.
+
+Tile sizes, warps, pipelining depth and TMA come from a per-(head_dim, max_extend_len) table
+(`extend_attention_configs.json`, filled by `scripts/tune_extend_attention.py`).
 
 FP8 KV pools (e4m3/e5m2): the cached prefix's K/V are converted to q's dtype as they are loaded,
 `k_scale` folded into the prefix stage's softmax scale and `v_scale` applied to V; the new tokens'
@@ -31,31 +37,77 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.extend_attention_configs import select_extend_config
+from radixgen.kernels.extend_attention_inputs import (
+    FP8_KV_DTYPES,
+    check_extend_inputs,
+    new_token_tma_descriptors,
+)
+
 LOG2_E = 1.4426950408889634
-FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
-def _online_softmax_step(
+def _softmax_step(
     acc, m_i, l_i, q, k, v, qk_scale, valid, USE_MASK: tl.constexpr
 ):  # acc: [BLOCK_M, BLOCK_D] fp32; k: [BLOCK_D, BLOCK_N]; v: [BLOCK_N, BLOCK_D]
-    """Folds one K/V chunk into the running (acc, max, sum) of the online softmax."""
-    qk = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+    """Folds one K/V chunk into the running (acc, max, sum) of the online softmax (log2 units)."""
+    qk = tl.dot(q, k)  # [BLOCK_M, BLOCK_N], unscaled
     if USE_MASK:
-        qk = tl.where(valid, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    p = tl.math.exp2(qk - m_new[:, None])
+        qk = tl.where(valid, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+    else:  # scale and max subtraction in one FMA per score
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, m_new, l_i
 
 
 @triton.jit
+def _load_prefix_kv(
+    k_buffer_ptr,
+    v_buffer_ptr,
+    token_row_ptr,  # req_to_token's row of this request
+    pos,  # [BLOCK_N] prefix positions
+    mask_n,  # [BLOCK_N] pos < prefix_len
+    mask_d,  # [BLOCK_D]
+    offs_d,
+    kv_head,
+    stride_kb_slot,
+    stride_kb_head,
+    stride_vb_slot,
+    stride_vb_head,
+    v_scale,
+    dtype: tl.constexpr,
+    IS_FP8_POOL: tl.constexpr,
+):
+    """Gathers one prefix chunk from the paged pool: K as [BLOCK_D, BLOCK_N], V [BLOCK_N, BLOCK_D]."""
+    slots = tl.load(token_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
+    k = tl.load(
+        k_buffer_ptr + slots[None, :] * stride_kb_slot + kv_head * stride_kb_head + offs_d[:, None],
+        mask=mask_n[None, :] & mask_d[:, None],
+        other=0.0,
+    ).to(dtype)  # FP8 pools: converted exactly, k_scale is in the softmax scale
+    v = tl.load(
+        v_buffer_ptr + slots[:, None] * stride_vb_slot + kv_head * stride_vb_head + offs_d[None, :],
+        mask=mask_n[:, None] & mask_d[None, :],
+        other=0.0,
+    )
+    if IS_FP8_POOL:
+        v = (v.to(tl.float32) * v_scale).to(dtype)
+    return k, v
+
+
+@triton.jit(do_not_specialize=["NUM_M_BLOCKS"])  # one compile for every prompt length
 def _extend_attention_kernel(
     q_ptr,  # [num_tokens, num_heads, head_dim]
     k_new_ptr,  # [num_tokens, num_kv_heads, head_dim]
     v_new_ptr,
+    k_new_desc,  # TMA descriptor of k_new as [num_tokens, num_kv_heads * head_dim] (USE_TMA)
+    v_new_desc,
     o_ptr,  # [num_tokens, num_heads, head_dim]
     k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
     v_buffer_ptr,
@@ -82,15 +134,16 @@ def _extend_attention_kernel(
     stride_req_row,
     NUM_M_BLOCKS,
     IS_FP8_POOL: tl.constexpr,
+    USE_TMA: tl.constexpr,
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    m_block = NUM_M_BLOCKS - 1 - tl.program_id(0)  # heaviest blocks first
+    head = tl.program_id(0)
     req = tl.program_id(1)
-    head = tl.program_id(2)
+    m_block = NUM_M_BLOCKS - 1 - tl.program_id(2)  # heaviest blocks first
     kv_head = head // GROUP_SIZE
 
     extend_len = tl.load(extend_lens_ptr + req).to(tl.int32)
@@ -119,56 +172,57 @@ def _extend_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
 
-    # Stage 1: the cached prefix, gathered from the paged pool.
-    for n in range(0, prefix_len, BLOCK_N):
+    # Stage 1: the cached prefix, gathered from the paged pool; full chunks need no score mask.
+    token_row_ptr = req_to_token_ptr + row * stride_req_row
+    prefix_scale = qk_scale * k_scale
+    prefix_full_end = (prefix_len // BLOCK_N) * BLOCK_N
+    for n in range(0, prefix_full_end, BLOCK_N):
         pos = n + offs_n
+        k, v = _load_prefix_kv(
+            k_buffer_ptr, v_buffer_ptr, token_row_ptr, pos, pos < prefix_len, mask_d, offs_d,
+            kv_head, stride_kb_slot, stride_kb_head, stride_vb_slot, stride_vb_head, v_scale,
+            q.dtype, IS_FP8_POOL,
+        )  # fmt: skip
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, q, k, v, prefix_scale, None, USE_MASK=False)
+    if prefix_full_end < prefix_len:
+        pos = prefix_full_end + offs_n
         mask_n = pos < prefix_len
-        slots = tl.load(req_to_token_ptr + row * stride_req_row + pos, mask=mask_n, other=0)
-        slots = slots.to(tl.int64)
-        k = tl.load(
-            k_buffer_ptr
-            + slots[None, :] * stride_kb_slot
-            + kv_head * stride_kb_head
-            + offs_d[:, None],
-            mask=mask_n[None, :] & mask_d[:, None],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]; FP8 pools: converted exactly
-        v = tl.load(
-            v_buffer_ptr
-            + slots[:, None] * stride_vb_slot
-            + kv_head * stride_vb_head
-            + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        )  # [BLOCK_N, BLOCK_D]
-        if IS_FP8_POOL:
-            v = (v.to(tl.float32) * v_scale).to(q.dtype)
-        acc, m_i, l_i = _online_softmax_step(
-            acc, m_i, l_i, q, k, v, qk_scale * k_scale, mask_n[None, :], USE_MASK=True
+        k, v = _load_prefix_kv(
+            k_buffer_ptr, v_buffer_ptr, token_row_ptr, pos, mask_n, mask_d, offs_d,
+            kv_head, stride_kb_slot, stride_kb_head, stride_vb_slot, stride_vb_head, v_scale,
+            q.dtype, IS_FP8_POOL,
+        )  # fmt: skip
+        acc, m_i, l_i = _softmax_step(
+            acc, m_i, l_i, q, k, v, prefix_scale, mask_n[None, :], USE_MASK=True
         )
 
-    # Stage 2a: new tokens strictly before this query block: all visible, no mask needed
-    # (they are < m_start < extend_len).
+    # Stage 2a: chunks of new tokens wholly before this query block: all visible, no mask
+    # (they end at or before m_start < extend_len).
     k_new_base = k_new_ptr + token_start * stride_kn_token + kv_head * stride_kn_head
     v_new_base = v_new_ptr + token_start * stride_vn_token + kv_head * stride_vn_head
-    for n in range(0, m_start, BLOCK_N):
+    unmasked_end = (m_start // BLOCK_N) * BLOCK_N
+    for n in range(0, unmasked_end, BLOCK_N):
         pos = n + offs_n
-        k_ptrs = k_new_base + pos[None, :] * stride_kn_token + offs_d[:, None]
-        v_ptrs = v_new_base + pos[:, None] * stride_vn_token + offs_d[None, :]
-        if HEAD_DIM == BLOCK_D:  # the hot loop of long prefills: unmasked loads
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+        if USE_TMA:  # HEAD_DIM == BLOCK_D (checked by the launcher)
+            tma_row = (token_start + n).to(tl.int32)
+            k = tl.trans(k_new_desc.load([tma_row, kv_head * HEAD_DIM]))
+            v = v_new_desc.load([tma_row, kv_head * HEAD_DIM])
         else:
-            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
-        acc, m_i, l_i = _online_softmax_step(
-            acc, m_i, l_i, q, k, v, qk_scale, mask_d[None, :], USE_MASK=False
-        )
+            k_ptrs = k_new_base + pos[None, :] * stride_kn_token + offs_d[:, None]
+            v_ptrs = v_new_base + pos[:, None] * stride_vn_token + offs_d[None, :]
+            if HEAD_DIM == BLOCK_D:  # the hot loop of long prefills: unmasked loads
+                k = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            else:
+                k = tl.load(k_ptrs, mask=mask_d[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=mask_d[None, :], other=0.0)
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, q, k, v, qk_scale, None, USE_MASK=False)
 
-    # Stage 2b: the diagonal chunks, causal and length masked. The first one holds key m_start,
-    # visible to every row, so no row's running max stays -inf.
+    # Stage 2b: the diagonal chunks, causal masked. The first one holds key unmasked_end <=
+    # m_start, visible to every row, so no row's running max stays -inf. Padding rows past
+    # extend_len see zero K/V past it (masked loads) and are not stored.
     diag_end = tl.minimum(m_start + BLOCK_M, extend_len)
-    for n in range(m_start, diag_end, BLOCK_N):
+    for n in range(unmasked_end, diag_end, BLOCK_N):
         pos = n + offs_n
         mask_n = pos < extend_len
         k = tl.load(
@@ -181,8 +235,8 @@ def _extend_attention_kernel(
             mask=mask_n[:, None] & mask_d[None, :],
             other=0.0,
         )
-        valid = (offs_m[:, None] >= pos[None, :]) & mask_n[None, :]
-        acc, m_i, l_i = _online_softmax_step(acc, m_i, l_i, q, k, v, qk_scale, valid, USE_MASK=True)
+        valid = offs_m[:, None] >= pos[None, :]
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, q, k, v, qk_scale, valid, USE_MASK=True)
 
     out = acc / l_i[:, None]
     o_ptrs = (
@@ -192,62 +246,6 @@ def _extend_attention_kernel(
         + offs_d[None, :]
     )
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
-
-
-def _default_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim; measured on the H200."""
-    if device.type != "cuda":
-        return 32, 32, 4, 1  # the interpreter: few, small programs
-    if head_dim <= 64:
-        return 128, 64, 4, 3
-    if head_dim <= 128:
-        return 128, 128, 8, 3  # 458 TFLOP/s at 8k causal; (128, 64, 8, 3) gave 439
-    return 64, 32, 4, 2  # 256: keeps the accumulators and tiles in registers/shared memory
-
-
-def _check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_request):
-    if q.dim() != 3:
-        raise ValueError(f"q must be [num_tokens, num_heads, head_dim], got {tuple(q.shape)}")
-    num_tokens, num_heads, head_dim = q.shape
-    for name, t in (("k_new", k_new), ("v_new", v_new)):
-        if t.dim() != 3 or t.shape[0] != num_tokens or t.shape[2] != head_dim:
-            raise ValueError(
-                f"{name} must be [num_tokens={num_tokens}, num_kv_heads, head_dim={head_dim}], "
-                f"got {tuple(t.shape)}"
-            )
-    num_kv_heads = k_new.shape[1]
-    if v_new.shape[1] != num_kv_heads or num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) "
-            f"and k_new/v_new must agree, got v_new heads {v_new.shape[1]}"
-        )
-    for name, t in (("k_buffer", k_buffer), ("v_buffer", v_buffer)):
-        if t.dim() != 3 or t.shape[1] != num_kv_heads or t.shape[2] != head_dim:
-            raise ValueError(
-                f"{name} must be [num_slots, num_kv_heads={num_kv_heads}, head_dim={head_dim}], "
-                f"got {tuple(t.shape)}"
-            )
-        if t.stride(2) != 1:
-            raise ValueError(f"{name} must be contiguous in head_dim")
-    for name, t in (("q", q), ("k_new", k_new), ("v_new", v_new)):
-        if t.stride(2) != 1:
-            raise ValueError(f"{name} must be contiguous in head_dim")
-        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise TypeError(f"{name} must be float16/bfloat16/float32, got {t.dtype}")
-    pool_ok = k_buffer.dtype == v_buffer.dtype and k_buffer.dtype in (q.dtype, *FP8_KV_DTYPES)
-    if not pool_ok or k_new.dtype != q.dtype or v_new.dtype != q.dtype:
-        raise TypeError(
-            f"q, k_new, v_new must share one dtype and k_buffer/v_buffer be it or FP8, got q "
-            f"{q.dtype}, k_new {k_new.dtype}, k_buffer {k_buffer.dtype}, v_buffer {v_buffer.dtype}"
-        )
-    if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
-        raise TypeError("req_to_token must be a contiguous int32 [rows, max_context_len] tensor")
-    batch = per_request["req_pool_indices"].shape[0]
-    for name, t in per_request.items():
-        if t.shape != (batch,) or t.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{name} must be an int32/int64 [batch={batch}] tensor")
-    if head_dim > 256:
-        raise ValueError(f"head_dim must be <= 256, got {head_dim}")
 
 
 def extend_attention(
@@ -269,6 +267,7 @@ def extend_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    use_tma: bool | None = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
@@ -282,7 +281,9 @@ def extend_attention(
         max_extend_len: an upper bound of extend_lens (host int, sizes the grid; no sync).
         scaling: softmax scale, usually head_dim ** -0.5.
         out: optional output tensor (may alias nothing read here).
-        block_m, block_n, num_warps, num_stages: tuning overrides (benchmarks).
+        block_m, block_n, num_warps, num_stages, use_tma: overrides of the launch config
+            that `select_extend_config` takes from the tuned table (benchmarks, sweeps).
+            use_tma falls back to pointer loads where TMA cannot address k_new/v_new.
         k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale); the
             new tokens' k_new/v_new are in q's dtype, unscaled.
 
@@ -298,7 +299,7 @@ def extend_attention(
         "extend_lens": extend_lens,
         "extend_start_loc": extend_start_loc,
     }
-    _check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_request)
+    check_extend_inputs(q, k_new, v_new, k_buffer, v_buffer, req_to_token, per_request)
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_new.shape[1]
     if out is None:
@@ -309,15 +310,25 @@ def extend_attention(
     if batch == 0 or num_tokens == 0 or max_extend_len <= 0:
         return out
 
-    default_m, default_n, default_warps, default_stages = _default_blocks(head_dim, q.device)
-    block_m = block_m or default_m
-    block_n = block_n or default_n
-    num_m_blocks = triton.cdiv(max_extend_len, block_m)
-    grid = (num_m_blocks, batch, num_heads)
+    config = select_extend_config(head_dim, max_extend_len, on_cuda=q.is_cuda)
+    if any(v is not None for v in (block_m, block_n, num_warps, num_stages, use_tma)):
+        config = config.with_overrides(
+            block_m=block_m,
+            block_n=block_n,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            use_tma=use_tma,
+        )
+    descriptors = (
+        new_token_tma_descriptors(k_new, v_new, config.block_n) if config.use_tma else None
+    )
+    num_m_blocks = triton.cdiv(max_extend_len, config.block_m)
+    grid = (num_heads, batch, num_m_blocks)  # heads fastest: see the module docstring
     _extend_attention_kernel[grid](
         q,
         k_new,
         v_new,
+        *(descriptors or (k_new, v_new)),  # unused without TMA
         out,
         k_buffer,
         v_buffer,
@@ -344,13 +355,14 @@ def extend_attention(
         req_to_token.stride(0),
         num_m_blocks,
         IS_FP8_POOL=k_buffer.dtype in FP8_KV_DTYPES,
+        USE_TMA=descriptors is not None,
         GROUP_SIZE=num_heads // num_kv_heads,
         HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=num_warps or default_warps,
-        num_stages=num_stages or default_stages,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out
 

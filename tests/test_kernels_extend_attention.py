@@ -3,10 +3,20 @@
 
 # TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
 
+import json
+
 import pytest
 import torch
 
 from radixgen.kernels.extend_attention import extend_attention, extend_attention_ref
+from radixgen.kernels.extend_attention_configs import (
+    DEFAULT_TABLE_PATH,
+    ExtendAttentionConfig,
+    format_config_table,
+    load_config_table,
+    parse_config_table,
+    select_extend_config,
+)
 
 
 def make_extend_case(
@@ -95,6 +105,83 @@ def test_extend_attention_matches_reference(
     assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
 
 
+# Every structural variant the tuning sweep explores: BLOCK_N below, equal to and above BLOCK_M
+# (the unmasked loop must stop at a BLOCK_N boundary at or before the query block), and the
+# new tokens' K/V through TMA descriptors (the interpreter emulates them).
+VARIANTS = [
+    dict(block_m=16, block_n=32, use_tma=False),
+    dict(block_m=32, block_n=16, use_tma=False),
+    dict(block_m=16, block_n=16, use_tma=True),
+    dict(block_m=16, block_n=32, use_tma=True),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_extend_attention_variants_match_reference(variant, dtype):
+    # Prefixes with full chunks and a tail, a prefix of exactly one chunk, none; extends past
+    # several query blocks and shorter than one.
+    args = make_extend_case(
+        prefix_lens=[40, 0, 32], extend_lens=[45, 70, 5], num_heads=4, num_kv_heads=2,
+        head_dim=64, dtype=dtype, seed=7,
+    )  # fmt: skip
+    out = torch.full_like(args["q"], float("nan"))
+    extend_attention(**args, out=out, **variant)
+    assert relative_error(out, extend_attention_ref(**args)) < (
+        1e-5 if dtype == torch.float32 else 2e-3
+    )
+
+
+def test_extend_attention_tma_falls_back_where_unaddressable():
+    """head_dim 96 (padded tile) and a k_new whose heads are not packed take pointer loads."""
+    args = make_extend_case(
+        prefix_lens=[3], extend_lens=[40], num_heads=2, num_kv_heads=1, head_dim=96,
+        dtype=torch.float32,
+    )  # fmt: skip
+    out = extend_attention(**args, block_m=16, block_n=16, use_tma=True)
+    assert relative_error(out, extend_attention_ref(**args)) < 1e-5
+    args = make_extend_case(
+        prefix_lens=[3], extend_lens=[40], num_heads=4, num_kv_heads=2, head_dim=64,
+        dtype=torch.float32,
+    )  # fmt: skip
+    args["k_new"] = torch.randn(40, 2, 128)[..., :64]  # heads 128 apart: no 2-D TMA view
+    out = extend_attention(**args, block_m=16, block_n=16, use_tma=True)
+    assert relative_error(out, extend_attention_ref(**args)) < 1e-5
+
+
+def test_config_table_selects_by_length_and_head_dim():
+    small, large = ExtendAttentionConfig(64, 64, 4, 3), ExtendAttentionConfig(128, 128, 8, 3, True)
+    table = parse_config_table(
+        {"head_dim": {"128": [large.to_row(None), small.to_row(2048)]}}
+    )  # rows in any order: sorted by bound, None last
+    assert select_extend_config(128, 1, on_cuda=True, table=table) == small
+    assert select_extend_config(128, 2048, on_cuda=True, table=table) == small
+    assert select_extend_config(128, 2049, on_cuda=True, table=table) == large
+    assert select_extend_config(64, 2048, on_cuda=True, table=table).block_m == 128  # fallback
+    assert select_extend_config(128, 2048, on_cuda=False, table=table).block_m == 32  # interpreter
+    shipped = load_config_table(DEFAULT_TABLE_PATH)
+    assert shipped[128][-1][0] is None  # the shipped table covers every length
+    data = json.loads(DEFAULT_TABLE_PATH.read_text())
+    assert parse_config_table(json.loads(format_config_table(data))) == shipped
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({"head_dim": {"128": [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}]}},
+         "max_extend_len"),
+        ({"head_dim": {"128": [{"max_extend_len": None, "block_m": 48, "block_n": 64,
+                                "num_warps": 4, "num_stages": 3}]}}, "block_m"),
+        ({"head_dim": {"128": [{"max_extend_len": None, "block_m": 64, "block_n": 64,
+                                "num_warps": 4, "num_stages": 3, "warps": 2}]}}, "bad row"),
+        ({"head_dim": {}, "extra": 1}, "keys"),
+    ],
+)  # fmt: skip
+def test_config_table_rejects_bad_rows(data, match):
+    with pytest.raises(ValueError, match=match):
+        parse_config_table(data)
+
+
 def test_extend_attention_prefix_changes_output():
     """The prefix is really read from the pool: changing a prefix slot's V changes the output."""
     args = make_extend_case(
@@ -142,3 +229,23 @@ def test_extend_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
     out = extend_attention(**args)
     ref = extend_attention_ref(**args)
     assert relative_error(out, ref) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=False),
+        dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=True),
+        dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    ],
+    ids=lambda v: "-".join(map(str, v.values())),
+)
+def test_extend_attention_cuda_variants(variant):
+    args = make_extend_case(
+        prefix_lens=[0, 300, 1000, 7], extend_lens=[1024, 77, 500, 1], num_heads=32,
+        num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, device="cuda",
+    )  # fmt: skip
+    out = extend_attention(**args, **variant)
+    assert relative_error(out, extend_attention_ref(**args)) < 1e-2

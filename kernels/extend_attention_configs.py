@@ -1,0 +1,129 @@
+"""Launch configurations of `extend_attention`, chosen by head_dim and the longest new-token run.
+
+The table lives in `extend_attention_configs.json` beside this module, so that a tuning sweep
+(`scripts/tune_extend_attention.py`) can replace it by copying one file. Format:
+
+    {"head_dim": {"128": [
+        {"max_extend_len": 1024, "block_m": 64, "block_n": 64, "num_warps": 4,
+         "num_stages": 3, "use_tma": false},
+        ...,
+        {"max_extend_len": null, ...}     # every longer run
+    ]}}
+
+A launch with `max_extend_len` n takes the first row (rows sorted by max_extend_len) whose
+max_extend_len is >= n, else the last row. Head dims missing from the table, and devices other
+than CUDA (the interpreter), use `fallback_extend_config`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+DEFAULT_TABLE_PATH = Path(__file__).with_name("extend_attention_configs.json")
+
+
+@dataclass(frozen=True)
+class ExtendAttentionConfig:
+    """Tile sizes and pipelining of one extend_attention launch."""
+
+    block_m: int  # query rows per program
+    block_n: int  # keys per inner-loop step
+    num_warps: int
+    num_stages: int  # software-pipelining depth of the K/V loads
+    use_tma: bool = False  # new tokens' K/V through TMA tensor descriptors (Hopper+)
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two >= 16, got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if not 1 <= self.num_stages <= 8:
+            raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+
+    def with_overrides(self, **fields: int | bool | None) -> ExtendAttentionConfig:
+        """A copy with the fields that are not None replaced (validated again)."""
+        return replace(self, **{k: v for k, v in fields.items() if v is not None})
+
+    def to_row(self, max_extend_len: int | None) -> dict:
+        return {"max_extend_len": max_extend_len, **asdict(self)}
+
+
+# {head_dim: ((max_extend_len or None, config), ...)} sorted by max_extend_len, None last.
+ConfigTable = dict[int, tuple[tuple[int | None, ExtendAttentionConfig], ...]]
+
+
+def parse_config_table(data: dict) -> ConfigTable:
+    """Validates the JSON form (see the module docstring); raises ValueError naming the row."""
+    if set(data) - {"head_dim", "note", "source"} or "head_dim" not in data:
+        raise ValueError(f"config table keys must be head_dim, note, source; got {sorted(data)}")
+    table: ConfigTable = {}
+    for head_dim, rows in data["head_dim"].items():
+        parsed = []
+        for row in rows:
+            fields = dict(row)
+            bound = fields.pop("max_extend_len", "missing")
+            if bound != "missing" and bound is not None and not isinstance(bound, int):
+                raise ValueError(f"head_dim {head_dim}: max_extend_len must be int or null: {row}")
+            if bound == "missing":
+                raise ValueError(f"head_dim {head_dim}: row without max_extend_len: {row}")
+            try:
+                parsed.append((bound, ExtendAttentionConfig(**fields)))
+            except TypeError as error:
+                raise ValueError(f"head_dim {head_dim}: bad row {row}: {error}") from error
+        if not parsed:
+            raise ValueError(f"head_dim {head_dim}: no rows")
+        parsed.sort(key=lambda item: float("inf") if item[0] is None else item[0])
+        table[int(head_dim)] = tuple(parsed)
+    return table
+
+
+def format_config_table(data: dict) -> str:
+    """The JSON form with one row per line (the layout of the shipped file, easy to diff)."""
+    lines = ["{"]
+    for key in ("note", "source"):
+        if key in data:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(data[key])},")
+    lines.append('  "head_dim": {')
+    dims = list(data["head_dim"].items())
+    for i, (head_dim, rows) in enumerate(dims):
+        lines.append(f"    {json.dumps(str(head_dim))}: [")
+        lines += [f"      {json.dumps(row)}," for row in rows]
+        lines[-1] = lines[-1].rstrip(",")
+        lines.append("    ]" + ("," if i + 1 < len(dims) else ""))
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def load_config_table(path: Path = DEFAULT_TABLE_PATH) -> ConfigTable:
+    """The parsed table (read once per path: it is a constant of the installed package)."""
+    return parse_config_table(json.loads(Path(path).read_text()))
+
+
+def fallback_extend_config(head_dim: int, on_cuda: bool) -> ExtendAttentionConfig:
+    """Head dims the table lacks; measured on the H200 before the table existed."""
+    if not on_cuda:
+        return ExtendAttentionConfig(32, 32, 4, 1)  # the interpreter: few, small programs
+    if head_dim <= 64:
+        return ExtendAttentionConfig(128, 64, 4, 3)
+    if head_dim <= 128:
+        return ExtendAttentionConfig(128, 128, 8, 3)  # 458 TFLOP/s at 8k causal
+    return ExtendAttentionConfig(64, 32, 4, 2)  # 256: tiles and accumulators must still fit
+
+
+def select_extend_config(
+    head_dim: int, max_extend_len: int, on_cuda: bool, table: ConfigTable | None = None
+) -> ExtendAttentionConfig:
+    """The table's row for (head_dim, max_extend_len), or the fallback."""
+    rows = (load_config_table() if table is None else table).get(head_dim) if on_cuda else None
+    if not rows:
+        return fallback_extend_config(head_dim, on_cuda)
+    for bound, config in rows:
+        if bound is None or max_extend_len <= bound:
+            return config
+    return rows[-1][1]
