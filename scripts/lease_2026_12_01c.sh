@@ -5,8 +5,8 @@
 #   PART=1  GPU tests of those features, the int4 GEMM and tree-attention microbenchmarks
 #   PART=2  bench latency batch 1 and 64 (bf16, FP8, AWQ int4); generated-shared-prefix with
 #           tree attention on and off
-#   PART=3  multi-LoRA kernels and serving; jump-forward off/on (json-keys, concurrency 1, 64);
-#           a py-spy profile of constrained serving
+#   PART=3  multi-LoRA kernels and serving
+#   PART=4  the extend-attention tuning sweep
 # Through the device tool: carry [".whl"]; OUT is set by the tool.
 set -uo pipefail
 OUT=${OUT:-h200_out}
@@ -47,7 +47,12 @@ case "${PART:-1}" in
     bash scripts/h200.sh setup >/dev/null
     timeout 100 python3 scripts/bench_lora.py kernels --out "$OUT" 2>&1 | grep -v Warning | tail -12
     timeout 240 python3 scripts/bench_lora.py serving --out "$OUT" 2>&1 | grep -v Warning | tail -8
-    bash scripts/ab_bench.sh . jump-forward 2>&1 | grep -E "^\[|throughput|tpot|Error" | head -20
+    ;;
+  4)  # the extend-attention tuning sweep ([7/14] item 3) and the GPU tests of the kernel
+    bash scripts/h200.sh setup >/dev/null
+    timeout 300 python3 scripts/tune_extend_attention.py --out "$OUT" 2>&1 | tail -45
+    timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_extend_attention.py \
+      tests/test_kernels_fp8_kv_attention.py tests/test_warmup.py 2>&1 | grep -E "passed|failed|Error" | tail -8
     ;;
 esac
 ls "$OUT"
