@@ -127,3 +127,18 @@ def select_extend_config(
         if bound is None or max_extend_len <= bound:
             return config
     return rows[-1][1]
+
+
+def extend_lengths_per_config(head_dim: int, table: ConfigTable | None = None) -> tuple[int, ...]:
+    """One `max_extend_len` per distinct CUDA config of head_dim's rows (the row's bound, or
+    one past the previous bound for the open-ended row): a run of each compiles every
+    variant the launcher can pick. Empty when the table lacks head_dim (one fallback config)."""
+    rows = (load_config_table() if table is None else table).get(head_dim) or ()
+    lengths, seen, previous = [], set(), 0
+    for bound, config in rows:
+        length = previous + 1 if bound is None else bound
+        if config not in seen:
+            seen.add(config)
+            lengths.append(length)
+        previous = length if bound is not None else previous
+    return tuple(lengths)

@@ -21,6 +21,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from radixgen.kernels.extend_attention_configs import extend_lengths_per_config
 from radixgen.runtime.request_schema import (
     GenerateReq,
     ModelLimits,
@@ -36,12 +37,10 @@ logger = logging.getLogger(__name__)
 _FIRST_ORDINARY_ID = 300
 # Tokens each warm-up request generates: enough to run decode steps (and graph replays).
 WARMUP_NEW_TOKENS = 8
-# Prompt lengths of the extend rounds on CUDA, one batch each. The extend kernel takes the
-# batch's row-block count, ceil(longest / BLOCK_M), as an integer argument, and Triton
-# compiles a variant per class of it (equal to 1, divisible by 16, other): 8 tokens (one
-# block), 200 (a few), 1024 and 2048 (8 and 16 blocks at BLOCK_M 128, 16 and 32 at 64)
-# compile every class whatever the block size.
-CUDA_PROMPT_LENS = (8, 200, 1024, 2048)
+# Prompt lengths of the extend rounds on CUDA, one batch each, besides one per row of the
+# extend kernel's config table (`extend_lengths_per_config`: the launcher picks its tiles by
+# the batch's longest run): 8 tokens (one row block) and 200 (a few).
+CUDA_PROMPT_LENS = (8, 200)
 # A constraint whose mask is applied both by the vocab-mask kernel (greedy) and inside the
 # fused sampling kernel (sampled).
 WARMUP_REGEX = "[0-9]{1,6}"
@@ -77,9 +76,10 @@ class WarmupPlan:
     constrained: bool
 
     @classmethod
-    def for_device(cls, device_type: str) -> WarmupPlan:
+    def for_device(cls, device_type: str, head_dim: int = 128) -> WarmupPlan:
         if device_type == "cuda":
-            return cls(prompt_lens=CUDA_PROMPT_LENS, sampler_paths=True, constrained=True)
+            lengths = CUDA_PROMPT_LENS + extend_lengths_per_config(head_dim)
+            return cls(prompt_lens=lengths, sampler_paths=True, constrained=True)
         # On the CPU nothing compiles (torch backends): one short request checks the model
         # end to end, at ~40 ms for the tiny model.
         return cls(prompt_lens=(), sampler_paths=False, constrained=False)
@@ -182,7 +182,8 @@ def warm_up(scheduler: Scheduler, plan: WarmupPlan | None = None) -> WarmupRepor
     """
     if scheduler.has_work():
         raise ValueError("warm_up needs an idle scheduler (requests are queued or running)")
-    plan = plan or WarmupPlan.for_device(scheduler.device.type)
+    head_dim = scheduler.runner.model_config.head_dim
+    plan = plan or WarmupPlan.for_device(scheduler.device.type, head_dim)
     start = time.perf_counter()
     rounds = warmup_rounds(
         plan,

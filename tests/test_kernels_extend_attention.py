@@ -12,6 +12,7 @@ from radixgen.kernels.extend_attention import extend_attention, extend_attention
 from radixgen.kernels.extend_attention_configs import (
     DEFAULT_TABLE_PATH,
     ExtendAttentionConfig,
+    extend_lengths_per_config,
     format_config_table,
     load_config_table,
     parse_config_table,
@@ -163,6 +164,20 @@ def test_config_table_selects_by_length_and_head_dim():
     assert shipped[128][-1][0] is None  # the shipped table covers every length
     data = json.loads(DEFAULT_TABLE_PATH.read_text())
     assert parse_config_table(json.loads(format_config_table(data))) == shipped
+
+
+def test_extend_lengths_per_config_reach_every_distinct_row():
+    a, b = ExtendAttentionConfig(64, 64, 4, 3), ExtendAttentionConfig(128, 128, 8, 3, True)
+    table = parse_config_table(
+        {"head_dim": {"128": [a.to_row(1024), b.to_row(4096), b.to_row(None)]}}
+    )
+    lengths = extend_lengths_per_config(128, table)
+    assert lengths == (1024, 4096)  # the open-ended row repeats b: nothing more to compile
+    picked = {select_extend_config(128, n, on_cuda=True, table=table) for n in lengths}
+    assert picked == {a, b}
+    table = parse_config_table({"head_dim": {"128": [a.to_row(1024), b.to_row(None)]}})
+    assert extend_lengths_per_config(128, table) == (1024, 1025)
+    assert extend_lengths_per_config(64, table) == ()  # the fallback: one config
 
 
 @pytest.mark.parametrize(
