@@ -11,9 +11,12 @@ threads batch together, and `async_generate` works from asyncio code.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+import torch
 
 from radixgen.runtime.engine_loop import ResultChannel, SchedulerThread
 from radixgen.runtime.io_struct import (
@@ -281,12 +284,22 @@ class Engine:
         )
 
     def shutdown(self) -> None:
-        """Stops the scheduler thread (idempotent)."""
+        """Stops the scheduler thread and gives the device memory back (idempotent): the
+        weights, KV pools and CUDA graphs go with the scheduler, so a second Engine in the same
+        process gets the whole device. Later calls raise "the engine was shut down"."""
+        if self._scheduler is None:
+            return
         self._scheduler_thread.shutdown()
         self._scheduler.shutdown()
         if self._tensor_parallel is not None:
             self._tensor_parallel.shutdown()
             self._tensor_parallel = None
+        if self._scheduler_thread.is_stopped():
+            self._scheduler_thread.release_scheduler()
+            self._scheduler = None
+            gc.collect()  # the scheduler's objects hold reference cycles
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     def __enter__(self) -> Engine:
         return self

@@ -182,3 +182,10 @@ class SchedulerThread:
         self.transport.close()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
+
+    def is_stopped(self) -> bool:
+        return not self._thread.is_alive()
+
+    def release_scheduler(self) -> None:
+        """Drops the stopped loop's scheduler (and with it the model and its memory)."""
+        self._loop = None

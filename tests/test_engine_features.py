@@ -382,3 +382,20 @@ def test_outlines_backend_refuses_grammars_clearly(tiny_model_path):
             engine.generate("x", {"max_new_tokens": 4, "ebnf": "root ::= 'a'"})
         out = engine.generate("x", {"max_new_tokens": 4, "temperature": 0, "regex": "[0-9]{2}"})
         assert re.fullmatch("[0-9]{2}", out["text"])
+
+
+def test_shutdown_gives_the_model_back(tiny_model_path):
+    """A closed Engine keeps no reference to its weights or KV pools (a second Engine in the
+    same process gets the whole device), and later calls fail clearly."""
+    import gc
+    import weakref
+
+    engine = Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=512)
+    engine.generate(input_ids=[[300, 301, 302]], sampling_params={"max_new_tokens": 2})
+    runner = weakref.ref(engine._scheduler.runner)
+    engine.shutdown()
+    engine.shutdown()  # idempotent
+    gc.collect()
+    assert runner() is None
+    with pytest.raises(RuntimeError, match="shut down"):
+        engine.generate(input_ids=[[300]], sampling_params={"max_new_tokens": 1})
