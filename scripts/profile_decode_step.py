@@ -1,0 +1,94 @@
+"""Where a batch-1 decode step's time goes on the GPU (a profiling aid, not a test).
+
+    python3 scripts/profile_decode_step.py --model-path /tmp/llama-3.1-8b --load-format dummy \
+        [--quantization fp8|awq] [--batch-size 1] [--out $OUT]
+
+Runs one warm greedy `Engine.generate` (128-token prompt, 129 new tokens: 128 decode steps)
+under `torch.profiler` and prints the GPU kernels per decode step, grouped by name: count per
+step, microseconds per step, share of the step. Kernels replayed from CUDA graphs are traced
+too. "step wall" is the generate's duration over its steps; "kernels" the summed kernel time
+per step; the difference is time the GPU sat idle (launch gaps, host work, syncs). JSON to
+--out/profile_decode_step[_QUANT].json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--quantization", default=None)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from radixgen.runtime.engine import Engine
+
+    options = {"load_format": args.load_format}
+    if args.quantization:
+        options["quantization"] = args.quantization
+    prompts = [[1000 + (i * 31 + j) % 20000 for j in range(128)] for i in range(args.batch_size)]
+    params = {"max_new_tokens": args.steps + 1, "temperature": 0.0, "ignore_eos": True}
+    with Engine(model_path=args.model_path, **options) as engine:
+        engine.generate(input_ids=prompts, sampling_params=params)  # warm: graphs, kernels
+        engine.flush_cache()
+        first = {**params, "max_new_tokens": 1}
+        start = time.perf_counter()
+        engine.generate(input_ids=prompts, sampling_params=first)
+        prefill_s = time.perf_counter() - start
+        engine.flush_cache()
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            engine.generate(input_ids=prompts, sampling_params=params)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            total_s = time.perf_counter() - start
+    step_us = (total_s - prefill_s) / args.steps * 1e6
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+            row = kernels[event.name[:90]]
+            row[0] += 1
+            row[1] += event.device_time  # us
+    rows = sorted(kernels.items(), key=lambda item: -item[1][1])
+    kernel_us = sum(total for _, (_, total) in rows) / args.steps
+    print(
+        f"step wall {step_us:.1f} us, kernels {kernel_us:.1f} us per step "
+        f"(idle {step_us - kernel_us:.1f} us); prefill {prefill_s * 1e3:.1f} ms"
+    )
+    print(f"{'kernel':90s} {'n/step':>7s} {'us/step':>8s} {'share':>6s}")
+    for name, (count, total) in rows[:40]:
+        per_step = total / args.steps
+        print(f"{name:90s} {count / args.steps:7.2f} {per_step:8.1f} {per_step / step_us:6.1%}")
+    suffix = f"_{args.quantization}" if args.quantization else ""
+    path = os.path.join(args.out, f"profile_decode_step{suffix}_bs{args.batch_size}.json")
+    with open(path, "w") as file:
+        json.dump(
+            {
+                "batch_size": args.batch_size,
+                "quantization": args.quantization,
+                "step_wall_us": step_us,
+                "kernel_us_per_step": kernel_us,
+                "kernels": [
+                    {"name": n, "per_step": c / args.steps, "us_per_step": t / args.steps}
+                    for n, (c, t) in rows
+                ],
+            },
+            file,
+            indent=1,
+        )
+
+
+if __name__ == "__main__":
+    main()
