@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22 (multi-LoRA) on one H200: GPU tests of the LoRA kernels and runner, the decode-kernel
-# launch sweep (<= ~80 s) followed by the kernel microbenchmark (SGMV before / decode kernels
+# launch sweep (<= ~60 s) followed by the kernel microbenchmark (SGMV before / decode kernels
 # after, and the swept table's winners), then decode throughput / step time base vs 8 adapters
 # (targets in scripts/bench_lora.py). Through the device tool: carry [".whl"] (as
 # scripts/h200.sh); JSON and logs go to $OUT. Stages can run alone: STAGES="tests kernels serving".
@@ -21,7 +21,7 @@ if [[ $STAGES == *tests* ]]; then
 fi
 if [[ $STAGES == *kernels* ]]; then
   log "decode sweep, then the kernel microbenchmark"
-  timeout 200 python3 scripts/bench_lora.py kernels --sweep --out "$OUT" 2>&1 \
+  timeout 170 python3 scripts/bench_lora.py kernels --sweep --out "$OUT" 2>&1 \
     | tee "$OUT/lora_kernels.log" | tail -40
 fi
 if [[ $STAGES == *serving* ]]; then
