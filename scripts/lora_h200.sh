@@ -4,7 +4,8 @@
 # after, and the swept table's winners), then decode throughput / step time base vs 8 adapters
 # (targets in scripts/bench_lora.py). Through the device tool: carry [".whl"] (as
 # scripts/h200.sh); JSON and logs go to $OUT. Stages can run alone: STAGES="tests kernels serving".
-# The sweep's table is $OUT/lora_decode_configs.json: copy it over kernels/lora_decode_configs.json.
+# The sweep's table is $OUT/lora_decode_configs.json: the serving stage of the same run uses it;
+# copy it over kernels/lora_decode_configs.json in the branch.
 set -uo pipefail
 OUT=${OUT:-h200_out}
 STAGES=${STAGES:-tests kernels serving}
@@ -23,6 +24,8 @@ if [[ $STAGES == *kernels* ]]; then
   log "decode sweep, then the kernel microbenchmark"
   timeout 170 python3 scripts/bench_lora.py kernels --sweep --out "$OUT" 2>&1 \
     | tee "$OUT/lora_kernels.log" | tail -40
+  # This machine's copy (editable install) serves with the swept table from here on.
+  [[ -s $OUT/lora_decode_configs.json ]] && cp "$OUT/lora_decode_configs.json" kernels/
 fi
 if [[ $STAGES == *serving* ]]; then
   python3 -m radixgen.runtime.bench.model_configs llama-3.1-8b /tmp/llama-3.1-8b >/dev/null
