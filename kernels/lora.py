@@ -15,14 +15,16 @@ exactly nothing):
 Tokens arrive packed, request by request; `LoRASegments` cuts them into segments of
 consecutive tokens that share one adapter slot (-1: the base model, nothing added).
 
-Triton (SGMV): two kernels, each with grid `(num_segments, cdiv(max_segment_len, BLOCK_M),
-cdiv(cols, BLOCK_cols))`. A program reads its segment's slot (returning at once for -1) and
-multiplies a `[BLOCK_M, K]` tile of the segment's tokens by that slot's A (shrink, into an fp32
-`[T, shards * R]` scratch), then the scratch by B, adding `scaling * (h @ B.T)` to `y` in place
-(expand, one launch per shard). Prefill segments are whole requests (M tiles of 16..64 rows);
-decode is the same kernel with one-token segments (BGMV: one row per request, masked to 16 for
-`tl.dot`). Every index is read from device tensors and the grid depends only on the number of
-segments and `max_segment_len` (1 in decode), so decode steps capture in CUDA graphs.
+Triton, two paths chosen by `lora_apply`:
+- SGMV (`lora_apply_sgmv`, every segment length; prefill): two kernels, each with grid
+  `(num_segments, cdiv(max_segment_len, BLOCK_M), cdiv(cols, BLOCK_cols))`. A program reads its
+  segment's slot (returning at once for -1) and multiplies a `[BLOCK_M, K]` tile of the
+  segment's tokens by that slot's A (shrink, into an fp32 `[T, shards * R]` scratch), then the
+  scratch by B, adding `scaling * (h @ B.T)` to `y` in place (expand, one launch per shard).
+- decode (`lora_decode.lora_apply_decode`, taken when every segment is one token): split-K
+  shrink and wide-tile expand grouped by pool slot, q/k/v in one launch (see that module).
+Every index is read from device tensors and neither grid depends on which slot a token uses
+(decode: only on the batch size and the pool), so decode steps capture in CUDA graphs.
 
 `lora_apply_ref` is the torch reference (also the CPU path): one gathered matmul pair per adapter
 slot present in the batch (a loop over at most `max_loras_per_batch` slots, never over tokens).
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from radixgen.kernels.lora_decode import MAX_SHARDS, lora_apply_decode
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,8 @@ def lora_apply(
     segments: LoRASegments,
     output_sizes: tuple[int, ...],
 ) -> torch.Tensor:
-    """Triton SGMV: adds every token's adapter delta to `y` (in place) and returns `y`.
+    """Triton: adds every token's adapter delta to `y` (in place) and returns `y`; one-token
+    segments (decode) take the decode kernels, longer ones SGMV.
 
     Raises:
         ValueError: shapes, dtypes or devices that do not match.
@@ -234,6 +239,24 @@ def lora_apply(
         raise ValueError("scalings must be [num_slots] and segments must cover x's tokens")
     if segments.num_segments == 0 or num_tokens == 0:
         return y
+    if segments.max_segment_len == 1 and len(output_sizes) <= MAX_SHARDS:
+        # One token per segment (decode): token_slots is each row's slot.
+        return lora_apply_decode(x, y, lora_a, lora_b, scalings, segments.token_slots, output_sizes)
+    return lora_apply_sgmv(x, y, lora_a, lora_b, scalings, segments, output_sizes)
+
+
+def lora_apply_sgmv(
+    x: torch.Tensor,  # [T, K]
+    y: torch.Tensor,  # [T, N], updated in place
+    lora_a: torch.Tensor,  # [num_slots, num_shards * R, K]
+    lora_b: torch.Tensor,  # [num_slots, N, R]
+    scalings: torch.Tensor,  # [num_slots] fp32
+    segments: LoRASegments,
+    output_sizes: tuple[int, ...],
+) -> torch.Tensor:
+    """The SGMV kernels (shapes checked by `lora_apply`): every segment length."""
+    num_tokens, in_features = x.shape
+    stacked_rank, max_rank = lora_a.shape[1], lora_b.shape[2]
     block_m = _block_m(segments.max_segment_len)
     m_tiles = triton.cdiv(segments.max_segment_len, block_m)
     shrunk = torch.empty(num_tokens, stacked_rank, dtype=torch.float32, device=x.device)

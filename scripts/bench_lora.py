@@ -41,19 +41,68 @@ SHAPES = {
 ALL_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def bench_kernels() -> dict:
+LAYERS = 32  # distinct adapter buffers per timed graph: weights come from HBM, as in serving
+
+
+def graph_time_us(calls: list, replays: int = 10) -> float:
+    """Microseconds per call of `calls` captured in one CUDA graph (median of `replays`)."""
+    for call in calls:
+        call()  # compiled outside the graph
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    del graph
+    return sorted(times)[len(times) // 2]
+
+
+def adapter_layers(in_features: int, output_sizes: tuple[int, ...], layers: int) -> list[tuple]:
+    """`layers` pools of NUM_ADAPTERS rank-16 adapters (bf16 lora_a, lora_b), ones as scalings."""
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    pools = []
+    for _ in range(layers):
+        shape_a = (NUM_ADAPTERS, len(output_sizes) * RANK, in_features)
+        lora_a = (torch.randn(shape_a, device=device) * 0.01).to(dtype)
+        shape_b = (NUM_ADAPTERS, sum(output_sizes), RANK)
+        lora_b = (torch.randn(shape_b, device=device) * 0.01).to(dtype)
+        pools.append((lora_a, lora_b))
+    return pools
+
+
+def check_against_reference(apply, x, lora_a, lora_b, scalings, segments, output_sizes) -> None:
+    """Raises AssertionError when `apply` disagrees with the torch reference (before timing)."""
+    from radixgen.kernels.lora import lora_apply_ref
+
+    y0 = torch.randn(x.shape[0], sum(output_sizes), device=x.device, dtype=x.dtype)
+    expected = lora_apply_ref(x, y0.clone(), lora_a, lora_b, scalings, segments, output_sizes)
+    out = apply(x, y0.clone(), lora_a, lora_b, scalings, segments, output_sizes)
+    torch.testing.assert_close(out.float(), expected.float(), atol=3e-2, rtol=3e-2)
+
+
+def bench_kernels(swept_table: dict | None = None) -> dict:
+    """Args: swept_table: a parsed decode table from `--sweep` (also timed, as lora_swept_us)."""
     import triton
 
-    from radixgen.kernels.lora import lora_apply, make_lora_segments
+    from radixgen.kernels.lora import lora_apply, lora_apply_sgmv, make_lora_segments
+    from radixgen.kernels.lora_decode import lora_apply_decode, select_decode_config
 
     device, dtype = torch.device("cuda"), torch.bfloat16
     results = []
     cases = {"decode_bs1": [1], "decode_bs64": [1] * 64, "prefill_8x512": [512] * 8}
     for shape_name, (in_features, output_sizes) in SHAPES.items():
         out_features = sum(output_sizes)
-        lora_a = torch.randn(NUM_ADAPTERS, len(output_sizes) * RANK, in_features, device=device)
-        lora_a = (lora_a * 0.01).to(dtype)
-        lora_b = (torch.randn(NUM_ADAPTERS, out_features, RANK, device=device) * 0.01).to(dtype)
+        pools = adapter_layers(in_features, output_sizes, LAYERS)
+        lora_a, lora_b = pools[0]
         scalings = torch.ones(NUM_ADAPTERS, device=device)
         weight = torch.randn(out_features, in_features, device=device, dtype=dtype) * 0.02
         for case, lens in cases.items():
@@ -61,27 +110,159 @@ def bench_kernels() -> dict:
             segments = make_lora_segments(slots, lens, device, merge_requests=lens[0] > 1)
             x = torch.randn(sum(lens), in_features, device=device, dtype=dtype)
             y = torch.empty(sum(lens), out_features, device=device, dtype=dtype)
+            args = (scalings, segments, output_sizes)
+            for apply in (lora_apply, lora_apply_sgmv):
+                check_against_reference(apply, x, lora_a, lora_b, *args)
 
-            # The base projection's GEMM (F.linear's) into a preallocated y, and the LoRA delta.
+            # The base projection's GEMM (F.linear's) into a preallocated y, and the LoRA delta
+            # (L2-warm: one adapter pool; cold: LAYERS pools in turn, as the model's layers).
             base = functools.partial(torch.matmul, x, weight.T, out=y)
-            lora = functools.partial(
-                lora_apply, x, y, lora_a, lora_b, scalings, segments, output_sizes
-            )
+            lora = functools.partial(lora_apply, x, y, lora_a, lora_b, *args)
             lora()  # compile outside the graph
             base_ms = triton.testing.do_bench_cudagraph(base, rep=100, return_mode="median")
             lora_ms = triton.testing.do_bench_cudagraph(lora, rep=100, return_mode="median")
-            results.append(
-                {
-                    "shape": shape_name,
-                    "case": case,
-                    "tokens": sum(lens),
-                    "base_gemm_us": base_ms * 1e3,
-                    "lora_sgmv_us": lora_ms * 1e3,
-                    "lora_over_base": lora_ms / base_ms,
-                }
-            )
-            print(json.dumps(results[-1]), flush=True)
+            row = {
+                "shape": shape_name,
+                "case": case,
+                "tokens": sum(lens),
+                "base_gemm_us": base_ms * 1e3,
+                "lora_us": lora_ms * 1e3,  # lora_apply: decode kernels for decode cases
+                "lora_over_base": lora_ms / base_ms,
+            }
+            if lens[0] == 1:
+                sgmv = functools.partial(lora_apply_sgmv, x, y, lora_a, lora_b, *args)
+                sgmv()
+                row["sgmv_us"] = (
+                    triton.testing.do_bench_cudagraph(sgmv, rep=100, return_mode="median") * 1e3
+                )  # the SGMV kernels on the same rows: the path decode took before
+                row["lora_cold_us"] = graph_time_us(
+                    [functools.partial(lora_apply, x, y, a, b, *args) for a, b in pools]
+                )
+                if swept_table is not None:
+                    config = select_decode_config(
+                        in_features, out_features, len(lens), True, swept_table
+                    )
+                    row["lora_swept_cold_us"] = graph_time_us(
+                        [
+                            functools.partial(
+                                lora_apply_decode, x, y, a, b, scalings, segments.token_slots,
+                                output_sizes, config,
+                            )
+                            for a, b in pools
+                        ]
+                    )  # fmt: skip
+            results.append(row)
+            print(json.dumps(row), flush=True)
+        del pools, weight
+        torch.cuda.empty_cache()
     return {"device": torch.cuda.get_device_name(), "rank": RANK, "results": results}
+
+
+# The decode sweep, a coordinate search from the fallback: each entry replaces these fields of
+# the best config so far (warps alone: tried on the best split/tile).
+SHRINK_GRID = [
+    {"split_k": split_k, "block_k": block_k}
+    for split_k in (4, 8, 16, 32, 64)
+    for block_k in (32, 64, 128)
+] + [{"shrink_warps": 2}, {"shrink_warps": 8}]
+EXPAND_GRID = [{"block_n": n} for n in (64, 128, 256)] + [{"expand_warps": w} for w in (2, 8)]
+SWEEP_BATCHES = {1: 8, 64: None}  # timed batch -> the max_tokens of its table row
+SWEEP_BUDGET_S = 60.0  # then each (shape, batch) keeps its best so far
+
+
+def sweep_one(in_features, output_sizes, pools, batch: int, deadline: float) -> list[dict]:
+    """Coordinate search from the fallback (shrink sizes, then expand sizes) for one projection
+    and decode batch; every candidate is checked against the reference before it is timed.
+    Returns the measurements, the winner last."""
+    from dataclasses import asdict, replace
+
+    import triton
+
+    from radixgen.kernels.lora import make_lora_segments
+    from radixgen.kernels.lora_decode import fallback_decode_config, lora_apply_decode
+
+    device = torch.device("cuda")
+    scalings = torch.ones(NUM_ADAPTERS, device=device)
+    slots = [i % NUM_ADAPTERS for i in range(batch)]
+    segments = make_lora_segments(slots, [1] * batch, device, merge_requests=False)
+    x = torch.randn(batch, in_features, device=device, dtype=torch.bfloat16)
+    y = torch.zeros(batch, sum(output_sizes), device=device, dtype=torch.bfloat16)
+    measured = []
+
+    def timed(config) -> float:
+        def apply(x, y, a, b, scalings, segments, sizes):
+            return lora_apply_decode(x, y, a, b, scalings, segments.token_slots, sizes, config)
+
+        check_against_reference(apply, x, *pools[0], scalings, segments, output_sizes)
+        us = graph_time_us(
+            [
+                functools.partial(apply, x, y, a, b, scalings, segments, output_sizes)
+                for a, b in pools
+            ]
+        )
+        measured.append({"batch": batch, "us": us, **asdict(config)})
+        return us
+
+    best = fallback_decode_config(in_features, sum(output_sizes), on_cuda=True)
+    best_us = timed(best)
+    for grid in (SHRINK_GRID, EXPAND_GRID):
+        for fields in grid:
+            candidate = replace(best, **fields)
+            if candidate == best or time.monotonic() > deadline:
+                continue
+            if triton.cdiv(in_features, candidate.split_k) < candidate.block_k // 2:
+                continue  # chunks mostly masked
+            us = timed(candidate)
+            if us < best_us:
+                best, best_us = candidate, us
+    measured.append({"batch": batch, "best_us": best_us, **asdict(best)})
+    return measured
+
+
+def sweep_decode(out_dir: Path) -> tuple[dict, dict]:
+    """Times the decode kernels' launch sizes per projection shape and batch (rank 16, 8
+    adapters, LAYERS pools in turn: weights from HBM); writes the winners as
+    `lora_decode_configs.json` (copy it over kernels/lora_decode_configs.json).
+
+    Returns:
+        (the measurements as JSON, the parsed table of winners)."""
+    import triton
+
+    from radixgen.kernels.lora_decode import format_decode_config_table, parse_decode_config_table
+
+    deadline = time.monotonic() + SWEEP_BUDGET_S
+    shapes, measured = {}, []
+    pairs_left = len(SHAPES) * len(SWEEP_BATCHES)
+    for shape_name, (in_features, output_sizes) in SHAPES.items():
+        pools = adapter_layers(in_features, output_sizes, LAYERS)
+        rows = []
+        for batch, max_tokens in SWEEP_BATCHES.items():
+            # An equal share of what is left, so that no shape is starved by the compiles.
+            share = max(0.0, deadline - time.monotonic()) / pairs_left
+            pairs_left -= 1
+            runs = sweep_one(in_features, output_sizes, pools, batch, time.monotonic() + share)
+            measured += [{"shape": shape_name, **run} for run in runs]
+            winner = {k: v for k, v in runs[-1].items() if k not in ("batch", "best_us")}
+            rows.append({"max_tokens": max_tokens, **winner})
+            print(json.dumps(measured[-1]), flush=True)
+        shapes[f"{in_features}x{sum(output_sizes)}"] = rows
+        del pools
+        torch.cuda.empty_cache()
+    table = {
+        "note": "From scripts/bench_lora.py kernels --sweep; copy over "
+        "kernels/lora_decode_configs.json. Rank 16, 8 adapters, weights from HBM.",
+        "source": f"{torch.cuda.get_device_name()}, triton {triton.__version__}, "
+        f"{time.strftime('%Y-%m-%d')}",
+        "shapes": shapes,
+    }
+    (out_dir / "lora_decode_configs.json").write_text(format_decode_config_table(table))
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "out_of_budget": time.monotonic() > deadline,
+        "table": table,
+        "results": measured,
+    }
+    return summary, parse_decode_config_table(table)
 
 
 def write_random_adapter(folder: Path, *, num_layers: int, seed: int) -> None:
@@ -191,13 +372,20 @@ def main() -> None:
     parser.add_argument("--model", default="/tmp/llama-3.1-8b")
     parser.add_argument("--adapters", type=Path)
     parser.add_argument("--result", type=Path)
+    parser.add_argument(
+        "--sweep", action="store_true", help="kernels: also sweep the decode launch sizes"
+    )
     args = parser.parse_args()
     if args.mode == "serve-one":
         args.result.write_text(json.dumps(serve_one(args.config, args.model, args.adapters)))
         return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = bench_kernels() if args.mode == "kernels" else bench_serving(out_dir)
+    swept = None
+    if args.mode == "kernels" and args.sweep:  # first: the kernels table then times its winners
+        sweep, swept = sweep_decode(out_dir)
+        (out_dir / "lora_decode_sweep.json").write_text(json.dumps(sweep, indent=2))
+    result = bench_kernels(swept) if args.mode == "kernels" else bench_serving(out_dir)
     (out_dir / f"lora_{args.mode}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "results"}, indent=2))
 

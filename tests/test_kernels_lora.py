@@ -1,13 +1,21 @@
-"""Batched multi-LoRA (kernels/lora.py): the Triton SGMV kernels against the torch reference
-(interpreter: fp32/fp16, small shapes; GPU: bf16 at Llama-3.1-8B shapes and a CUDA graph), and
-the reference against a per-token loop written from the definition."""
+"""Batched multi-LoRA (kernels/lora.py, kernels/lora_decode.py): the Triton SGMV and decode
+kernels against the torch reference (interpreter: fp32/fp16, small shapes; GPU: bf16 at
+Llama-3.1-8B shapes and a CUDA graph), the reference against a per-token loop written from the
+definition, and the decode kernels' launch-size table."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from radixgen.kernels.lora import lora_apply, lora_apply_ref, make_lora_segments
+from radixgen.kernels.lora import lora_apply, lora_apply_ref, lora_apply_sgmv, make_lora_segments
+from radixgen.kernels.lora_decode import (
+    LoRADecodeConfig,
+    load_decode_config_table,
+    lora_apply_decode,
+    parse_decode_config_table,
+    select_decode_config,
+)
 
 
 def random_pool(num_slots, output_sizes, in_features, max_rank, ranks, dtype, device, seed=0):
@@ -84,6 +92,93 @@ def test_triton_matches_reference(case, dtype, merge_requests):
     assert torch.equal(out[base_rows], y[base_rows])  # base tokens untouched
 
 
+def test_sgmv_takes_one_token_segments_too():
+    """`lora_apply` sends one-token segments to the decode kernels; SGMV still handles them."""
+    output_sizes, in_features, max_rank, slots, lens = CASES[1]
+    lora_a, lora_b, scalings = random_pool(
+        3, output_sizes, in_features, max_rank, [16, 8, 1], torch.float32, "cpu"
+    )
+    x, y = torch.randn(4, in_features), torch.randn(4, sum(output_sizes))
+    segments = make_lora_segments(slots, lens, torch.device("cpu"), merge_requests=False)
+    expected = lora_apply_ref(x, y.clone(), lora_a, lora_b, scalings, segments, output_sizes)
+    out = lora_apply_sgmv(x, y.clone(), lora_a, lora_b, scalings, segments, output_sizes)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+DECODE_CONFIGS = [
+    None,  # the interpreter's fallback: 2 K splits, 16-wide tiles
+    LoRADecodeConfig(split_k=3, block_k=16, shrink_warps=1, block_n=32, expand_warps=1),
+    LoRADecodeConfig(split_k=1, block_k=32, shrink_warps=2, block_n=16, expand_warps=2),
+    # 10 splits of K=160: the expand sums them in two chunks (8 + 2)
+    LoRADecodeConfig(split_k=10, block_k=16, shrink_warps=1, block_n=64, expand_warps=1),
+]
+DECODE_CASES = [  # (output_sizes, in_features, max_rank, row slots)
+    ((32, 16, 16), 64, 16, [2, 0, -1, 1, 0]),  # q/k/v in one launch; slot 3 unused
+    ((24, 40), 40, 4, [1, 1, -1, 2, 1, 0, 2]),  # gate/up; shards not multiples of the tile
+    ((48,), 150, 8, [0]),  # batch 1; K not a multiple of block_k
+    ((16,), 24, 4, [i % 3 - 1 for i in range(70)]),  # ~23 rows per slot: two row groups
+    ((16,), 16, 4, [(i // 7) % 4 - 1 for i in range(260)]),  # two 256-row scans
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("config", DECODE_CONFIGS)
+@pytest.mark.parametrize("case", DECODE_CASES)
+def test_decode_kernels_match_reference(case, config, dtype):
+    output_sizes, in_features, max_rank, slots = case
+    lora_a, lora_b, scalings = random_pool(
+        4, output_sizes, in_features, max_rank, [max_rank, max_rank // 2, 1, 2], dtype, "cpu"
+    )
+    x = torch.randn(len(slots), in_features).to(dtype)
+    y = torch.randn(len(slots), sum(output_sizes)).to(dtype)
+    segments = make_lora_segments(
+        slots, [1] * len(slots), torch.device("cpu"), merge_requests=False
+    )
+    expected = lora_apply_ref(x, y.clone(), lora_a, lora_b, scalings, segments, output_sizes)
+    out = lora_apply_decode(
+        x, y.clone(), lora_a, lora_b, scalings, segments.token_slots, output_sizes, config
+    )
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), expected.float(), atol=tol, rtol=tol)
+    base_rows = segments.token_slots < 0
+    assert torch.equal(out[base_rows], y[base_rows])  # base rows untouched
+
+
+def test_decode_kernels_leave_base_only_batches_alone():
+    lora_a, lora_b, scalings = random_pool(2, (8, 8), 16, 4, [4, 4], torch.float32, "cpu")
+    y = torch.randn(3, 16)
+    slots = torch.full((3,), -1, dtype=torch.int32)
+    out = lora_apply_decode(torch.randn(3, 16), y.clone(), lora_a, lora_b, scalings, slots, (8, 8))
+    assert torch.equal(out, y)
+
+
+def test_decode_config_table():
+    row = {"split_k": 8, "block_k": 64, "shrink_warps": 4, "block_n": 128, "expand_warps": 4}
+    table = parse_decode_config_table(
+        {
+            "source": "test",
+            "shapes": {
+                "4096x6144": [dict(row, max_tokens=None), dict(row, max_tokens=1, split_k=16)]
+            },
+        }
+    )
+    assert select_decode_config(4096, 6144, 1, True, table).split_k == 16
+    assert select_decode_config(4096, 6144, 64, True, table).split_k == 8
+    fallback = select_decode_config(14336, 4096, 1, True, table)  # shape not in the table
+    assert fallback.split_k == 32 and fallback.block_n == 128
+    assert select_decode_config(4096, 6144, 1, False, table).block_n == 16  # interpreter
+    load_decode_config_table.cache_clear()
+    assert isinstance(load_decode_config_table(), dict)  # the shipped table parses
+    with pytest.raises(ValueError, match="max_tokens"):
+        parse_decode_config_table({"shapes": {"4096x6144": [row]}})
+    with pytest.raises(ValueError, match="INxOUT"):
+        parse_decode_config_table({"shapes": {"4096": [dict(row, max_tokens=None)]}})
+    with pytest.raises(ValueError, match="block_n"):
+        parse_decode_config_table({"shapes": {"8x8": [dict(row, max_tokens=1, block_n=100)]}})
+    with pytest.raises(ValueError, match="keys"):
+        parse_decode_config_table({"shapes": {}, "extra": 1})
+
+
 def test_segments_and_refusals():
     segments = make_lora_segments(
         [1, 1, -1, 1], [2, 3, 1, 1], torch.device("cpu"), merge_requests=True
@@ -103,7 +198,10 @@ def test_segments_and_refusals():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_tokens,decode", [(1, True), (64, True), (1000, False)])
-@pytest.mark.parametrize("output_sizes,in_features", [((4096, 1024, 1024), 4096), ((4096,), 14336)])
+@pytest.mark.parametrize(
+    "output_sizes,in_features",
+    [((4096, 1024, 1024), 4096), ((14336, 14336), 4096), ((4096,), 14336)],
+)
 def test_gpu_llama8b_shapes(num_tokens, decode, output_sizes, in_features):
     device = torch.device("cuda")
     lora_a, lora_b, scalings = random_pool(

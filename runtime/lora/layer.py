@@ -32,7 +32,7 @@ class LoRALinearMethod(LinearMethod):
         lora_a: [num_slots, num_shards * max_rank, in]; lora_b: [num_slots, out, max_rank].
         scalings: [num_slots] fp32.
         state: the model's LoRABatchState.
-        use_triton: the SGMV kernels (CUDA) or the torch reference (CPU).
+        use_triton: the Triton kernels (CUDA: SGMV, decode) or the torch reference (CPU).
     """
 
     def __init__(

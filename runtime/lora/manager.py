@@ -74,7 +74,7 @@ class LoRAManager:
         max_loras_per_batch: pool slots.
         max_lora_rank: pool rank (None: the largest start-up rank).
         target_modules: PEFT module names the pool serves (None: the start-up adapters').
-        use_triton: SGMV kernels (CUDA) or the torch reference.
+        use_triton: the Triton kernels (SGMV, decode) or the torch reference.
 
     Raises:
         ValueError: a bad option or adapter (named).
