@@ -172,7 +172,7 @@ stage_sampling_bench() {
   timeout 200 python3 -m radixgen.runtime.bench.sampling ${SAMPLING_BENCH_FLAGS:-} 2>&1 | tee "$OUT/sampling_bench.txt" | tail -40
 }
 
-for tree in base new; do
+for tree in ${TREES:-base new}; do  # TREES=new: this tree only
   dir=$([ $tree = base ] && echo "$BASE" || echo .)
   use_tree "$dir"
   for stage in "$@"; do
