@@ -32,14 +32,14 @@ case "${PART:-A}" in
     log "speculative oracle"
     OUT=$OUT timeout 200 bash scripts/gpu_speculative.sh oracle 2>&1 | grep -v Warning | tail -8
     log "constrained serving + TTFT (this tree)"
-    OUT=$OUT/serving TREES=new timeout 130 bash scripts/ab_bench.sh . serving-json-new 2>&1 | grep -E "^\[|tpot|extra_ms|Error" | head -16
+    OUT=$OUT/serving TREES=new timeout 130 bash scripts/ab_bench.sh . serving-json-new 2>&1 | grep -E "^\[|tpot|extra_ms|Error"
     for flag in "" --disable-tree-attention; do
       log "bench offline 1000 x 200/200 ${flag:-tree attention on (default)}"
       timeout 80 $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
         --random-input-len 200 --random-output-len 200 $flag \
         --output-json "$OUT/offline_1000_200_200${flag:+_notree}.json" 2>&1 | grep -E "duration|Error" | tail -2
     done
-    OUT=$OUT/jf TREES=new timeout 130 bash scripts/ab_bench.sh . jump-forward 2>&1 | grep -E "^\[|throughput|Error" | head -12
+    OUT=$OUT/jf TREES=new timeout 130 bash scripts/ab_bench.sh . jump-forward 2>&1 | grep -E "^\[|throughput|Error"
     log "int4 latency"
     timeout 70 $BENCH latency --model-path $MODEL --load-format dummy --batch-sizes 1 64 \
       --input-len 128 --output-len 256 --quantization awq --output-json "$OUT/latency_awq.json" \
