@@ -284,6 +284,8 @@ class OracleProposer:
     """Drafts the recorded greedy continuation of each prompt, each position replaced by a
     wrong token with probability 1 - alpha (seeded by prompt and position)."""
 
+    uses_target_hidden_states = False
+
     def __init__(self, recorded: dict[tuple[int, ...], list[int]], alpha: float, vocab_size: int):
         self.recorded = recorded
         self.alpha = alpha
@@ -292,7 +294,7 @@ class OracleProposer:
     def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
         return [self._propose_one(req, limit) for req, limit in zip(reqs, limits, strict=True)]
 
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+    def after_verify(self, reqs: list[Req], drafts: list[list[int]], hidden_states) -> None:
         pass
 
     def release(self, reqs: list[Req]) -> None:

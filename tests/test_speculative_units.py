@@ -36,7 +36,7 @@ def test_flags_parse_case_insensitively_and_draft_tokens_follow_steps():
     ("options", "message"),
     [
         ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
-        ({"speculative_algorithm": "eagle"}, "not implemented yet"),
+        ({"speculative_algorithm": "eagle"}, "EAGLE' needs speculative_draft_model_path"),
         ({"speculative_algorithm": "standalone"}, "needs speculative_draft_model_path"),
         ({"speculative_algorithm": "ngram", "speculative_eagle_topk": 4}, "eagle_topk must be 1"),
         (
