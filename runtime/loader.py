@@ -26,7 +26,7 @@ from radixgen.runtime.models.llama import (
     checkpoint_weight_shapes,
     kv_cache_scale_target,
 )
-from radixgen.runtime.models.llama_eagle import LlamaEagleHead
+from radixgen.runtime.models.llama_eagle import EagleHeadConfig, LlamaEagleHead
 from radixgen.runtime.models.parallel_layers import VocabParallelEmbedding
 from radixgen.runtime.models.quantization import QuantizationName, resolve_quant_config
 
@@ -95,7 +95,7 @@ def load_model(
 def load_eagle_head(
     head_path: str | Path,
     *,
-    head_config: ModelConfig,
+    head_config: EagleHeadConfig,
     target: LlamaForCausalLM,
     dtype: torch.dtype,
     device: torch.device | str,
@@ -111,7 +111,7 @@ def load_eagle_head(
     with torch.device("meta"):
         head = LlamaEagleHead(head_config)
     tensors = read_checkpoint_tensors(Path(head_path), dtype=dtype, device=device)
-    _load_weights(tensors, head, head_config)
+    _load_weights(tensors, head, head_config.model)
     head.to(device)
     head.eval()
     head.requires_grad_(False)

@@ -229,8 +229,7 @@ class EagleProposer:
             state.written_len += count
         with torch.no_grad():
             self.attn_backend.init_forward_metadata(batch)
-            logits, predicted = self.head(batch, features)
-        return logits.argmax(dim=-1), predicted
+            return self.head(batch, features)
 
     # ---- head memory -----------------------------------------------------------------------
 

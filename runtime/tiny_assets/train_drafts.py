@@ -14,7 +14,8 @@ Both learn tiny's greedy choice (what greedy verification accepts), from one fro
 of tiny (float32) per batch over random windows of the corpus's training split (the
 `corpus tokens` output given as --data, or by default the first --num-files training files
 tokenized here). Only the drafts' own tensors are written, in bfloat16:
-`OUT/eagle_head.safetensors` (fc, layers.0.*, norm) and `OUT/draft_layers.safetensors`
+`OUT/eagle_head.safetensors` (fc, layers.0.*, norm, and `hot_token_ids`: the training split's
+TINY_EAGLE_DRAFT_VOCAB_SIZE most frequent tokens, the vocabulary it drafts from) and `OUT/draft_layers.safetensors`
 (model.layers.0.*, model.norm); `tiny_model.py` assembles the loadable folders `tiny-eagle`
 and `tiny-draft` from them and tiny's embedding. Seeded; `--steps` fixes the schedule.
 """
@@ -44,7 +45,11 @@ from radixgen.runtime.tiny_assets.trainable_llama import (
     TrainableLlama,
     rope_tables,
 )
-from radixgen.runtime.tiny_model import TINY_ASSETS_DIR, TINY_CONFIG
+from radixgen.runtime.tiny_model import (
+    TINY_ASSETS_DIR,
+    TINY_CONFIG,
+    TINY_EAGLE_DRAFT_VOCAB_SIZE,
+)
 
 EAGLE_HEAD_FILE = "eagle_head.safetensors"
 DRAFT_LAYERS_FILE = "draft_layers.safetensors"
@@ -161,7 +166,7 @@ def train(args: argparse.Namespace) -> dict:
                 }
             )
             print(json.dumps(history[-1]), flush=True)
-    save_drafts(eagle, draft, args.out)
+    save_drafts(eagle, draft, hot_token_ids(tokens.numpy()), args.out)
     metrics = {"args": {k: str(v) for k, v in vars(args).items()}, "history": history}
     (args.out / "draft_training.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
@@ -182,7 +187,15 @@ def eagle_losses(predicted, target_features, target_ids, embedding) -> torch.Ten
     return FEATURE_LOSS_WEIGHT * feature_loss + TOKEN_LOSS_WEIGHT * token_loss
 
 
-def save_drafts(eagle: TrainableEagleHead, draft: TrainableDraft, out: Path) -> None:
+def hot_token_ids(tokens: np.ndarray, size: int = TINY_EAGLE_DRAFT_VOCAB_SIZE) -> torch.Tensor:
+    """The `size` most frequent token ids of `tokens` (ties: the lower id), ascending."""
+    counts = np.bincount(tokens, minlength=TINY_CONFIG["vocab_size"])
+    return torch.from_numpy(np.sort(np.argsort(-counts, kind="stable")[:size]))
+
+
+def save_drafts(
+    eagle: TrainableEagleHead, draft: TrainableDraft, hot_ids: torch.Tensor, out: Path
+) -> None:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +206,8 @@ def save_drafts(eagle: TrainableEagleHead, draft: TrainableDraft, out: Path) -> 
             for name, tensor in module.state_dict().items()
         }
 
-    save_file(bf16(eagle, ""), str(out / EAGLE_HEAD_FILE), metadata={"format": "pt"})
+    eagle_weights = bf16(eagle, "") | {"hot_token_ids": hot_ids.to(torch.int64)}
+    save_file(eagle_weights, str(out / EAGLE_HEAD_FILE), metadata={"format": "pt"})
     draft_weights = bf16(draft.layer, "model.layers.0.") | bf16(draft.norm, "model.norm.")
     save_file(draft_weights, str(out / DRAFT_LAYERS_FILE), metadata={"format": "pt"})
 
