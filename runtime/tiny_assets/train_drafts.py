@@ -17,7 +17,8 @@ tokenized here). Only the drafts' own tensors are written, in bfloat16:
 `OUT/eagle_head.safetensors` (fc, layers.0.*, norm, and `hot_token_ids`: the training split's
 TINY_EAGLE_DRAFT_VOCAB_SIZE most frequent tokens, the vocabulary it drafts from) and `OUT/draft_layers.safetensors`
 (model.layers.0.*, model.norm); `tiny_model.py` assembles the loadable folders `tiny-eagle`
-and `tiny-draft` from them and tiny's embedding. Seeded; `--steps` fixes the schedule.
+and `tiny-draft` from them and tiny's embedding. Seeded; `--steps` fixes the schedule
+(`--train-seconds` bounds it by the wall clock instead, whichever ends first).
 """
 
 from __future__ import annotations
@@ -126,7 +127,12 @@ def train(args: argparse.Namespace) -> dict:
     cos, sin = rope_tables(args.seq_len, TINY_CONFIG["head_dim"], TINY_CONFIG["rope_theta"], device)
     history, start = [], time.perf_counter()
     for step in range(args.steps):
+        # The schedule follows the step count, or the wall clock when it is bounded (GPU runs).
         progress = step / args.steps
+        if args.train_seconds is not None:
+            progress = max(progress, (time.perf_counter() - start) / args.train_seconds)
+            if progress >= 1.0:
+                break
         lr = args.lr * min(1.0, 20 * progress) * 0.5 * (1 + math.cos(math.pi * progress))
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -151,7 +157,7 @@ def train(args: argparse.Namespace) -> dict:
         (eagle_loss + draft_loss).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        if step % args.log_every == 0 or step == args.steps - 1:
+        if step % args.log_every == 0 or step == args.steps - 1 or progress >= 0.999:
             with torch.no_grad():
                 eagle_match = (F.linear(predicted, embedding).argmax(-1) == greedy[:, 1:]).float()
                 draft_match = (draft_logits.argmax(-1) == greedy).float()
@@ -221,6 +227,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (shared machines)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--train-seconds", type=float, default=None, help="also stop by then")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=256)
