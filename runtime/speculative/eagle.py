@@ -35,6 +35,11 @@ from radixgen.runtime.models.llama_eagle import LlamaEagleHead, read_eagle_confi
 from radixgen.runtime.req import Req
 from radixgen.runtime.tiny_model import resolve_model_path
 
+# The head's KV slots at most (Llama-3.1-8B: 2 GiB, one layer; tiny: 256 MiB): tokens since
+# each running request's first verify step, plus this step's drafts. A step that lacks them
+# drafts nothing.
+MAX_HEAD_SLOTS = 1 << 19
+
 
 @dataclass
 class EagleState:
@@ -71,7 +76,9 @@ class EagleProposer:
         self.head = head
         config = head.config
         device = target_runner.device
-        num_slots = target_runner.max_total_num_tokens + 1  # slot 0 is padding
+        # Slot 0 is padding. Capped: the head is loaded after the target took its share of
+        # GPU memory; a full pool would cost 1/num_layers of the target's KV.
+        num_slots = min(target_runner.max_total_num_tokens, MAX_HEAD_SLOTS) + 1
         self.req_to_token_pool = ReqToTokenPool(
             target_runner.max_running_requests, target_runner.context_length, device=device
         )
