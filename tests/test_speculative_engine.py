@@ -111,6 +111,21 @@ def test_greedy_outputs_are_identical_with_ngram_speculation(
         assert stats["num_retractions"] > 0
 
 
+def test_verify_as_decode_rows_keeps_greedy_outputs(tiny_model_path, plain_outputs):
+    """The verify forward as one DECODE row per token (each request's rows share its
+    req_to_token row; on a GPU this replays the decode CUDA graphs) is the same causal
+    attention: greedy outputs are plain decoding's. Forced here: the CPU has no graphs."""
+    with Engine(
+        model_path=tiny_model_path, dtype="float32", skip_warmup=True, **SPECULATIVE
+    ) as engine:
+        engine._scheduler.speculative.verify_as_decode_rows = True  # no public switch
+        outputs = run(engine)
+        stats = engine.get_stats()
+    for row in GREEDY_ROWS:
+        assert outputs[row] == plain_outputs[row], row
+    assert stats["spec_accept_length"] > 1.3
+
+
 @pytest.fixture(scope="module")
 def random_draft_path(tmp_path_factory) -> str:
     """A one-layer draft with random weights and tiny's tokenizer: mostly wrong drafts."""
