@@ -1,22 +1,23 @@
 """EAGLE drafts: a one-layer head on the target's last hidden states drafts a chain greedily.
 
 The head (runtime/models/llama_eagle.py) reads pairs (f_p, x_{p+1}): the target's feature at
-position p and the next token. The target's features come from the verify forwards (the
-decoder asks the runner for them: `uses_target_hidden_states`); after a verify step that
-appended tokens up to position n' - 1, the true features f_{n-1} .. f_{n'-2} of the inputs
-that were kept wait in the request's `EagleState.pending`. The next step feeds them to the
-head in one extend forward (a catch-up, with the tokens that follow them), whose last row
-predicts f_{n'-1} and the first draft d_1; then `num_steps - 1` decode forwards each feed the
-head its own predicted feature with the draft before: (g, d_i) -> d_{i+1}.
+position p and the next token. The target's features come from its prefill forwards
+(`after_prefill`: the scheduler asks the runner for them) and from the verify forwards
+(`after_verify`: the decoder asks; both because `uses_target_hidden_states`): after a verify
+step that appended tokens up to position n' - 1, the true features f_{n-1} .. f_{n'-2} of the
+inputs that were kept wait in the request's `EagleState.pending` (after a prefill, the
+prompt's). The next step feeds them to the head in one extend forward (a catch-up, with the
+tokens that follow them), whose last row predicts f_{n'-1} and the first draft d_1; then
+`num_steps - 1` decode forwards each feed the head its own predicted feature with the draft
+before: (g, d_i) -> d_{i+1}.
 
-The head keeps its own KV (one layer; own request rows and slots, as many as the target's):
-per request, the pairs fed with true features stay (`committed_len`), those of the drafts are
-freed after verification (their true features arrive as the next `pending`). A request's
-draft memory starts at its first verify step: the prompt's features are never computed (a
-prefill does not return them), so a request's first verify step carries no draft (it only
-collects f_{n-1}); so does a request that decoded plainly in between (a back-off step, a
-declined step): its state no longer lines up with its tokens and starts over. The head's
-positions count from the start of its memory (RoPE depends only on the distance).
+The head keeps its own KV (one layer; own request rows, and as many slots as the target's up
+to MAX_HEAD_SLOTS): per request, the pairs fed with true features stay (`committed_len`),
+those of the drafts are freed after verification (their true features arrive as the next
+`pending`). A request whose features no longer line up with its tokens (it decoded plainly in
+between: a back-off step, a declined step) starts over: its next verify step carries no draft
+and only collects f_{n-1}. A cached prefix has no features: the head's memory starts after it.
+The head's positions count from the start of its memory (RoPE depends only on distances).
 
 The drafts are the head's argmax: a deterministic draft, so the target's rejection sampling
 (`verify.py`) keeps the target distribution.
@@ -159,6 +160,31 @@ class EagleProposer:
                 start = self._step_seqlens[id(req)] - 1
                 state = self.states[id(req)] = EagleState(req=req, row=row[0], start=start)
             state.pending.append(rows[:appended])
+
+    def after_prefill(self, reqs: list[Req], forward_batch, hidden_states: torch.Tensor) -> None:
+        """Keeps the features of a prefill (or a chunk of one): request i's rows of
+        `hidden_states` ([num_tokens, hidden]; its extend tokens come i-th) are positions
+        prefix_i onwards. A request whose memory does not end right there (a new one, a
+        cached prefix without features, a retracted one) starts over at prefix_i."""
+        first_row = 0
+        for req, prefix, count in zip(
+            reqs, forward_batch.prefix_lens_cpu, forward_batch.extend_lens_cpu, strict=False
+        ):
+            rows = hidden_states[first_row : first_row + count]
+            first_row += count
+            state = self.states.get(id(req))
+            if (
+                state is not None
+                and state.start + state.committed_len + state.num_pending != prefix
+            ):
+                self._free(state)
+                state = None
+            if state is None:
+                row = self.req_to_token_pool.alloc(1)
+                if row is None:
+                    continue
+                state = self.states[id(req)] = EagleState(req=req, row=row[0], start=prefix)
+            state.pending.append(rows)
 
     def check_integrity(self) -> None:
         """Every head slot is free or held by exactly one tracked request."""
