@@ -125,7 +125,7 @@ class Scheduler:
             results=self.results,
         )
         speculative_config = resolve_speculative_config(server_args)
-        # Speculative steps run without overlap (their verify forward is an extend batch).
+        # Speculative steps run without overlap (the next drafts need this step's acceptance).
         self.speculative = (
             None
             if speculative_config is None

@@ -377,8 +377,9 @@ def _tokenizer(model_path: str):
 
 @pytest.mark.gpu
 def test_gpu_greedy_outputs_are_identical_with_ngram_speculation(tiny_model_path):
-    """On CUDA (Triton attention, CUDA-graph decode, overlap on; verify forwards are eager
-    extends): fp32 greedy outputs with NGRAM equal plain decoding's, and the pool is whole."""
+    """On CUDA (Triton attention, CUDA-graph decode, overlap on; verify forwards run as decode
+    rows through the decode CUDA graphs, docs/engine.md): fp32 greedy outputs with NGRAM equal
+    plain decoding's, and the pool is whole."""
     results = []
     for options in ({}, SPECULATIVE):
         with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **options) as e:
