@@ -5,8 +5,9 @@
     python scripts/bench_speculative.py oracle            # CUDA, Llama-3.1-8B shape, dummy weights
 
 `tokens`: the trained tiny model on windows of its held-out test split (code completion),
-greedy: tokens/s and the mean accepted length per verify step, plain decoding vs NGRAM, at
-each batch size (prompts run `batch_size` at a time through the Engine, warmed up first); the
+greedy: tokens/s and the mean accepted length per verify step, plain decoding vs NGRAM (or
+STANDALONE, EAGLE with --draft-model-path: tiny's trained tiny-draft, tiny-eagle), at each
+batch size (prompts run `batch_size` at a time through the Engine, warmed up first); the
 outputs must be identical (fp32) or the script fails.
 
 `verify-cost`: one static batch through the model runner: the time of a verify forward (an
@@ -467,8 +468,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["tokens", "verify-cost", "oracle"])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--algorithm", default="NGRAM", help="tokens mode: NGRAM or STANDALONE")
-    parser.add_argument("--draft-model-path", default=None, help="tokens mode, STANDALONE")
+    parser.add_argument(
+        "--algorithm", default="NGRAM", help="tokens mode: NGRAM, STANDALONE or EAGLE"
+    )
+    parser.add_argument(
+        "--draft-model-path",
+        default=None,
+        help="tokens mode: STANDALONE's draft (tiny-draft: tiny's) or EAGLE's head (tiny-eagle)",
+    )
     parser.add_argument(
         "--draft-layers",
         type=int,
