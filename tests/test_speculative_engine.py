@@ -402,7 +402,7 @@ def test_gpu_eagle_keeps_greedy_outputs(tiny_model_path):
             stats = e.get_stats()
     for row in GREEDY_ROWS:
         assert results[1][row] == results[0][row], row
-    assert stats["spec_accept_length"] > 1.5
+    assert stats["spec_accept_length"] > 1.3
 
 
 @pytest.mark.gpu
