@@ -173,9 +173,9 @@ class EagleProposer:
             rows = hidden_states[first_row : first_row + count]
             first_row += count
             state = self.states.get(id(req))
-            if (
-                state is not None
-                and state.start + state.committed_len + state.num_pending != prefix
+            if state is not None and (
+                state.req is not req
+                or state.start + state.committed_len + state.num_pending != prefix
             ):
                 self._free(state)
                 state = None
