@@ -35,7 +35,6 @@ import argparse
 import functools
 import json
 import os
-import random
 import shutil
 import statistics
 import tempfile
@@ -46,10 +45,10 @@ import numpy as np
 import torch
 
 from radixgen.runtime.bench.model_configs import write_dummy_model_folder
+from radixgen.runtime.bench.oracle_drafts import OracleProposer, PinnedGreedy
 from radixgen.runtime.engine import Engine
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
-from radixgen.runtime.req import Req
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
 from radixgen.runtime.tiny_model import resolve_model_path
@@ -312,91 +311,6 @@ def bench_verify_cost(args) -> list[dict]:
 
 
 # ---- oracle drafts at the 8B shape -------------------------------------------------------------
-
-
-class PinnedGreedy:
-    """Wraps `runner.forward` so that the argmax at every position is the continuation's token
-    (benchmark harness; see the module docstring). A request is recognised by its prompt's
-    first tokens at its prefill (prefix 0), which pins its `req_to_token` row to its sequence.
-
-    Args:
-        runner: the engine's model runner (its `forward` is replaced on the instance).
-        sequences: prompt + continuation of each request, keyed by the prompt's first 16 ids.
-    """
-
-    MARGIN = 1e4
-
-    def __init__(self, runner, sequences: dict[tuple[int, ...], list[int]]):
-        self.sequences = sequences
-        self.forward = runner.forward
-        width = runner.context_length + 2
-        # [rows, width] int64: the token to pin after each position of each request row.
-        self.next_tokens = torch.zeros(
-            (runner.max_running_requests, width), dtype=torch.int64, device=runner.device
-        )
-        runner.forward = self
-
-    def __call__(self, forward_batch, return_hidden_states: bool = False):
-        output = self.forward(forward_batch, return_hidden_states)
-        logits = output[0] if return_hidden_states else output
-        rows, positions = forward_batch.req_pool_indices, forward_batch.positions
-        if forward_batch.mode == ForwardMode.EXTEND:
-            self._register_prompts(forward_batch)
-            if forward_batch.return_all_logits:
-                rows = rows.repeat_interleave(forward_batch.extend_lens)
-            else:
-                positions = positions[forward_batch.last_token_indices]
-        pinned = self.next_tokens[rows, positions + 1]  # [logits rows]
-        logits.scatter_(1, pinned[:, None], self.MARGIN)
-        return output
-
-    def _register_prompts(self, forward_batch) -> None:
-        start = 0
-        for row, prefix, count in zip(
-            forward_batch.req_pool_indices.tolist(),
-            forward_batch.prefix_lens_cpu,
-            forward_batch.extend_lens_cpu,
-            strict=True,
-        ):
-            if prefix == 0:
-                key = tuple(forward_batch.input_ids[start : start + 16].tolist())
-                sequence = torch.tensor(self.sequences[key], dtype=torch.int64)
-                self.next_tokens[row, 1 : len(sequence)] = sequence[1:].to(self.next_tokens)
-            start += count
-
-
-class OracleProposer:
-    """Drafts the recorded greedy continuation of each prompt, each position replaced by a
-    wrong token with probability 1 - alpha (seeded by prompt and position)."""
-
-    uses_target_hidden_states = False
-
-    def __init__(self, recorded: dict[tuple[int, ...], list[int]], alpha: float, vocab_size: int):
-        self.recorded = recorded
-        self.alpha = alpha
-        self.vocab_size = vocab_size
-
-    def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
-        return [self._propose_one(req, limit) for req, limit in zip(reqs, limits, strict=True)]
-
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]], hidden_states) -> None:
-        pass
-
-    def release(self, reqs: list[Req]) -> None:
-        pass
-
-    def check_integrity(self) -> None:
-        pass
-
-    def _propose_one(self, req: Req, max_tokens: int) -> list[int]:
-        continuation = self.recorded.get(tuple(req.origin_input_ids), [])
-        start = len(req.output_ids)
-        drafts = continuation[start : start + max_tokens]
-        rng = random.Random(hash((tuple(req.origin_input_ids[:8]), start)))
-        for i, token in enumerate(drafts):
-            if rng.random() >= self.alpha:
-                drafts[i] = (token + 1 + rng.randrange(self.vocab_size - 1)) % self.vocab_size
-        return drafts
 
 
 def bench_oracle(args) -> list[dict]:
