@@ -76,12 +76,13 @@ _FLAG_HELP = {
     "enable_jump_forward": "append forced text of constrained outputs without sampling it",
     "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
     "they end as a complete match)",
-    "speculative_algorithm": "speculative decoding: NGRAM (prompt lookup) or STANDALONE (a draft "
-    "model); EAGLE is not implemented yet; any case",
+    "speculative_algorithm": "speculative decoding: NGRAM (prompt lookup), STANDALONE (a draft "
+    "model) or EAGLE (a draft head on the model's hidden states); any case",
     "speculative_num_steps": "tokens drafted per request per step (default 4)",
     "speculative_num_draft_tokens": "tokens per request in a verify forward: num_steps + 1",
     "speculative_eagle_topk": "draft tree width; only 1 (a chain) is supported",
-    "speculative_draft_model_path": "the draft model of STANDALONE (same vocabulary as the model)",
+    "speculative_draft_model_path": "the draft model of STANDALONE (same vocabulary as the "
+    "model) or the EAGLE head's folder",
     "speculative_ngram_min_match_window_size": "NGRAM: shortest suffix that must match earlier",
     "speculative_ngram_max_match_window_size": "NGRAM: longest suffix tried (longest match wins)",
     "speculative_min_accept_length": "back off (decode plainly for a growing number of steps) "

@@ -26,6 +26,7 @@ from radixgen.runtime.models.llama import (
     checkpoint_weight_shapes,
     kv_cache_scale_target,
 )
+from radixgen.runtime.models.llama_eagle import EagleHeadConfig, LlamaEagleHead
 from radixgen.runtime.models.parallel_layers import VocabParallelEmbedding
 from radixgen.runtime.models.quantization import QuantizationName, resolve_quant_config
 
@@ -89,6 +90,33 @@ def load_model(
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def load_eagle_head(
+    head_path: str | Path,
+    *,
+    head_config: EagleHeadConfig,
+    target: LlamaForCausalLM,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> LlamaEagleHead:
+    """An EAGLE head (runtime/models/llama_eagle.py) from its folder, attached to `target`
+    (whose embedding, LM head and RoPE table it shares).
+
+    Raises:
+        FileNotFoundError: no safetensors weights in the folder.
+        ValueError: tensors missing from / unexpected in the checkpoint.
+    """
+    device = torch.device(device)
+    with torch.device("meta"):
+        head = LlamaEagleHead(head_config)
+    tensors = read_checkpoint_tensors(Path(head_path), dtype=dtype, device=device)
+    _load_weights(tensors, head, head_config.model)
+    head.to(device)
+    head.eval()
+    head.requires_grad_(False)
+    head.attach(target)
+    return head
 
 
 def weight_files(model_path: Path) -> list[Path]:
@@ -168,7 +196,7 @@ def random_checkpoint_tensors(
 
 def _load_weights(
     tensors: Iterator[tuple[str, torch.Tensor]],
-    model: LlamaForCausalLM,
+    model: LlamaForCausalLM | LlamaEagleHead,
     config: ModelConfig,
 ) -> None:
     """Loads checkpoint tensors into the model: projections through their `LinearBase`, the

@@ -206,12 +206,16 @@ class ModelRunner:
     def eos_token_ids(self) -> tuple[int, ...]:
         return self.model_config.eos_token_ids
 
-    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, forward_batch: ForwardBatch, return_hidden_states: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Runs the model on a batch (after the backend's per-batch metadata).
 
         Returns:
             float32 logits: [batch, vocab] (last token of each request), or
-            [num_tokens, vocab] when `forward_batch.return_all_logits`.
+            [num_tokens, vocab] when `forward_batch.return_all_logits`; with
+            `return_hidden_states` (EAGLE's verify forwards; eager: the CUDA graphs keep only
+            logits), (logits, every token's last hidden state [num_tokens, hidden_size]).
         """
         if self.parallel.size > 1 and self.parallel.is_leader:
             broadcast_forward_batch(self.parallel, forward_batch)  # the followers run it too
@@ -220,10 +224,14 @@ class ModelRunner:
             self.lora_manager.state.segments = forward_batch.lora_segments
         with torch.no_grad():
             graph_runner = self.cuda_graph_runner
-            if graph_runner is not None and graph_runner.can_run(forward_batch):
+            if (
+                graph_runner is not None
+                and not return_hidden_states
+                and graph_runner.can_run(forward_batch)
+            ):
                 return graph_runner.replay(forward_batch)
             forward_batch.attn_backend.init_forward_metadata(forward_batch)
-            return self.model(forward_batch)
+            return self.model(forward_batch, return_hidden_states)
 
     def follow(self) -> None:
         """A tensor-parallel follower (rank > 0): runs rank 0's batches until it stops them."""

@@ -125,7 +125,7 @@ class Scheduler:
             results=self.results,
         )
         speculative_config = resolve_speculative_config(server_args)
-        # Speculative steps run without overlap (their verify forward is an extend batch).
+        # Speculative steps run without overlap (the next drafts need this step's acceptance).
         self.speculative = (
             None
             if speculative_config is None
@@ -263,7 +263,13 @@ class Scheduler:
             if speculated is not None:
                 return outputs + self._apply(speculated, decoded=True)
         forward_batch = batch.prepare_forward(self.kv, self.runner)
-        logits = self.runner.forward(forward_batch)
+        proposer = self.speculative.proposer if self.speculative is not None else None
+        if batch.mode == ForwardMode.EXTEND and proposer and proposer.uses_target_hidden_states:
+            # EAGLE drafts from the target's hidden states: the prompt's come from its prefill.
+            logits, hidden_states = self.runner.forward(forward_batch, return_hidden_states=True)
+            proposer.after_prefill(batch.reqs, forward_batch, hidden_states)
+        else:
+            logits = self.runner.forward(forward_batch)
         self.counters.forward_steps += 1
         self.counters.tree_attention_steps += forward_batch.shared_prefixes is not None
         if batch.mode == ForwardMode.EXTEND:

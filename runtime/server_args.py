@@ -112,8 +112,8 @@ class ServerArgs:
     # (constrained/completion_budget.py); disabling skips their per-grammar table build too.
     disable_constraint_budget: bool = False
 
-    # Speculative decoding (SGLang's flags; runtime/speculative/, docs/engine.md). Only NGRAM
-    # (prompt lookup) is implemented; with topk 1, num_draft_tokens = num_steps + 1.
+    # Speculative decoding (SGLang's flags; runtime/speculative/, docs/engine.md): NGRAM,
+    # STANDALONE and EAGLE (chains); with topk 1, num_draft_tokens = num_steps + 1.
     speculative_algorithm: str | None = None  # NGRAM, STANDALONE or EAGLE, any case
     speculative_draft_model_path: str | None = None
     speculative_num_steps: int | None = None  # None: from num_draft_tokens, else 4

@@ -18,11 +18,19 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from radixgen.runtime.hf_cache import looks_like_hub_id, resolve_hub_id
 
 TINY_MODEL_NAME = "tiny"
+# tiny's draft models for speculative decoding (speculative_draft_model_path), trained by
+# `python -m radixgen.runtime.tiny_assets.train_drafts`: only their own tensors are committed;
+# the builds add tiny's embedding (the STANDALONE draft's is tiny's, shared and tied).
+TINY_EAGLE_NAME = "tiny-eagle"  # the EAGLE head (one layer on tiny's hidden states)
+TINY_DRAFT_NAME = "tiny-draft"  # the one-layer STANDALONE draft
+# The EAGLE head drafts among the training corpus's most frequent tokens (94% of held-out ones).
+TINY_EAGLE_DRAFT_VOCAB_SIZE = 8192
 # Bump when the recipe changes: a cached build with another version is rebuilt.
 TINY_MODEL_VERSION = "3"
 _VERSION_FILE = "radixgen_tiny_version"
@@ -121,8 +129,13 @@ def resolve_model_path(model_path: str) -> str:
             point at a folder instead).
     """
     model_path = os.fspath(model_path)  # a pathlib.Path works too
-    if model_path == TINY_MODEL_NAME:
-        return str(ensure_tiny_model(cache_root()))
+    builders = {
+        TINY_MODEL_NAME: write_tiny_model,
+        TINY_EAGLE_NAME: write_tiny_eagle_head,
+        TINY_DRAFT_NAME: write_tiny_draft_model,
+    }
+    if model_path in builders:
+        return str(ensure_built(cache_root(), model_path, builders[model_path]))
     expanded = os.path.expanduser(model_path)
     if "/" in model_path and looks_like_hub_id(expanded):
         return resolve_hub_id(model_path)
@@ -131,18 +144,23 @@ def resolve_model_path(model_path: str) -> str:
 
 def ensure_tiny_model(root: Path) -> Path:
     """Returns `root/tiny`, building it first if it is missing or from another version."""
-    target = root / TINY_MODEL_NAME
+    return ensure_built(root, TINY_MODEL_NAME, write_tiny_model)
+
+
+def ensure_built(root: Path, name: str, write: Callable[[Path], None]) -> Path:
+    """Returns `root/name`, built by `write` first if it is missing or from another version."""
+    target = root / name
     if _is_current(target):
         return target
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-build-", dir=root))
     try:
-        write_tiny_model(staging)
+        write(staging)
         if target.exists() and not _is_current(target):
             # A stale build: move it aside (atomic) so the rename below can take its place.
-            stale = Path(tempfile.mkdtemp(prefix=".tiny-stale-", dir=root))
+            stale = Path(tempfile.mkdtemp(prefix=f".{name}-stale-", dir=root))
             try:
-                os.rename(target, stale / TINY_MODEL_NAME)
+                os.rename(target, stale / name)
             except OSError:
                 pass  # another process moved it first
             shutil.rmtree(stale, ignore_errors=True)
@@ -159,6 +177,29 @@ def ensure_tiny_model(root: Path) -> Path:
 def write_tiny_model(folder: Path) -> None:
     """Writes the complete trained tiny checkpoint (weights, configs, tokenizer) into `folder`."""
     _write_checkpoint(folder, TINY_CONFIG, weights_file=TINY_ASSETS_DIR / "model.safetensors")
+
+
+def write_tiny_eagle_head(folder: Path) -> None:
+    """Writes tiny's EAGLE head folder (runtime/models/llama_eagle.py) into `folder`."""
+    from radixgen.runtime.models.llama_eagle import EAGLE_ARCHITECTURE
+
+    config = {
+        **TINY_CONFIG,
+        "architectures": [EAGLE_ARCHITECTURE],
+        "num_hidden_layers": 1,
+        "draft_vocab_size": TINY_EAGLE_DRAFT_VOCAB_SIZE,
+    }
+    _write_checkpoint(folder, config, weights_file=TINY_ASSETS_DIR / "eagle_head.safetensors")
+
+
+def write_tiny_draft_model(folder: Path) -> None:
+    """Writes tiny's one-layer STANDALONE draft: its layer and norm on tiny's embedding."""
+    from safetensors.torch import load_file
+
+    embedding = "model.embed_tokens.weight"
+    weights = {embedding: load_file(TINY_ASSETS_DIR / "model.safetensors")[embedding]}
+    weights |= load_file(TINY_ASSETS_DIR / "draft_layers.safetensors")
+    _write_checkpoint(folder, {**TINY_CONFIG, "num_hidden_layers": 1}, weights=weights)
 
 
 def write_random_model(folder: Path, config: dict, seed: int = 0) -> None:

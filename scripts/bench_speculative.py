@@ -5,18 +5,26 @@
     python scripts/bench_speculative.py oracle            # CUDA, Llama-3.1-8B shape, dummy weights
 
 `tokens`: the trained tiny model on windows of its held-out test split (code completion),
-greedy: tokens/s and the mean accepted length per verify step, plain decoding vs NGRAM, at
-each batch size (prompts run `batch_size` at a time through the Engine, warmed up first); the
+greedy: tokens/s and the mean accepted length per verify step, plain decoding vs NGRAM (or
+STANDALONE, EAGLE with --draft-model-path: tiny's trained tiny-draft, tiny-eagle), at each
+batch size (prompts run `batch_size` at a time through the Engine, warmed up first); the
 outputs must be identical (fp32) or the script fails.
 
 `verify-cost`: one static batch through the model runner: the time of a verify forward (an
 extend of 1 + K tokens per request with every row's logits, as the speculative step runs it)
 relative to a decode step (CUDA graph), for K = 1, 2, 4, 8 at batch 1, 8, 32.
 
-`oracle`: end-to-end tokens/s with an *oracle* draft: the target's own greedy continuation
-(recorded by a first, plain run), each drafted position independently replaced by a wrong
-token with probability 1 - alpha. Expected tokens per step: (1 - alpha^(K+1)) / (1 - alpha).
-Dummy weights: acceptance means nothing, so these rows are labelled oracle runs.
+`oracle`: end-to-end tokens/s with an *oracle* draft: the target's own greedy continuation,
+each drafted position independently replaced by a wrong token with probability 1 - alpha.
+Expected tokens per step: (1 - alpha^(K+1)) / (1 - alpha). Dummy weights: acceptance means
+nothing, so these rows are labelled oracle runs. Dummy weights also make greedy decoding
+fragile: their logits are ~N(0, 1.3^2) over 128k tokens, rounded to bf16 (steps of 1/32 near
+the top), so the top two often tie and the verify and decode kernels' rounding picks
+different ones within a few tokens: a continuation recorded by one run stops being the next
+run's. So the harness pins the target's greedy choice (`PinnedGreedy`: after every forward,
+plain and speculative alike, the logit of the continuation's token at each row gets a large
+margin, one device scatter): the continuation is then the target's greedy output by
+construction (checked: every run must output it), and acceptance is exactly the oracle's.
 
 JSON goes to --out, or $OUT/bench_speculative_<mode>.json.
 """
@@ -27,7 +35,6 @@ import argparse
 import functools
 import json
 import os
-import random
 import shutil
 import statistics
 import tempfile
@@ -38,10 +45,10 @@ import numpy as np
 import torch
 
 from radixgen.runtime.bench.model_configs import write_dummy_model_folder
+from radixgen.runtime.bench.oracle_drafts import OracleProposer, PinnedGreedy
 from radixgen.runtime.engine import Engine
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
-from radixgen.runtime.req import Req
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_assets.corpus import CI_SLICE_PATH
 from radixgen.runtime.tiny_model import resolve_model_path
@@ -93,14 +100,20 @@ def run_engine(
     max_new_tokens: int,
     proposer=None,
     temperature: float = 0.0,
+    verify_as_decode_rows: bool | None = None,
+    pinned_sequences: dict[tuple[int, ...], list[int]] | None = None,
 ) -> dict:
     """Runs `prompts` `batch_size` at a time through a warmed-up Engine (greedy, or sampled
     with seed 1 at `temperature`)."""
     with Engine(**options) as engine:
+        # Benchmark-only switches on the scheduler's decoder (the Engine has no public hook):
+        # a draft source (the oracle: any DraftProposer) and the verify forward's form.
         if proposer is not None:
-            # A benchmark-only draft source (the oracle): the scheduler's decoder takes any
-            # DraftProposer; the Engine has no public hook for one.
             engine._scheduler.speculative.proposer = proposer
+        if verify_as_decode_rows is not None:
+            engine._scheduler.speculative.verify_as_decode_rows = verify_as_decode_rows
+        if pinned_sequences is not None:
+            PinnedGreedy(engine._scheduler.runner, pinned_sequences)
         params = {**GREEDY, "max_new_tokens": max_new_tokens}
         if temperature > 0:
             params |= {"temperature": temperature, "seed": 1}
@@ -215,18 +228,30 @@ def _static_forward(
     num_new: int,
     *,
     position: int,
+    as_decode_rows: bool = False,
 ) -> None:
     """One forward of `num_new` tokens per request after `position` cached ones: a decode
-    step for 1 (CUDA graph), else a verify forward (extend, every row's logits)."""
+    step for 1 (CUDA graph), else a verify forward: an extend with every row's logits, or
+    (`as_decode_rows`) one decode row per token (the decode CUDA graph of that row count)."""
     batch_size = len(req_rows)
-    batch = runner.build_forward_batch(
-        mode=ForwardMode.DECODE if num_new == 1 else ForwardMode.EXTEND,
-        input_ids=[[301 + i for i in range(num_new)]] * batch_size,
-        req_pool_indices=req_rows,
-        prefix_lens=[position] * batch_size,
-        out_cache_loc=per_request[:, position : position + num_new].reshape(-1),
-        return_all_logits=num_new > 1,
-    )
+    out_cache_loc = per_request[:, position : position + num_new].reshape(-1)
+    if as_decode_rows:
+        batch = runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=[[301 + i] for _ in req_rows for i in range(num_new)],
+            req_pool_indices=[row for row in req_rows for _ in range(num_new)],
+            prefix_lens=[position + i for _ in req_rows for i in range(num_new)],
+            out_cache_loc=out_cache_loc,
+        )
+    else:
+        batch = runner.build_forward_batch(
+            mode=ForwardMode.DECODE if num_new == 1 else ForwardMode.EXTEND,
+            input_ids=[[301 + i for i in range(num_new)]] * batch_size,
+            req_pool_indices=req_rows,
+            prefix_lens=[position] * batch_size,
+            out_cache_loc=out_cache_loc,
+            return_all_logits=num_new > 1,
+        )
     runner.forward(batch).argmax(dim=-1)
 
 
@@ -235,7 +260,8 @@ def bench_verify_cost(args) -> list[dict]:
         ServerArgs(
             **target_model_options(args),
             context_length=args.prompt_len + 64,
-            max_running_requests=max(args.batch_sizes),
+            # Rows for the verify-as-decode-rows forwards' CUDA graphs (9 per request).
+            max_running_requests=max(args.batch_sizes) * 9,
             max_total_tokens=max(args.batch_sizes) * (args.prompt_len + 16) + 64,
         )
     )
@@ -262,6 +288,11 @@ def bench_verify_cost(args) -> list[dict]:
             verify_ms = _timed_ms(
                 runner.device, functools.partial(step, num_draft + 1), args.repeats
             )
+            rows_ms = _timed_ms(
+                runner.device,
+                functools.partial(step, num_draft + 1, as_decode_rows=True),
+                args.repeats,
+            )
             rows.append(
                 {
                     "batch_size": batch_size,
@@ -269,6 +300,8 @@ def bench_verify_cost(args) -> list[dict]:
                     "decode_ms": decode_ms,
                     "verify_ms": verify_ms,
                     "verify_over_decode": verify_ms / decode_ms,
+                    "verify_as_decode_rows_ms": rows_ms,
+                    "verify_as_decode_rows_over_decode": rows_ms / decode_ms,
                 }
             )
             print(rows[-1], flush=True)
@@ -280,50 +313,28 @@ def bench_verify_cost(args) -> list[dict]:
 # ---- oracle drafts at the 8B shape -------------------------------------------------------------
 
 
-class OracleProposer:
-    """Drafts the recorded greedy continuation of each prompt, each position replaced by a
-    wrong token with probability 1 - alpha (seeded by prompt and position)."""
-
-    def __init__(self, recorded: dict[tuple[int, ...], list[int]], alpha: float, vocab_size: int):
-        self.recorded = recorded
-        self.alpha = alpha
-        self.vocab_size = vocab_size
-
-    def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
-        return [self._propose_one(req, limit) for req, limit in zip(reqs, limits, strict=True)]
-
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
-        pass
-
-    def release(self, reqs: list[Req]) -> None:
-        pass
-
-    def check_integrity(self) -> None:
-        pass
-
-    def _propose_one(self, req: Req, max_tokens: int) -> list[int]:
-        continuation = self.recorded.get(tuple(req.origin_input_ids), [])
-        start = len(req.output_ids)
-        drafts = continuation[start : start + max_tokens]
-        rng = random.Random(hash((tuple(req.origin_input_ids[:8]), start)))
-        for i, token in enumerate(drafts):
-            if rng.random() >= self.alpha:
-                drafts[i] = (token + 1 + rng.randrange(self.vocab_size - 1)) % self.vocab_size
-        return drafts
-
-
 def bench_oracle(args) -> list[dict]:
     base = {
         **target_model_options(args),
         "context_length": args.prompt_len + args.max_new_tokens + 16,
+        # Decode graphs up to the largest verify forward as decode rows, no more (start-up).
+        "cuda_graph_max_bs": max(args.batch_sizes) * (args.num_steps + 1),
     }
+    verify_as_decode_rows = {"auto": None, "extend": False, "decode-rows": True}[args.verify]
     rows = []
     for batch_size in args.batch_sizes:
         generator = torch.Generator().manual_seed(batch_size)
         prompts = torch.randint(300, 30000, (batch_size, args.prompt_len), generator=generator)
         prompts = prompts.tolist()
-        plain = run_engine(base, prompts, batch_size, args.max_new_tokens)
-        recorded = {tuple(p): ids for p, ids in zip(prompts, plain.pop("output_ids"), strict=True)}
+        # The greedy continuations the harness pins (random tokens: any sequence will do).
+        continuations = torch.randint(
+            300, 30000, (batch_size, args.max_new_tokens), generator=generator
+        )
+        recorded = {tuple(p): c for p, c in zip(prompts, continuations.tolist(), strict=True)}
+        pinned = {tuple(p[:16]): p + recorded[tuple(p)] for p in prompts}
+        plain = run_engine(base, prompts, batch_size, args.max_new_tokens, pinned_sequences=pinned)
+        if plain.pop("output_ids") != [recorded[tuple(p)] for p in prompts]:
+            raise AssertionError(f"batch {batch_size}: the pinned continuation was not output")
         for alpha in args.alphas:
             options = {
                 **base,
@@ -332,14 +343,24 @@ def bench_oracle(args) -> list[dict]:
                 "speculative_max_batch_size": args.speculative_max_batch_size,
             }
             proposer = OracleProposer(recorded, alpha, vocab_size=30000)
-            oracle = run_engine(options, prompts, batch_size, args.max_new_tokens, proposer)
-            oracle.pop("output_ids")
+            oracle = run_engine(
+                options,
+                prompts,
+                batch_size,
+                args.max_new_tokens,
+                proposer,
+                verify_as_decode_rows=verify_as_decode_rows,
+                pinned_sequences=pinned,
+            )
+            if oracle.pop("output_ids") != [recorded[tuple(p)] for p in prompts]:
+                raise AssertionError(f"batch {batch_size} alpha {alpha}: outputs changed")
             k = args.num_steps
             rows.append(
                 {
                     "label": f"oracle run ({args.model})",
                     "batch_size": batch_size,
                     "alpha": alpha,
+                    "verify": args.verify,
                     "num_draft_tokens": k,
                     "expected_tokens_per_step": (1 - alpha ** (k + 1)) / (1 - alpha),
                     "plain_tokens_per_s": plain["tokens_per_s"],
@@ -361,8 +382,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["tokens", "verify-cost", "oracle"])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--algorithm", default="NGRAM", help="tokens mode: NGRAM or STANDALONE")
-    parser.add_argument("--draft-model-path", default=None, help="tokens mode, STANDALONE")
+    parser.add_argument(
+        "--algorithm", default="NGRAM", help="tokens mode: NGRAM, STANDALONE or EAGLE"
+    )
+    parser.add_argument(
+        "--draft-model-path",
+        default=None,
+        help="tokens mode: STANDALONE's draft (tiny-draft: tiny's) or EAGLE's head (tiny-eagle)",
+    )
     parser.add_argument(
         "--draft-layers",
         type=int,
@@ -391,6 +418,12 @@ def main() -> None:
         "--temperature", type=float, default=0.0, help="tokens mode: 0 greedy, else seeded"
     )
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.7, 0.9])
+    parser.add_argument(
+        "--verify",
+        choices=["auto", "extend", "decode-rows"],
+        default="auto",
+        help="oracle: the verify forward's form (auto: decode rows when a CUDA graph takes them)",
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument(
         "--model",

@@ -1,8 +1,8 @@
-"""Speculative decoding (NGRAM, STANDALONE) through the Engine and the server, on the trained
-tiny model (CPU, fp32): greedy outputs identical to plain decoding (radix cache on; off with a
-pool small enough to retract), seeded sampling keeping the target distribution, constrained,
-penalised and logprob requests replayed token for token, the accept length reported, and the
-KV pools whole afterwards."""
+"""Speculative decoding (NGRAM, STANDALONE, EAGLE) through the Engine and the server, on the
+trained tiny model and its trained drafts (CPU, fp32): greedy outputs identical to plain
+decoding (radix cache on; off with a pool small enough to retract), seeded sampling keeping
+the target distribution, constrained, penalised and logprob requests replayed token for token,
+the accept length reported, and the KV pools whole afterwards."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ SAMPLING = [
     {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True, "min_new_tokens": 6},
 ]
 GREEDY_ROWS = [i for i, params in enumerate(SAMPLING) if params["temperature"] == 0]
+# tiny's trained EAGLE head (runtime/tiny_assets/eagle_head.safetensors, built as a folder).
+EAGLE = {
+    "speculative_algorithm": "EAGLE",
+    "speculative_draft_model_path": "tiny-eagle",
+    "speculative_num_steps": 3,
+    "speculative_max_batch_size": 16,
+}
 
 
 def prompts(tokenizer) -> list[list[int]]:
@@ -104,6 +111,21 @@ def test_greedy_outputs_are_identical_with_ngram_speculation(
         assert stats["num_retractions"] > 0
 
 
+def test_verify_as_decode_rows_keeps_greedy_outputs(tiny_model_path, plain_outputs):
+    """The verify forward as one DECODE row per token (each request's rows share its
+    req_to_token row; on a GPU this replays the decode CUDA graphs) is the same causal
+    attention: greedy outputs are plain decoding's. Forced here: the CPU has no graphs."""
+    with Engine(
+        model_path=tiny_model_path, dtype="float32", skip_warmup=True, **SPECULATIVE
+    ) as engine:
+        engine._scheduler.speculative.verify_as_decode_rows = True  # no public switch
+        outputs = run(engine)
+        stats = engine.get_stats()
+    for row in GREEDY_ROWS:
+        assert outputs[row] == plain_outputs[row], row
+    assert stats["spec_accept_length"] > 1.3
+
+
 @pytest.fixture(scope="module")
 def random_draft_path(tmp_path_factory) -> str:
     """A one-layer draft with random weights and tiny's tokenizer: mostly wrong drafts."""
@@ -112,21 +134,24 @@ def random_draft_path(tmp_path_factory) -> str:
     return str(folder)
 
 
-@pytest.mark.parametrize("draft", ["tiny-itself", "random-one-layer"])
+@pytest.mark.parametrize("draft", ["tiny-itself", "random-one-layer", "tiny-draft"])
 def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
     tiny_model_path, plain_outputs, random_draft_path, draft
 ):
     """STANDALONE: the target as its own draft accepts every draft; a random draft almost
-    none, so speculation backs off (the default minimum accept length); both leave greedy
-    outputs unchanged and both KV pools whole (retracting too)."""
-    draft_path = tiny_model_path if draft == "tiny-itself" else random_draft_path
+    none, so speculation backs off (the default minimum accept length); tiny's trained
+    one-layer draft accepts some; all leave greedy outputs unchanged and both KV pools whole
+    (retracting too)."""
+    draft_path = {"tiny-itself": tiny_model_path, "random-one-layer": random_draft_path}.get(
+        draft, draft
+    )
     options = {
         "speculative_algorithm": "STANDALONE",
         "speculative_draft_model_path": draft_path,
         "speculative_num_steps": 3,
         "speculative_max_batch_size": 16,
     }
-    if draft == "tiny-itself":
+    if draft != "random-one-layer":
         options["speculative_min_accept_length"] = 0
     else:
         options |= {"max_total_tokens": 270, "new_token_ratio": 0.05, "chunked_prefill_size": 64}
@@ -140,10 +165,45 @@ def test_greedy_outputs_are_identical_with_a_standalone_draft_model(
         # Greedy rows accept all; the one sampled row may reject.
         assert stats["num_spec_accepted_tokens"] > 0.8 * stats["num_spec_draft_tokens"]
         assert stats["spec_accept_length"] > 3.0
+    elif draft == "tiny-draft":
+        assert stats["spec_accept_length"] > 1.3
     else:
         assert stats["num_retractions"] > 0
         # Probes after 1, 2, 4, 8, ... plain steps: a handful of verify steps, not one a step.
         assert 0 < stats["num_spec_verify_steps"] <= 8 < stats["num_forward_steps"] // 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"speculative_min_accept_length": 0},
+        # Backing off (plain steps in between) and retracting: the head's memory starts over.
+        {
+            "speculative_min_accept_length": 2.5,
+            "disable_radix_cache": True,
+            "max_total_tokens": 270,
+            "chunked_prefill_size": 64,
+            "new_token_ratio": 0.05,
+        },
+    ],
+    ids=["every-step", "backing-off-and-retracting"],
+)
+def test_greedy_outputs_are_identical_with_eagle(tiny_model_path, plain_outputs, options):
+    """EAGLE: tiny's trained head drafts on tiny's hidden states; greedy outputs are plain
+    decoding's, the head's own KV pool is whole when idle (`run` checks), and drafts are
+    accepted."""
+    with Engine(
+        model_path=tiny_model_path, dtype="float32", skip_warmup=True, **EAGLE, **options
+    ) as engine:
+        outputs = run(engine)
+        stats = engine.get_stats()
+    for row in GREEDY_ROWS:
+        assert outputs[row] == plain_outputs[row], row
+    assert stats["num_spec_accepted_tokens"] > 0
+    if "max_total_tokens" in options:
+        assert stats["num_retractions"] > 0
+    else:
+        assert stats["spec_accept_length"] > 1.3
 
 
 USERS_SCHEMA = {
@@ -192,9 +252,10 @@ def test_constrained_penalised_and_logprob_requests_replay_exactly(tiny_model_pa
     assert re.fullmatch(LOOP_REGEX, results[1][3]["text"])
 
 
-def test_dsl_program_on_a_speculative_engine(tiny_model_path):
-    """The DSL runs unchanged on an Engine with NGRAM: a fork of code completions, one of them
-    regex-constrained, gives the plain engine's text."""
+@pytest.mark.parametrize("speculative", [SPECULATIVE, EAGLE], ids=["ngram", "eagle"])
+def test_dsl_program_on_a_speculative_engine(tiny_model_path, speculative):
+    """The DSL runs unchanged on an Engine with NGRAM or EAGLE: a fork of code completions, one
+    of them regex-constrained, gives the plain engine's text."""
 
     @rg.function
     def complete(s, snippets):
@@ -205,7 +266,7 @@ def test_dsl_program_on_a_speculative_engine(tiny_model_path):
         s["codes"] = [fork["code"] for fork in forks]
 
     texts = []
-    for options in ({}, SPECULATIVE):
+    for options in ({}, speculative):
         with rg.Engine(model_path=tiny_model_path, skip_warmup=True, **options) as engine:
             state = complete.run(snippets=SNIPPETS[:3], backend=engine)
             texts.append((state["codes"], state["loop"]))
@@ -284,6 +345,30 @@ def test_server_with_ngram_speculation_matches_plain_greedy(tiny_model_path, pla
         assert_healthy_and_whole(http)
 
 
+@pytest.mark.slow  # a second server: ~35 s on 2 shared cores
+def test_server_with_eagle_matches_plain_greedy(tiny_model_path, plain_outputs):
+    """`--speculative-algorithm eagle` with tiny's head folder: a batch of greedy requests gets
+    plain decoding's tokens, and the server is healthy and its pools whole afterwards."""
+    flags = ["--log-level", "warning", "--speculative-algorithm", "eagle"]
+    flags += ["--speculative-draft-model-path", "tiny-eagle", "--speculative-num-steps", "3"]
+    flags += ["--speculative-min-accept-length", "0"]
+    with ServerProcess(flags) as server, httpx.Client(base_url=server.base_url, timeout=60) as http:
+        tokenizer_prompts = prompts(_tokenizer(tiny_model_path))
+        response = http.post(
+            "/generate",
+            json={
+                "input_ids": [tokenizer_prompts[row] for row in GREEDY_ROWS],
+                "sampling_params": [SAMPLING[row] for row in GREEDY_ROWS],
+            },
+        )
+        assert response.status_code == 200, response.text
+        outputs = [out["output_ids"] for out in response.json()]
+        assert outputs == [plain_outputs[row] for row in GREEDY_ROWS]
+        scheduler = http.get("/get_server_info").json()["scheduler"]
+        assert scheduler["num_spec_accepted_tokens"] > 0
+        assert_healthy_and_whole(http)
+
+
 def _tokenizer(model_path: str):
     from radixgen.runtime.tokenizer import load_tokenizer
 
@@ -292,10 +377,26 @@ def _tokenizer(model_path: str):
 
 @pytest.mark.gpu
 def test_gpu_greedy_outputs_are_identical_with_ngram_speculation(tiny_model_path):
-    """On CUDA (Triton attention, CUDA-graph decode, overlap on; verify forwards are eager
-    extends): fp32 greedy outputs with NGRAM equal plain decoding's, and the pool is whole."""
+    """On CUDA (Triton attention, CUDA-graph decode, overlap on; verify forwards run as decode
+    rows through the decode CUDA graphs, docs/engine.md): fp32 greedy outputs with NGRAM equal
+    plain decoding's, and the pool is whole."""
     results = []
     for options in ({}, SPECULATIVE):
+        with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **options) as e:
+            results.append(run(e))
+            stats = e.get_stats()
+    for row in GREEDY_ROWS:
+        assert results[1][row] == results[0][row], row
+    assert stats["spec_accept_length"] > 1.3
+
+
+@pytest.mark.gpu
+def test_gpu_eagle_keeps_greedy_outputs(tiny_model_path):
+    """On CUDA (Triton attention for the target and the head; eager verify forwards, which
+    return the hidden states): fp32 greedy outputs with tiny's EAGLE head equal plain
+    decoding's, and drafts are accepted."""
+    results = []
+    for options in ({}, {**EAGLE, "speculative_min_accept_length": 0}):
         with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **options) as e:
             results.append(run(e))
             stats = e.get_stats()

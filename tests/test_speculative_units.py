@@ -4,6 +4,7 @@ target distribution) on hand-made logits."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -36,7 +37,7 @@ def test_flags_parse_case_insensitively_and_draft_tokens_follow_steps():
     ("options", "message"),
     [
         ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
-        ({"speculative_algorithm": "eagle"}, "not implemented yet"),
+        ({"speculative_algorithm": "eagle"}, "EAGLE' needs speculative_draft_model_path"),
         ({"speculative_algorithm": "standalone"}, "needs speculative_draft_model_path"),
         ({"speculative_algorithm": "ngram", "speculative_eagle_topk": 4}, "eagle_topk must be 1"),
         (
@@ -170,3 +171,25 @@ def test_rejection_sampling_emits_the_target_distribution(draft_token, top_k):
     assert (frequencies - expected.double()).abs().max() < 0.025, (frequencies, expected)
     if expected[draft_token] == 0:
         assert not accepted.any()  # a draft the filters exclude is never accepted
+
+
+# ---- the EAGLE head's folder --------------------------------------------------------------
+
+
+def test_an_eagle_head_folder_is_checked_against_the_target(tiny_model_path, tmp_path):
+    from radixgen.runtime.model_config import ModelConfig
+    from radixgen.runtime.models.llama_eagle import read_eagle_config
+    from radixgen.runtime.tiny_model import TINY_CONFIG
+
+    target = ModelConfig.from_folder(tiny_model_path)
+    with pytest.raises(ValueError, match="speculative_draft_model_path .*LlamaForCausalLMEagle"):
+        read_eagle_config(tiny_model_path, target)  # a whole model, not a head
+    head = {**TINY_CONFIG, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps({**head, "hidden_size": 512}))
+    with pytest.raises(ValueError, match="hidden_size is 512, the target's 256"):
+        read_eagle_config(tmp_path, target)
+    (tmp_path / "config.json").write_text(json.dumps({**head, "draft_vocab_size": 0}))
+    with pytest.raises(ValueError, match="draft_vocab_size must be in"):
+        read_eagle_config(tmp_path, target)
+    (tmp_path / "config.json").write_text(json.dumps({**head, "draft_vocab_size": 64}))
+    assert read_eagle_config(tmp_path, target).draft_vocab_size == 64

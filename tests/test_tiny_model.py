@@ -86,6 +86,30 @@ def test_the_committed_trained_weights_are_what_loads(tiny_model_path):
     assert shipped.stat().st_size + (TINY_ASSETS_DIR / "tokenizer.json").stat().st_size < 28e6
 
 
+def test_the_trained_drafts_build_load_and_stay_small(tiny_model_path):
+    """tiny-draft (STANDALONE) and tiny-eagle (EAGLE) build from their committed tensors, load
+    beside tiny, and keep everything the repository ships for the model within ~30 MB."""
+    from radixgen.runtime.speculative.eagle import EagleProposer
+
+    assets = [
+        TINY_ASSETS_DIR / name for name in ("eagle_head.safetensors", "draft_layers.safetensors")
+    ]
+    assert all(path.stat().st_size < 2e6 for path in assets)
+    shipped = ["model.safetensors", "tokenizer.json"]
+    total = sum((TINY_ASSETS_DIR / name).stat().st_size for name in shipped)
+    assert total + sum(path.stat().st_size for path in assets) < 30e6
+    draft = ModelRunner(ServerArgs(model_path="tiny-draft", device="cpu", max_total_tokens=64))
+    assert draft.model_config.num_layers == 1
+    target = ModelRunner(ServerArgs(model_path="tiny", device="cpu", max_total_tokens=64))
+    # Shared, not copied: the draft's embedding equals tiny's; the head has none.
+    assert torch.equal(draft.model.lm_head_weight, target.model.lm_head_weight)
+    proposer = EagleProposer.from_target(target, "tiny-eagle")
+    head_tensors = {name for name, _ in proposer.head.state_dict().items()}
+    assert not any("embed" in name for name in head_tensors)
+    assert proposer.head.hot_token_ids.shape == (8192,)
+    proposer.check_integrity()
+
+
 def test_random_model_of_another_shape_loads(tmp_path):
     config = {**TINY_CONFIG, "num_hidden_layers": 2, "tie_word_embeddings": False}
     write_random_model(tmp_path, config, seed=1)

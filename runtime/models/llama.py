@@ -276,13 +276,19 @@ class LlamaForCausalLM(nn.Module):
         has none)."""
         return [layer.self_attn.kv_cache_scales for layer in self.model.layers]
 
-    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, forward_batch: ForwardBatch, return_hidden_states: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Returns float32 logits: [batch, vocab] for each request's last token, or
-        [num_tokens, vocab] for every token when `forward_batch.return_all_logits`."""
-        hidden_states = self.model(forward_batch)  # [num_tokens, hidden_size]
+        [num_tokens, vocab] for every token when `forward_batch.return_all_logits`; with
+        `return_hidden_states`, also every token's last hidden state (after the final norm:
+        what the LM head reads; EAGLE's features), [num_tokens, hidden_size]."""
+        all_hidden_states = self.model(forward_batch)  # [num_tokens, hidden_size]
+        hidden_states = all_hidden_states
         if not forward_batch.return_all_logits and forward_batch.mode == ForwardMode.EXTEND:
             hidden_states = hidden_states[forward_batch.last_token_indices]
-        return self.output_embedding.logits(hidden_states).float()  # [n, vocab_size]
+        logits = self.output_embedding.logits(hidden_states).float()  # [n, vocab_size]
+        return (logits, all_hidden_states) if return_hidden_states else logits
 
 
 def checkpoint_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

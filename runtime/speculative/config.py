@@ -31,10 +31,11 @@ DEFAULT_NGRAM_MAX_WINDOW = 12
 class SpeculativeAlgorithm(enum.Enum):
     NGRAM = "NGRAM"  # prompt lookup: the continuation of an earlier match of the last tokens
     STANDALONE = "STANDALONE"  # a small draft model with its own KV
-    EAGLE = "EAGLE"  # a draft head on the target's hidden states (not implemented yet)
+    EAGLE = "EAGLE"  # a one-layer draft head on the target's last hidden states
 
 
-IMPLEMENTED_ALGORITHMS = (SpeculativeAlgorithm.NGRAM, SpeculativeAlgorithm.STANDALONE)
+# The algorithms that draft with a model in speculative_draft_model_path.
+DRAFT_MODEL_ALGORITHMS = (SpeculativeAlgorithm.STANDALONE, SpeculativeAlgorithm.EAGLE)
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
     """The speculative options of a `ServerArgs` (None: speculation off).
 
     Raises:
-        ValueError: naming the flag: an unknown or unimplemented algorithm, a topk other
-            than 1, draft and step counts that disagree, sizes below 1, speculative flags
-            without `--speculative-algorithm`.
+        ValueError: naming the flag: an unknown algorithm, a topk other than 1, draft and
+            step counts that disagree, sizes below 1, speculative flags without
+            `--speculative-algorithm`.
     """
     name = args.speculative_algorithm
     if name is None:
@@ -80,11 +81,6 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
     if not isinstance(name, str) or name.upper() not in choices:
         raise ValueError(f"speculative_algorithm must be one of {choices} (any case), got {name!r}")
     algorithm = SpeculativeAlgorithm(name.upper())
-    if algorithm not in IMPLEMENTED_ALGORITHMS:
-        raise ValueError(
-            f"speculative_algorithm={name!r} is not implemented yet; "
-            f"available: {[a.value for a in IMPLEMENTED_ALGORITHMS]}"
-        )
     topk = args.speculative_eagle_topk
     if topk is not None and topk != 1:
         raise ValueError(
@@ -122,8 +118,11 @@ def resolve_speculative_config(args: Any) -> SpeculativeConfig | None:
     has_draft_model = args.speculative_draft_model_path is not None
     if has_draft_model and algorithm is SpeculativeAlgorithm.NGRAM:
         raise ValueError("speculative_draft_model_path is for STANDALONE and EAGLE, not NGRAM")
-    if not has_draft_model and algorithm is SpeculativeAlgorithm.STANDALONE:
-        raise ValueError("speculative_algorithm='STANDALONE' needs speculative_draft_model_path")
+    if not has_draft_model and algorithm in DRAFT_MODEL_ALGORITHMS:
+        raise ValueError(
+            f"speculative_algorithm={algorithm.value!r} needs speculative_draft_model_path"
+            + (" (an EAGLE head's folder)" if algorithm is SpeculativeAlgorithm.EAGLE else "")
+        )
     min_accept_length = args.speculative_min_accept_length
     if min_accept_length is None:
         min_accept_length = DEFAULT_MIN_ACCEPT_LENGTH

@@ -21,7 +21,6 @@ from typing import Protocol
 
 import torch
 
-from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.io_struct import SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req, ReqStatus
@@ -34,23 +33,36 @@ from radixgen.runtime.result_processor import (
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 from radixgen.runtime.schedule_batch import ScheduleBatch
 from radixgen.runtime.speculative.config import SpeculativeAlgorithm, SpeculativeConfig
+from radixgen.runtime.speculative.eagle import EagleProposer
 from radixgen.runtime.speculative.ngram import NgramProposer
 from radixgen.runtime.speculative.replay import needs_replay, replay_verify
 from radixgen.runtime.speculative.standalone import DraftModelProposer
-from radixgen.runtime.speculative.verify import build_verify_input, verify_drafts
+from radixgen.runtime.speculative.verify import (
+    build_verify_batch,
+    build_verify_input,
+    verify_drafts,
+)
 
 
 class DraftProposer(Protocol):
     """Proposes each request's next tokens (a chain) cheaply, without the target model."""
+
+    # EAGLE: the verify forward also returns the target's last hidden states (for
+    # `after_verify`), and a step runs even when no request has a draft (it collects them).
+    uses_target_hidden_states: bool
 
     def propose(self, reqs: list[Req], limits: list[int]) -> list[list[int]]:
         """At most `limits[i]` tokens to follow `reqs[i]`'s last token ([] for none; a limit
         may be 0). `reqs` is the whole running batch: a proposer with per-request state may
         drop the state of requests not in it."""
 
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+    def after_verify(
+        self, reqs: list[Req], drafts: list[list[int]], hidden_states: torch.Tensor | None
+    ) -> None:
         """Called once the verified tokens are appended to `reqs` (the same batch as the
-        `propose` call), e.g. to roll back a draft model's KV past the rejected drafts."""
+        `propose` call), e.g. to roll back a draft model's KV past the rejected drafts.
+        `hidden_states` ([num_verify_tokens, hidden], request by request: its last token
+        then its drafts) when `uses_target_hidden_states`, else None."""
 
     def release(self, reqs: list[Req]) -> None:
         """Frees whatever the proposer holds for requests not in `reqs` (the running batch;
@@ -64,6 +76,10 @@ class DraftProposer(Protocol):
 MAX_BACKOFF_STEPS = 64
 # Weight of the newest verify step in the moving average of the accept length.
 ACCEPT_LENGTH_EMA_WEIGHT = 0.25
+# A verify forward as decode rows (replaying a decode CUDA graph) reads each request's cached
+# prefix once per row instead of once: allowed while those extra reads stay within this many
+# tokens of KV (Llama-3.1-8B: 128 KiB a token, 4 GiB, a quarter of its weights' 16 GB).
+MAX_EXTRA_PREFIX_READS = 32768
 
 
 def can_speculate(req: Req) -> bool:
@@ -75,6 +91,8 @@ def build_proposer(config: SpeculativeConfig, target_runner) -> DraftProposer:
     """The proposer of `config.algorithm`."""
     if config.algorithm is SpeculativeAlgorithm.STANDALONE:
         return DraftModelProposer.from_target(target_runner, config.draft_model_path)
+    if config.algorithm is SpeculativeAlgorithm.EAGLE:
+        return EagleProposer.from_target(target_runner, config.draft_model_path)
     return NgramProposer(min_window=config.ngram_min_window, max_window=config.ngram_max_window)
 
 
@@ -113,6 +131,23 @@ class SpeculativeDecoder:
         self.accept_length_ema: float | None = None
         self.backoff_steps = 0
         self.next_backoff = 1
+        # None: verify as decode rows when a decode CUDA graph takes them (the rule below);
+        # True/False forces it (tests compare both on the CPU).
+        self.verify_as_decode_rows: bool | None = None
+
+    def _verifies_as_decode_rows(self, num_rows: int, num_prefix_tokens: int) -> bool:
+        """Decode rows while a CUDA graph replays them (eager launches cost more than the
+        extra prefix reads at short contexts); EAGLE's forwards return hidden states, which the
+        graphs do not keep, so they stay one eager extend."""
+        if self.verify_as_decode_rows is not None:
+            return self.verify_as_decode_rows
+        graphs = self.runner.cuda_graph_runner
+        return (
+            graphs is not None
+            and not self.proposer.uses_target_hidden_states
+            and num_rows <= graphs.max_batch_size
+            and self.config.num_steps * num_prefix_tokens <= MAX_EXTRA_PREFIX_READS
+        )
 
     def applies_to(self, batch: ScheduleBatch) -> bool:
         """Whether a step of `batch` may speculate (before looking for drafts)."""
@@ -130,35 +165,44 @@ class SpeculativeDecoder:
             return None
         drafts = self.proposer.propose(batch.reqs, [self._draft_limit(r) for r in batch.reqs])
         num_drafts = sum(len(draft) for draft in drafts)
-        if num_drafts == 0 or self.kv.available_size() < num_drafts + batch.batch_size:
+        collects_hidden_states = self.proposer.uses_target_hidden_states
+        if num_drafts == 0 and not collects_hidden_states:
+            return None
+        if self.kv.available_size() < num_drafts + batch.batch_size:
             return None
         reqs = batch.reqs
         prefix_lens = [req.kv_committed_len for req in reqs]
         output_lens = [len(req.output_ids) for req in reqs]
-        out_cache_loc = self.kv.alloc_slots(num_drafts + batch.batch_size)
-        forward_batch = self.runner.build_forward_batch(
-            mode=ForwardMode.EXTEND,
-            input_ids=[
-                [req.output_ids[-1], *draft] for req, draft in zip(reqs, drafts, strict=True)
-            ],
-            req_pool_indices=[req.req_pool_idx for req in reqs],
-            prefix_lens=prefix_lens,
-            out_cache_loc=out_cache_loc,
-            return_all_logits=True,
+        num_rows = num_drafts + batch.batch_size
+        out_cache_loc = self.kv.alloc_slots(num_rows)
+        forward_batch = build_verify_batch(
+            self.runner,
+            reqs,
+            drafts,
+            out_cache_loc,
+            as_decode_rows=self._verifies_as_decode_rows(num_rows, sum(prefix_lens)),
         )
-        logits = self.runner.forward(forward_batch)  # [num_drafts + batch, vocab]
+        hidden_states = None  # [num_drafts + batch, hidden] for EAGLE
+        if collects_hidden_states:
+            logits, hidden_states = self.runner.forward(forward_batch, return_hidden_states=True)
+        else:
+            logits = self.runner.forward(forward_batch)  # [num_drafts + batch, vocab]
         if any(needs_replay(req) for req in reqs):
             result = self._commit_by_replay(batch, drafts, logits, prefix_lens)
         else:
             result = self._commit_vectorised(batch, drafts, logits)
-        self.proposer.after_verify(reqs, drafts)
+        self.proposer.after_verify(reqs, drafts, hidden_states)
         emitted = sum(len(req.output_ids) for req in reqs) - sum(output_lens)
-        self._update_backoff(emitted / len(reqs))
         counters = self.counters
         counters.forward_steps += 1
-        counters.spec_verify_steps += 1
-        counters.spec_verified_reqs += len(reqs)
-        counters.spec_draft_tokens += num_drafts
+        # A step without drafts (EAGLE collecting its first features) is no verify step: it
+        # neither counts in the accept length nor moves the back-off.
+        if num_drafts > 0:
+            self._update_backoff(emitted / len(reqs))
+            counters.spec_verify_steps += 1
+            counters.spec_verified_reqs += len(reqs)
+            counters.spec_draft_tokens += num_drafts
+            counters.spec_emitted_tokens += emitted
         keep = [row for row, req in enumerate(reqs) if not req.finished]
         if len(keep) < batch.batch_size:
             batch.filter(keep)
@@ -187,7 +231,6 @@ class SpeculativeDecoder:
             self.kv.free_uncommitted_slots(req, prefix_len + len(draft) + 1)
             counters.spec_accepted_tokens += min(accepted, appended)
             counters.generated_tokens += appended
-            counters.spec_emitted_tokens += appended
             result.outputs.append(
                 self.results.finish(req) if req.finished else make_req_output(req)
             )
@@ -203,7 +246,6 @@ class SpeculativeDecoder:
         """Requests with masks, logprobs, penalties, bias or bans: the plain sampler walks
         the rows (`replay.py`); the batch's sampling tensors are rebuilt afterwards."""
         reqs = batch.reqs
-        output_lens = [len(req.output_ids) for req in reqs]
         result, accepted = replay_verify(
             reqs,
             drafts,
@@ -214,9 +256,6 @@ class SpeculativeDecoder:
             vocab_size=self.results.vocab_size,
         )
         self.counters.spec_accepted_tokens += sum(accepted)
-        self.counters.spec_emitted_tokens += sum(
-            len(req.output_ids) - before for req, before in zip(reqs, output_lens, strict=True)
-        )
         # Penalty counts, masks and bans follow the output: rebuilt for the tokens appended.
         batch.sampling_info = SamplingBatchInfo.from_reqs(
             reqs, self.results.vocab_size, self.results.device

@@ -10,9 +10,14 @@ token. Code, logs and chat repeat themselves, which is where this pays.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from radixgen.runtime.req import Req
+
+if TYPE_CHECKING:
+    import torch
 
 
 def propose_ngram(
@@ -62,6 +67,8 @@ class NgramProposer:
         min_window, max_window: the suffix lengths tried (`propose_ngram`).
     """
 
+    uses_target_hidden_states = False
+
     def __init__(self, *, min_window: int, max_window: int):
         self.min_window = min_window
         self.max_window = max_window
@@ -77,7 +84,9 @@ class NgramProposer:
             for req, limit in zip(reqs, limits, strict=True)
         ]
 
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+    def after_verify(
+        self, reqs: list[Req], drafts: list[list[int]], hidden_states: torch.Tensor | None
+    ) -> None:
         pass  # stateless
 
     def release(self, reqs: list[Req]) -> None:

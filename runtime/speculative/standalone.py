@@ -41,6 +41,8 @@ class DraftModelProposer:
         ValueError: the draft's vocabulary differs from `target_vocab_size`.
     """
 
+    uses_target_hidden_states = False
+
     def __init__(self, draft_runner, *, target_vocab_size: int):
         if draft_runner.vocab_size != target_vocab_size:
             raise ValueError(
@@ -86,7 +88,9 @@ class DraftModelProposer:
             drafts.update(self._draft(active))
         return [drafts[id(req)] for req in reqs]
 
-    def after_verify(self, reqs: list[Req], drafts: list[list[int]]) -> None:
+    def after_verify(
+        self, reqs: list[Req], drafts: list[list[int]], hidden_states: torch.Tensor | None
+    ) -> None:
         """Keeps the draft KV of the inputs that turned out right: the old tokens, the last
         token and the accepted drafts the draft model was fed (all but its last draft)."""
         for req, draft in zip(reqs, drafts, strict=True):

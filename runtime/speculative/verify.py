@@ -23,12 +23,57 @@ from dataclasses import dataclass
 import torch
 
 from radixgen.kernels.sampling_torch import counter_uniform, sample_inverse_cdf
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import filter_probs
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
 # Salts the seed of the acceptance draws, independent of the token draws at the same position.
 ACCEPT_SEED_SALT = 0x5EC0DE5
 NO_DRAFT = -1
+
+
+def build_verify_batch(
+    runner,
+    reqs: list[Req],
+    drafts: list[list[int]],
+    out_cache_loc: torch.Tensor,  # [num_drafts + batch] int64
+    *,
+    as_decode_rows: bool,
+) -> ForwardBatch:
+    """The verify forward: each request's last sampled token then its drafts, after its
+    cached prefix, every row's logits.
+
+    As an EXTEND batch (each request's tokens attend causally to each other and to its prefix),
+    or with `as_decode_rows` as a DECODE batch of one row per token: the row of token j of a
+    request shares the request's `req_to_token` row with history length prefix + j + 1. Every
+    layer stores all rows' K/V before attending, so row j sees exactly tokens 0..j: the same
+    causal attention, and the same math as plain decode steps. Such a batch replays the decode
+    CUDA graph of its row count; each row reads the whole prefix, so it suits short contexts.
+    """
+    prefix_lens = [req.kv_committed_len for req in reqs]
+    input_ids = [[req.output_ids[-1], *draft] for req, draft in zip(reqs, drafts, strict=True)]
+    if not as_decode_rows:
+        return runner.build_forward_batch(
+            mode=ForwardMode.EXTEND,
+            input_ids=input_ids,
+            req_pool_indices=[req.req_pool_idx for req in reqs],
+            prefix_lens=prefix_lens,
+            out_cache_loc=out_cache_loc,
+            return_all_logits=True,
+        )
+    rows = [
+        (req.req_pool_idx, prefix + j, token_id)
+        for req, prefix, ids in zip(reqs, prefix_lens, input_ids, strict=True)
+        for j, token_id in enumerate(ids)
+    ]
+    return runner.build_forward_batch(
+        mode=ForwardMode.DECODE,
+        input_ids=[[token_id] for _, _, token_id in rows],
+        req_pool_indices=[row for row, _, _ in rows],
+        prefix_lens=[position for _, position, _ in rows],
+        out_cache_loc=out_cache_loc,
+    )
 
 
 @dataclass
