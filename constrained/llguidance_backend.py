@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -92,16 +94,15 @@ class LLGuidanceCompiler:
         error_type = RegexError if spec.kind in ("regex", "choices") else ValueError
         if matcher.is_error():
             raise error_type(f"{spec.describe()} is invalid: {matcher.get_error()}")
-        table = None
+        build_table = None
         if self._constraint_budget and pattern is None:
             pattern = _budget_regex(spec)
         if self._constraint_budget and pattern is not None:
-            # ~0.1 s at 128k: built in the background so that requests without a budget (and
-            # the first steps of those with one) do not wait for it.
-            table = self._table_builder.submit(
-                ByteDistanceTable, pattern, self.vocab, self._encode, self._byte_spelling
-            )
-        compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), table)
+            # ~0.1-0.2 s of Python at 128k: built in the background, and only once a request
+            # with a budget asks for it, so that requests without one never compete with it
+            # for the GIL (it slowed the scheduler thread's steps by tens of milliseconds).
+            build_table = functools.partial(self._table_builder.submit, self._build_table, pattern)
+        compiled = LLGuidanceGrammar(matcher, self.vocab, spec.describe(), build_table)
         if not compiled.can_start():
             raise error_type(f"{spec.describe()}: no token sequence of this vocabulary matches it")
         return compiled
@@ -109,6 +110,10 @@ class LLGuidanceCompiler:
     @functools.cached_property
     def _table_builder(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(1, thread_name_prefix="budget-table")
+
+    def _build_table(self, pattern: str) -> ByteDistanceTable:
+        # On the table thread, the byte spelling too (once, on the first table).
+        return ByteDistanceTable(pattern, self.vocab, self._encode, self._byte_spelling)
 
     def shutdown(self) -> None:
         if "_table_builder" in self.__dict__:  # created on the first budgeted compile
@@ -189,35 +194,53 @@ def _budget_regex(spec: ConstraintSpec) -> str | None:
 
 class LLGuidanceGrammar(ConstraintGrammar):
     """A compiled llguidance grammar: a pristine `LLMatcher` that each request copies, and
-    the completion bound of its regex (None: not regular, or the budget is disabled)."""
+    the completion bound of its regex (None: not regular, or the budget is disabled).
+
+    Args:
+        build_table: starts building the completion bound in the background and returns its
+            future; called once, by the first `budget_table_ready` or `wait_for_budget_table`
+            (a request with a budget), never for grammars only budget-free requests use.
+    """
 
     def __init__(
         self,
         pristine: llguidance.LLMatcher,
         vocab: TokenVocabulary,
         source: str,
-        completion_table: Future | None = None,
+        build_table: Callable[[], Future] | None = None,
     ):
         self._pristine = pristine
         self.vocab = vocab
         self.source = source
-        self._table_future = completion_table  # Future[ByteDistanceTable] or None
+        self._build_table = build_table
+        self._table_future: Future | None = None  # Future[ByteDistanceTable] once started
+        self._table_lock = threading.Lock()  # the grammar is shared by requests (and threads)
         self.num_words = (vocab.vocab_size + 31) // 32
 
     @property
     def completion_table(self) -> ByteDistanceTable | None:
-        """The budget's byte-distance table once built (None: none, or still building)."""
+        """The budget's byte-distance table once built (None: none, not asked for yet, or
+        still building)."""
         future = self._table_future
         if future is None or not future.done() or future.exception() is not None:
             return None
         return future.result()
 
+    def _table_started(self) -> Future | None:
+        """The table's future, its build started on the first call (None: no table)."""
+        with self._table_lock:
+            if self._table_future is None and self._build_table is not None:
+                self._table_future = self._build_table()
+            return self._table_future
+
     def budget_table_ready(self) -> bool:
-        return self._table_future is None or self._table_future.done()
+        future = self._table_started()
+        return future is None or future.done()
 
     def wait_for_budget_table(self) -> None:
-        if self._table_future is not None:
-            self._table_future.exception()  # waits; a failed build means no table
+        future = self._table_started()
+        if future is not None:
+            future.exception()  # waits; a failed build means no table
 
     @property
     def vocab_size(self) -> int:

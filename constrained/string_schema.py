@@ -7,6 +7,8 @@ next to any of these are combined exactly as languages (`pattern_automaton`) fir
 
 from __future__ import annotations
 
+import functools
+
 from radixgen.constrained.ecma_pattern import parse_pattern
 from radixgen.constrained.json_formats import ENCODED_FORMATS, FORMAT_REGEXES
 from radixgen.constrained.json_string import string_regex
@@ -33,8 +35,7 @@ def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str |
     for pattern in merged.patterns:
         positive.append((_parse(pattern, "pattern", paths["pattern"]), "pattern", paths["pattern"]))
     if merged.format is not None:
-        tree = parse_pattern(f"^{FORMAT_REGEXES[merged.format]}$")
-        positive.append((tree, "format", paths["format"]))
+        positive.append((_format_tree(merged.format), "format", paths["format"]))
     negative = [
         (_parse(pattern, "not", paths[NOT_PATTERNS]), "not", paths[NOT_PATTERNS])
         for pattern in merged.not_patterns
@@ -46,9 +47,11 @@ def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str |
         return string_regex(min_length, max_length)
     if len(positive) == 1 and not negative:
         tree, keyword, path = positive[0]
-        plain_text = merged.format not in ENCODED_FORMATS
-        if keyword == "format" and plain_text and min_length == 0 and max_length is None:
-            return f'"{FORMAT_REGEXES[merged.format]}"'  # ASCII without '"' or '\': as is
+        if keyword == "format":
+            try:
+                return _format_regex(merged.format, min_length, max_length)
+            except UnsupportedSchemaError as error:  # (cached without the schema's path)
+                raise type(error)(keyword, path, error.reason) from None
     else:
         keyword, path = (positive or negative)[0][1:]
         parts = [Leaf(tree) for tree, _, _ in positive] or [Leaf(ANY_TEXT)]
@@ -63,6 +66,24 @@ def string_schema_regex(merged: MergedSchema, excluded: list[str] = ()) -> str |
         if tree is None:
             return None
     return _quoted(_within_lengths(tree, min_length, max_length, keyword, path))
+
+
+@functools.lru_cache(maxsize=64)
+def _format_tree(format_name: str) -> object:
+    """The parsed tree of a `format`'s regex (immutable, so shared between schemas)."""
+    return parse_pattern(f"^{FORMAT_REGEXES[format_name]}$")
+
+
+@functools.lru_cache(maxsize=256)
+def _format_regex(format_name: str, min_length: int, max_length: int | None) -> str | None:
+    """A JSON string of `format` within the lengths. Cached: the same in every schema, and
+    parsing plus re-emitting a format with escapes (email) took ~17 ms of a person schema's
+    ~18 ms translation (CPU machine), on the critical path of each never-seen schema."""
+    plain_text = format_name not in ENCODED_FORMATS
+    if plain_text and min_length == 0 and max_length is None:
+        return f'"{FORMAT_REGEXES[format_name]}"'  # ASCII without '"' or '\': as is
+    tree = _format_tree(format_name)
+    return _quoted(_within_lengths(tree, min_length, max_length, "format", "#"))
 
 
 def _parse(pattern: str, keyword: str, path: str) -> object:

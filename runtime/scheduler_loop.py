@@ -6,8 +6,12 @@
         if scheduler.has_work():
             outputs = scheduler.step()  # at most one forward
             transport.deliver(outputs)  # returns the rids whose receiver is gone: aborted
+        elif a whole blocking receive brought nothing:
+            scheduler.check_integrity_when_idle()
 
 The loop blocks for messages only when idle, so a busy scheduler never waits on its inbox.
+The idle KV integrity check (O(pool size)) waits for a whole quiet poll interval, so it never
+delays a request's last output nor a request that follows it closely.
 What differs between the in-process Engine and the server is only the `SchedulerTransport`:
 an in-process queue with per-request result channels (`runtime/engine_loop.py`), or ZeroMQ
 sockets to the tokenizer manager and the detokenizer (`runtime/server/scheduler_process.py`).
@@ -80,9 +84,13 @@ class SchedulerLoop:
         scheduler, transport = self.scheduler, self.transport
         try:
             while transport.is_open():
-                for message in transport.receive(block=not scheduler.has_work()):
+                idle = not scheduler.has_work()
+                messages = transport.receive(block=idle)
+                for message in messages:
                     self.handle(message)
-                if scheduler.has_work():
+                if idle and not messages:  # a whole poll interval without work
+                    scheduler.check_integrity_when_idle()
+                elif scheduler.has_work():
                     outputs = scheduler.step()
                     if outputs:
                         for rid in transport.deliver(outputs):

@@ -10,7 +10,8 @@
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
 # serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128),
 # gsp-served / gsp-offline (generated-shared-prefix defaults through `radixgen serve` / the
-# in-process Engine; mean TTFT from the served run). scripts/bench_lean.sh runs [7/14]'s set.
+# in-process Engine; mean TTFT from the served run), step64 (in-process decode steps at batch
+# 64, device-synced: forward / sample / host ms per step). scripts/bench_lean.sh runs [7/14]'s set.
 # JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
 set -uo pipefail
 BASE=$1
@@ -164,6 +165,13 @@ stage_gpu_sampling() {  # the fused sampling kernel's GPU tests only
   [ "$1" = new ] || return 0
   python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fused_sampling.py \
     tests/test_sampler.py 2>&1 | tail -4
+}
+
+stage_step64() {  # in-process decode at batch 64 (64 x 64/48), device-synced: GPU vs host ms
+  log "$1: step breakdown, 64 x 64/48 in-process"
+  timeout 300 python3 scripts/step_breakdown.py --model-path $MODEL --load-format dummy \
+    --num-prompts 64 --input-len 64 --output-len 48 2>&1 | grep -E '^\||wall' \
+    | tee "$OUT/$1_step64.txt"
 }
 
 stage_sampling_bench() {

@@ -214,3 +214,25 @@ def test_jump_forward_predicts_the_completion_left_after_it(backend_name):
     matcher.apply_jump_forward(plan)
     assert predicted == matcher.min_completion_tokens() and predicted > 0
     backend.shutdown()
+
+
+def test_llguidance_builds_a_budget_table_only_for_requests_with_a_budget():
+    """The table (~0.1 s of Python at 128k) held the GIL against the scheduler's steps even
+    when no request used it: it is now built on the first budgeted request's demand."""
+    backend = GrammarBackend(
+        tiny_tokenizer_path(), grammar_backend="llguidance", constraint_budget=True
+    )
+    unused = backend.compile(ConstraintSpec.regex("[a-c]{2,5}x"))
+    matcher = unused.new_matcher()  # a budget-free request: fills its mask, advances
+    matcher.set_token_budget(None)
+    backend.fill_bitmasks([(matcher, 0)], allocate_token_bitmask(1, unused.vocab_size))
+    # One table thread builds in submission order: had `unused`'s table been submitted at its
+    # compile, it would be built by the time this later one is.
+    used = backend.compile(ConstraintSpec.regex("[0-9]{3}"))
+    used.wait_for_budget_table()
+    assert used.completion_table is not None and unused.completion_table is None
+    # On demand (a budgeted request's poll), it is built and exact.
+    assert not unused.budget_table_ready() or unused.completion_table is not None
+    assert unused.new_matcher().min_completion_tokens() >= 1
+    assert unused.budget_table_ready() and unused.completion_table is not None
+    backend.shutdown()
