@@ -158,7 +158,9 @@ def fused_sample(
     flags = dict(HAS_MASK=bitmask is not None, num_warps=num_warps)
     part_max = torch.empty(batch, MAX_SPLITS, dtype=torch.float32, device=device)
     part_arg = torch.empty(batch, MAX_SPLITS, dtype=torch.int32, device=device)
-    part_mass = torch.empty(batch, MAX_SPLITS, dtype=torch.float64, device=device)
+    part_mass = (
+        torch.empty(batch, MAX_SPLITS, dtype=torch.float64, device=device) if sample else unused
+    )
     grid = (batch, num_splits)
     _split_partials_kernel[grid](
         logits, mask, temperatures, part_max, part_arg, part_mass, vocab_size, num_words, chunk,

@@ -269,9 +269,12 @@ def _radix_pass_kernel(
                                  temperature, max_y, HAS_MASK)  # fmt: skip
                 digits = (keys - low_key) >> SHIFT  # [SEARCH_BLOCK]; negative below the range
                 in_range = (keys >= min_p_key) & (keys >= low_key) & (digits < NUM_BUCKETS)
-                hits = in_range[:, None] & (digits[:, None] == buckets[None, :])
-                counts += tl.sum(hits.to(tl.int32), axis=0)
-                masses += tl.sum(tl.where(hits, e.to(tl.float64)[:, None], 0.0), axis=0)
+                # After pass 0 few tokens remain candidates: most blocks skip the
+                # [SEARCH_BLOCK, BUCKETS] tile and cost only their read.
+                if tl.max(in_range.to(tl.int32), axis=0) > 0:
+                    hits = in_range[:, None] & (digits[:, None] == buckets[None, :])
+                    counts += tl.sum(hits.to(tl.int32), axis=0)
+                    masses += tl.sum(tl.where(hits, e.to(tl.float64)[:, None], 0.0), axis=0)
             hist = ((PASS * batch + row) * _SPLITS + split) * NUM_BUCKETS + buckets
             tl.store(hist_counts_ptr + hist, counts)
             tl.store(hist_masses_ptr + hist, masses)
