@@ -413,10 +413,13 @@ def _draw_kernel(
                 e, keys = _probs(logits_row, bitmask_row, start + offs, vocab_size, num_words,
                                  temperature, max_y, HAS_MASK)  # fmt: skip
                 weights = tl.where(keys >= threshold, e, 0.0).to(tl.float64)
-                cdf = running + tl.cumsum(weights, axis=0)  # [BLOCK]
-                first_hit = tl.min(tl.where(cdf > target, offs, BLOCK), axis=0)
-                picked = tl.where(first_hit < BLOCK, start + first_hit, -1)
-                running += tl.sum(weights, axis=0)
+                block_mass = tl.sum(weights, axis=0)
+                # The prefix scan only in the block that crosses the target.
+                if running + block_mass > target:
+                    cdf = running + tl.cumsum(weights, axis=0)  # [BLOCK]
+                    first_hit = tl.min(tl.where(cdf > target, offs, BLOCK), axis=0)
+                    picked = tl.where(first_hit < BLOCK, start + first_hit, -1)
+                running += block_mass
                 start += BLOCK
             # Not found only if rounding put the target at the very top: the argmax, as torch.
             token = tl.where(picked >= 0, picked, argmax_x).to(tl.int64)
