@@ -13,7 +13,8 @@ the median time of one sampling step:
 Batch kinds: greedy; greedy_constrained (greedy, every row masked to ~1% of the vocabulary, as
 a JSON grammar allows); sampled (temperature 0.7); constrained (sampled + that mask); min-p 0.05;
 top-p 0.9; top-k 50 + top-p 0.9. `--json PATH` also writes the rows as JSON.
-`--sweep` times block size, warps, histogram block and radix bits at batch 64 x 128,256.
+`--sweep` times splits, block size, warps, histogram block and radix bits (`SWEEP`, about a
+minute) at batch 64 x 128,256.
 Times are medians of triton.testing.do_bench (milliseconds in, microseconds out). It lives in
 runtime/ (not beside kernels/benchmark.py) because it times the runtime's `Sampler`.
 """
@@ -104,19 +105,21 @@ def kernel_arguments(info: SamplingBatchInfo, steps: torch.Tensor) -> dict:
     )
 
 
-def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> None:
-    """Prints `kind | splits | block | warps | search block | radix bits | us` per tuning."""
+SWEEP = {  # tunings tried per kind by --sweep: about a minute at batch 64 x 128,256
+    "greedy": list(itertools.product((8, 16, 32, 64), (1024, 2048), (4, 8), (256,), (5,))),
+    "sampled": list(itertools.product((8, 16, 32), (1024, 2048), (4, 8), (256,), (5,))),
+    "top_k_top_p": list(itertools.product((8, 16, 32), (1024,), (8,), (128, 256), (5, 6))),
+}
+
+
+def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> list[dict]:
+    """Prints `kind | splits | block | warps | search block | radix bits | us` per tuning of
+    SWEEP[kind] and returns the rows."""
     logits = torch.randn(batch, vocab, device="cuda") * 3
     steps = torch.zeros(batch, dtype=torch.int64, device="cuda")
     args = kernel_arguments(batch_info(kind, batch, vocab), steps)
-    searching = kind == "top_k_top_p"
-    for num_splits, block_size, num_warps, search_block_size, radix_bits in itertools.product(
-        (4, 8, 16, 32),
-        (1024, 2048, 4096),
-        (4, 8),
-        (128, 256) if searching else (256,),
-        (5, 6) if searching else (5,),
-    ):
+    rows = []
+    for num_splits, block_size, num_warps, search_block_size, radix_bits in SWEEP[kind]:
         tuning = dict(
             num_splits=num_splits,
             block_size=block_size,
@@ -128,8 +131,10 @@ def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> None:
         try:
             us = median_ms(lambda: fused_sample(logits, **args, **tuning)) * 1e3  # noqa: B023
             print(f"{label} | {us:.1f}")
+            rows.append(dict(kind=kind, **tuning, kernel_us=us))
         except Exception as error:  # a config out of registers or shared memory: go on
             print(f"{label} | {error!r:.60}")
+    return rows
 
 
 def main() -> None:
@@ -158,16 +163,17 @@ def main() -> None:
                     f"{kind} | {batch} | {vocab} | {torch_us:.1f} | {fused_us:.1f} | "
                     f"{kernel_us:.1f} | {torch_us / fused_us:.2f}x"
                 )
+    sweep_rows = []
+    if args.sweep:
+        print("\n## tuning sweep, batch 64 x 128256")
+        print("kind | splits | block | warps | search block | radix bits | us")
+        for kind in SWEEP:
+            sweep_rows += sweep(kind)
     if args.json:
         device = torch.cuda.get_device_name()
         versions = dict(torch=torch.__version__, triton=triton.__version__)
         with open(args.json, "w") as out:
-            json.dump(dict(device=device, **versions, rows=rows), out, indent=1)
-    if args.sweep:
-        print("\n## tuning sweep, batch 64 x 128256")
-        print("kind | splits | block | warps | search block | radix bits | us")
-        for kind in ("greedy", "sampled", "top_k_top_p"):
-            sweep(kind)
+            json.dump(dict(device=device, **versions, rows=rows, sweep=sweep_rows), out, indent=1)
 
 
 if __name__ == "__main__":
