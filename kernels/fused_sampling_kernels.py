@@ -15,6 +15,10 @@ import triton.language as tl
 
 MAX_SPLITS = 64  # partial buffers are [batch, MAX_SPLITS]; num_splits <= MAX_SPLITS
 _SPLITS = tl.constexpr(MAX_SPLITS)  # the same, readable inside @triton.jit functions
+# Integer arguments that change with the batch size are not specialised (`do_not_specialize`):
+# Triton would compile a variant per value class (== 1, multiple of 16, other), i.e. mid-serving
+# when a new batch size appears.
+_BATCH_DEPENDENT = ["chunk", "num_splits", "batch"]
 
 # ---- the counter-based uniform in Triton: bit-identical to `counter_uniform` -------------------
 
@@ -91,7 +95,7 @@ def _row_params(temperatures_ptr, min_ps_ptr, row, HAS_MIN_P: tl.constexpr):
 # ---- launch 1: per-split max, first argmax and softmax mass -------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["chunk"])
 def _split_partials_kernel(
     logits_ptr,  # [batch, vocab] float32/bfloat16/float16
     bitmask_ptr,  # [batch, num_words] int32 (HAS_MASK)
@@ -204,7 +208,7 @@ def _radix_state(state_i_ptr, state_f_ptr, hist_counts_ptr, hist_masses_ptr, row
     return low_key, count_above, min_count, done, mass_above, mass_needed
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_BATCH_DEPENDENT)
 def _radix_pass_kernel(
     logits_ptr,
     bitmask_ptr,
@@ -283,7 +287,7 @@ def _radix_pass_kernel(
 # ---- the kept-mass launch (filtered batches) ----------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_BATCH_DEPENDENT)
 def _kept_mass_kernel(
     logits_ptr,
     bitmask_ptr,
@@ -347,7 +351,7 @@ def _kept_mass_kernel(
 # ---- the last launch: combine, then draw inside one split ---------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["chunk", "num_splits"])
 def _draw_kernel(
     logits_ptr,
     bitmask_ptr,
