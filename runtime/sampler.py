@@ -59,7 +59,8 @@ class Sampler:
     """Samples one token per row from `[batch, vocab]` logits.
 
     Args:
-        backend: "torch", "triton" (the fused kernel, `radixgen.kernels.fused_sampling`) or
+        backend: "torch", "triton" (the fused kernel for every batch kind,
+            `radixgen.kernels.fused_sampling`) or
             "auto" (triton on CUDA, torch elsewhere). Both pick the same tokens except at
             floating-point ties; torch is the reference.
         device: where the logits will be.
@@ -95,16 +96,10 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1) if return_logprobs else None
         if not info.all_greedy and steps is None:
             raise ValueError("steps is required when some row samples (not greedy)")
-        # The fused kernel only where the H200 measured it faster (2026-12-01, batch 64, 128k
-        # vocabulary, docs/benchmarks.md): sampled rows with or without a mask (2.2-2.7x).
-        # Greedy batches (0.44x) and top-k/top-p (0.6x) stay on torch, and so does min-p: its
-        # kernel variant fails to compile there (Triton 3.6, TritonGPUCoalesce pass).
-        fused = (
-            self.fused_sample is not None
-            and not info.all_greedy
-            and not info.need_top_k_or_p
-            and not info.need_min_p
-        )
+        # The rule: the fused kernel for every batch whenever the backend has it (CUDA by
+        # default), greedy or sampled, with or without a mask, min-p, top-k and top-p; torch
+        # otherwise. Bans, penalties and biases still modify a copy of the logits first.
+        fused = self.fused_sample is not None
         mask_here = info.vocab_bitmask is not None and not fused
         has_bias = info.logit_biases is not None
         modifies = mask_here or info.banned_rows is not None or info.has_penalties or has_bias

@@ -8,11 +8,17 @@ boundary, or equal probabilities straddle a top-k/top-p cut.
 
 # TRITON_INTERPRET=1 on CPU-only machines is set by tests/conftest.py
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from radixgen.kernels.fused_sampling import fused_sample, fused_sample_ref, sampling_probs_ref
 from radixgen.kernels.sampling_torch import counter_uniform
+from radixgen.runtime.bench.sampling import KINDS, batch_info
 from radixgen.runtime.req import Req
 from radixgen.runtime.request_schema import SamplingParams
 from radixgen.runtime.sampler import Sampler
@@ -65,24 +71,47 @@ def random_bitmask(batch, vocab, gen):
 
 
 @pytest.mark.parametrize(
-    "batch,vocab,filters,mask",
+    "batch,vocab,filters,mask,num_splits",
     [
-        (1, 1000, "none", False),
-        (9, 1000, "all", True),
-        (16, 3001, "none", True),
-        (16, 3001, "min_p", False),
-        (24, 2048, "top_k_top_p", False),
-        (24, 5000, "top_k_top_p", True),
-        (24, 4999, "all", False),
+        (1, 1000, "none", False, 1),
+        (9, 1000, "all", True, 3),
+        (16, 3001, "none", True, 5),
+        (16, 3001, "min_p", False, 1),
+        (16, 3001, "min_p", True, 4),
+        (24, 2048, "top_k_top_p", False, 1),
+        (16, 5000, "top_k_top_p", True, 4),
+        (12, 4999, "all", False, 8),
     ],
 )
-def test_fused_sample_matches_reference(batch, vocab, filters, mask):
+def test_fused_sample_matches_reference(batch, vocab, filters, mask, num_splits):
+    """Every batch kind (greedy rows mixed in), one split or several: split partials, the
+    radix select across splits and the split-first draw give the torch path's tokens."""
     gen = torch.Generator().manual_seed(batch * vocab)
     logits, args = random_batch(batch, vocab, filters=filters, mask=mask, gen=gen)
     before = logits.clone()
-    tokens = fused_sample(logits, **args)
+    # 512-token blocks: several blocks per split, so block and split boundaries both occur.
+    tokens = fused_sample(logits, **args, num_splits=num_splits, block_size=512)
     assert torch.equal(logits, before)  # logits are read, never written
     assert tokens.tolist() == fused_sample_ref(logits, **args).tolist()
+
+
+@pytest.mark.parametrize("num_splits", [1, 6])
+def test_greedy_batch_with_mask_across_splits(num_splits):
+    """All-greedy batches (no seeds) take the masked first argmax, also when the maximum is
+    repeated across splits (the first split holding it wins, as torch.argmax)."""
+    gen = torch.Generator().manual_seed(9)
+    logits, args = random_batch(12, 3000, filters="none", mask=True, gen=gen)
+    logits[:3] = logits[:3].round()  # coarse logits: ties for the max in several splits
+    logits[3, [100, 1500, 2900]] = 50.0
+    expected = fused_sample_ref(logits, temperatures=args["temperatures"], bitmask=args["bitmask"])
+    tokens = fused_sample(
+        logits,
+        temperatures=args["temperatures"],
+        bitmask=args["bitmask"],
+        num_splits=num_splits,
+        block_size=256,
+    )
+    assert tokens.tolist() == expected.tolist()
 
 
 def test_all_greedy_batch_takes_masked_argmax():
@@ -180,6 +209,18 @@ def test_fused_sample_rejects_bad_inputs():
         fused_sample(logits, temperatures=ones, radix_bits=4)
 
 
+@pytest.mark.slow
+def test_every_kernel_variant_compiles_for_sm90_without_spills():
+    """Triton's compiler and ptxas for sm_90 (H100/H200) on every variant the host launches, no
+    GPU needed (the old min-p variant failed here, in Triton 3.6's TritonGPUCoalesce pass).
+    A subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into interpreted functions."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    script = Path(__file__).resolve().parent.parent / "scripts" / "compile_fused_sampling_sm90.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.stdout.count("\nok ") >= 70, done.stdout
+
+
 # ---- the runtime's Sampler: the triton backend equals the torch backend -----------------------
 
 
@@ -223,6 +264,24 @@ def test_sampler_triton_backend_equals_torch_backend():
         got = triton_sampler(logits, info, steps).next_token_ids
         assert got.tolist() == expected.tolist()
         assert 96 <= got[1].item() < 128
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_benchmark_kind_takes_the_kernel_and_matches_torch(kind):
+    """The sampler's rule: every batch kind (the benchmark's seven) goes through the fused
+    kernel when the backend has it, and picks the torch backend's tokens."""
+    batch, vocab = 6, 2000
+    torch.manual_seed(11)  # batch_info draws the constrained rows' masks from torch.rand
+    info = batch_info(kind, batch, vocab, device="cpu")
+    logits = torch.randn(batch, vocab, generator=torch.Generator().manual_seed(12)) * 3
+    steps = torch.arange(batch)
+    calls = []
+    triton_sampler = Sampler("triton", "cpu")
+    kernel = triton_sampler.fused_sample
+    triton_sampler.fused_sample = lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs)
+    got = triton_sampler(logits, info, steps).next_token_ids.tolist()
+    assert calls == [1]
+    assert got == Sampler("torch")(logits, info, steps).next_token_ids.tolist()
 
 
 def test_sampling_backend_is_validated():
@@ -271,23 +330,14 @@ def mismatch_is_a_tie(logits, args, row, token, tolerance=1e-6) -> bool:
     return bool(probs[token] > 0) and abs(boundary - target) < tolerance * cdf[-1]
 
 
-# The min-p variant fails to compile on the H200 (Triton 3.6, TritonGPUCoalesce pass,
-# 2026-12-01): the runtime sampler sends min-p batches to torch until it is fixed.
-MIN_P_COMPILE_FAILURE = pytest.mark.xfail(
-    reason="min-p kernel variant fails to compile on the H200"
-)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "filters",
-    ["none", pytest.param("min_p", marks=MIN_P_COMPILE_FAILURE), "top_k_top_p", "all"],
-)
-def test_fused_sample_matches_reference_bf16_128k_gpu(filters):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("filters", ["none", "min_p", "top_k_top_p", "all"])
+def test_fused_sample_matches_reference_128k_gpu(filters, dtype):
     batch, vocab = 64, 128256
     gen = torch.Generator().manual_seed(5)
     logits, args = random_batch(
-        batch, vocab, filters=filters, mask=True, gen=gen, device="cuda", dtype=torch.bfloat16
+        batch, vocab, filters=filters, mask=True, gen=gen, device="cuda", dtype=dtype
     )
     tokens = fused_sample(logits, **args).tolist()
     expected = fused_sample_ref(logits, **args).tolist()
@@ -295,6 +345,21 @@ def test_fused_sample_matches_reference_bf16_128k_gpu(filters):
     assert len(mismatched) <= batch // 4, mismatched  # ties are rare even in bf16
     for row in mismatched:
         assert mismatch_is_a_tie(logits, args, row, tokens[row]), (row, tokens[row])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("batch", [1, 64, 200])
+def test_greedy_masked_argmax_128k_gpu(batch, dtype):
+    """All-greedy batches: the masked first argmax exactly, at the default split count."""
+    gen = torch.Generator().manual_seed(batch)
+    logits, args = random_batch(
+        batch, 128256, filters="none", mask=True, gen=gen, device="cuda", dtype=dtype
+    )
+    temperatures, bitmask = args["temperatures"], args["bitmask"]
+    tokens = fused_sample(logits, temperatures=temperatures, bitmask=bitmask)
+    expected = fused_sample_ref(logits, temperatures=temperatures, bitmask=bitmask)
+    assert tokens.tolist() == expected.tolist()
 
 
 @pytest.mark.gpu

@@ -1,18 +1,20 @@
 """Microbenchmark of the fused sampling kernel against the separate-launch torch path (run on a GPU).
 
-    python -m radixgen.runtime.bench.sampling [--quick] [--sweep]
+    python -m radixgen.runtime.bench.sampling [--quick] [--sweep] [--json PATH]
 
-For batch 1/64/256 x vocabulary 32,000/128,256 (fp32 logits, as the model runner returns them)
-and five batch kinds, prints the median time of one sampling step:
+For batch 1/64/256 x vocabulary 32,000/128,256 (`--quick`: batch 64 x 128,256 only, about a
+minute on an H200; fp32 logits, as the model runner returns them) and seven batch kinds, prints
+the median time of one sampling step:
 - `torch`: the runtime's torch sampler, i.e. the current path: the Triton bitmask kernel
   (constrained rows), softmax, min-p / top-k / top-p (a sort, and a host sync to pick the rows
   that need it), the counter-based uniform and the inverse-CDF draw, each its own launch;
-- `fused`: the same `Sampler` call with the fused kernel (one launch, plus one for the greedy
-  rows' temperature);
+- `fused`: the same `Sampler` call with the fused kernels (the sampler's CUDA default);
 - `kernel`: `fused_sample` alone.
-Batch kinds: greedy; sampled (temperature 0.7); constrained (sampled, every row masked to ~1% of
-the vocabulary, as a JSON grammar allows); top-k 50 + top-p 0.9; min-p 0.05.
-`--sweep` times block size, warps, histogram block and radix bits at batch 64 x 128,256.
+Batch kinds: greedy; greedy_constrained (greedy, every row masked to ~1% of the vocabulary, as
+a JSON grammar allows); sampled (temperature 0.7); constrained (sampled + that mask); min-p 0.05;
+top-p 0.9; top-k 50 + top-p 0.9. `--json PATH` also writes the rows as JSON.
+`--sweep` times splits, block size, warps, histogram block and radix bits (`SWEEP`, about a
+minute) at batch 64 x 128,256.
 Times are medians of triton.testing.do_bench (milliseconds in, microseconds out). It lives in
 runtime/ (not beside kernels/benchmark.py) because it times the runtime's `Sampler`.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 
 import torch
@@ -30,9 +33,15 @@ from radixgen.kernels.fused_sampling import fused_sample
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
-# min_p is left out: its kernel variant fails to compile on the H200 (the sampler routes
-# min-p batches to torch; docs/kernels.md).
-KINDS = ("greedy", "sampled", "constrained", "top_k_top_p")
+KINDS = (
+    "greedy",
+    "greedy_constrained",
+    "sampled",
+    "constrained",
+    "min_p",
+    "top_p",
+    "top_k_top_p",
+)
 
 
 def median_ms(fn) -> float:
@@ -45,20 +54,21 @@ def batch_info(kind: str, batch: int, vocab: int, device: str = "cuda") -> Sampl
     def full(value, dtype):
         return torch.full((batch,), value, dtype=dtype, device=device)
 
-    greedy = kind == "greedy"
+    greedy = kind.startswith("greedy")
+    top_p = kind in ("top_p", "top_k_top_p")
     info = SamplingBatchInfo(
         temperatures=full(1.0 if greedy else 0.7, torch.float32).unsqueeze(1),
-        top_ps=full(0.9 if kind == "top_k_top_p" else 1.0, torch.float32),
+        top_ps=full(0.9 if top_p else 1.0, torch.float32),
         top_ks=full(50 if kind == "top_k_top_p" else vocab, torch.int64),
         min_ps=full(0.05 if kind == "min_p" else 0.0, torch.float32),
         greedy=full(greedy, torch.bool),
         seeds=torch.arange(batch, device=device, dtype=torch.int64),
         vocab_size=vocab,
         all_greedy=greedy,
-        need_top_k_or_p=kind == "top_k_top_p",
+        need_top_k_or_p=top_p,
         need_min_p=kind == "min_p",
     )
-    if kind == "constrained":
+    if kind.endswith("constrained"):
         allowed = torch.rand(batch, math.ceil(vocab / 32) * 32, device=device) < 0.01
         bits = allowed.view(batch, -1, 32).to(torch.int64) << torch.arange(32, device=device)
         words = bits.sum(-1)
@@ -95,37 +105,45 @@ def kernel_arguments(info: SamplingBatchInfo, steps: torch.Tensor) -> dict:
     )
 
 
-def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> None:
-    """Prints `kind | block | warps | search block | radix bits | us` per tuning."""
+SWEEP = {  # tunings tried per kind by --sweep: about a minute at batch 64 x 128,256
+    "greedy": list(itertools.product((8, 16, 32, 64), (1024, 2048), (4, 8), (256,), (5,))),
+    "sampled": list(itertools.product((8, 16, 32), (1024, 2048), (4, 8), (256,), (5,))),
+    "top_k_top_p": list(itertools.product((8, 16, 32), (1024,), (8,), (128, 256), (5, 6))),
+}
+
+
+def sweep(kind: str, batch: int = 64, vocab: int = 128256) -> list[dict]:
+    """Prints `kind | splits | block | warps | search block | radix bits | us` per tuning of
+    SWEEP[kind] and returns the rows."""
     logits = torch.randn(batch, vocab, device="cuda") * 3
     steps = torch.zeros(batch, dtype=torch.int64, device="cuda")
     args = kernel_arguments(batch_info(kind, batch, vocab), steps)
-    searching = kind == "top_k_top_p"
-    for block_size, num_warps, search_block_size, radix_bits in itertools.product(
-        (512, 1024, 2048, 4096),
-        (4, 8, 16),
-        (128, 256, 512) if searching else (256,),
-        (3, 5, 6) if searching else (5,),
-    ):
+    rows = []
+    for num_splits, block_size, num_warps, search_block_size, radix_bits in SWEEP[kind]:
         tuning = dict(
+            num_splits=num_splits,
             block_size=block_size,
             num_warps=num_warps,
             search_block_size=search_block_size,
             radix_bits=radix_bits,
         )
-        label = f"{kind} | {block_size} | {num_warps} | {search_block_size} | {radix_bits}"
+        label = " | ".join(map(str, (kind, *tuning.values())))
         try:
             us = median_ms(lambda: fused_sample(logits, **args, **tuning)) * 1e3  # noqa: B023
             print(f"{label} | {us:.1f}")
+            rows.append(dict(kind=kind, **tuning, kernel_us=us))
         except Exception as error:  # a config out of registers or shared memory: go on
             print(f"{label} | {error!r:.60}")
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="batch 64 x 128,256 only")
     parser.add_argument("--sweep", action="store_true", help="also sweep the kernel's tuning")
+    parser.add_argument("--json", help="also write the step times to this JSON file")
     args = parser.parse_args()
+    rows = []
     print(
         f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     )
@@ -137,15 +155,25 @@ def main() -> None:
         for batch in batches:
             for vocab in vocabs:
                 torch_us, fused_us, kernel_us = bench_case(kind, batch, vocab)
+                rows.append(
+                    dict(kind=kind, batch=batch, vocab=vocab, torch_us=torch_us,
+                         fused_us=fused_us, kernel_us=kernel_us)
+                )  # fmt: skip
                 print(
                     f"{kind} | {batch} | {vocab} | {torch_us:.1f} | {fused_us:.1f} | "
                     f"{kernel_us:.1f} | {torch_us / fused_us:.2f}x"
                 )
+    sweep_rows = []
     if args.sweep:
         print("\n## tuning sweep, batch 64 x 128256")
-        print("kind | block | warps | search block | radix bits | us")
-        for kind in ("sampled", "top_k_top_p"):
-            sweep(kind)
+        print("kind | splits | block | warps | search block | radix bits | us")
+        for kind in SWEEP:
+            sweep_rows += sweep(kind)
+    if args.json:
+        device = torch.cuda.get_device_name()
+        versions = dict(torch=torch.__version__, triton=triton.__version__)
+        with open(args.json, "w") as out:
+            json.dump(dict(device=device, **versions, rows=rows, sweep=sweep_rows), out, indent=1)
 
 
 if __name__ == "__main__":
