@@ -91,20 +91,25 @@ class WarmupReport:
     duration_s: float
 
 
-# The sampler picks one path per batch (runtime/sampler.py): the fused kernel only when every
-# row samples without top-k/top-p/min-p, the vocab-mask kernel only when the fused kernel is
-# not used. So each path gets a round (a batch) of its own.
+# On CUDA the fused sampling kernels sample every batch (runtime/sampler.py); their compiled
+# variants follow whether the batch samples, carries a vocabulary mask, and which filters any
+# row uses (min-p; top-k or top-p). A round per combination a server commonly sees compiles
+# them all before /health turns 200.
 SAMPLER_ROUNDS = {
-    "sampled": ({"temperature": 0.7}, None),  # the fused sampling kernel
-    "top-k-top-p": ({"temperature": 0.7, "top_p": 0.9, "top_k": 20}, None),  # torch
+    "sampled": ({"temperature": 0.7}, None),
+    "top-k-top-p": ({"temperature": 0.7, "top_p": 0.9, "top_k": 20}, None),
     "min-p-penalties": (
         {"temperature": 0.7, "min_p": 0.1, "frequency_penalty": 0.5, "repetition_penalty": 1.1},
         None,
-    ),  # torch, penalties
+    ),
+    "min-p-top-p": ({"temperature": 0.7, "min_p": 0.05, "top_p": 0.9}, None),
 }
 CONSTRAINED_ROUNDS = {
-    "regex-greedy": ({"temperature": 0.0}, WARMUP_REGEX),  # the vocab-mask kernel
-    "regex-sampled": ({"temperature": 0.7}, WARMUP_REGEX),  # the fused kernel with its mask
+    "regex-greedy": ({"temperature": 0.0}, WARMUP_REGEX),
+    "regex-sampled": ({"temperature": 0.7}, WARMUP_REGEX),
+    "regex-top-p": ({"temperature": 0.7, "top_p": 0.9}, WARMUP_REGEX),
+    "regex-min-p": ({"temperature": 0.7, "min_p": 0.05}, WARMUP_REGEX),
+    "regex-min-p-top-p": ({"temperature": 0.7, "min_p": 0.05, "top_p": 0.9}, WARMUP_REGEX),
 }
 
 
