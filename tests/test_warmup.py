@@ -16,7 +16,13 @@ from radixgen.runtime.server.metrics import ServerMetrics
 from radixgen.runtime.server.tokenizer_manager import TokenizerManager
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tokenizer import load_tokenizer
-from radixgen.runtime.warmup import WarmupPlan, warm_up, warmup_rounds
+from radixgen.runtime.warmup import (
+    CONSTRAINED_ROUNDS,
+    SAMPLER_ROUNDS,
+    WarmupPlan,
+    warm_up,
+    warmup_rounds,
+)
 
 PROMPT = [300 + i for i in range(12)]
 
@@ -44,7 +50,8 @@ def test_warm_up_runs_every_shape_then_leaves_no_state(tiny_model_path):
     # round per sampler path, regex-constrained requests (the grammar backend and its masks).
     plan = WarmupPlan(prompt_lens=(8, 64, 200), sampler_paths=True, constrained=True)
     report = warm_up(scheduler, plan)
-    assert report.num_requests == 1 + 2 + 3 + 2  # first (8), extends 64/200, samplers, regex
+    # first (8), extends 64/200, a round per sampler and per constrained combination
+    assert report.num_requests == 1 + 2 + len(SAMPLER_ROUNDS) + len(CONSTRAINED_ROUNDS)
     assert scheduler.get_stats() == before  # counters zeroed, every KV slot free
     assert scheduler.kv.free_size() == scheduler.kv.capacity
     assert scheduler.kv.tree.total_size() == 0
