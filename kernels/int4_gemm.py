@@ -2,33 +2,41 @@
 
     y[m, n] = sum_k x[m, k] * (q[k, n] - zero[g(k), n]) * scale[g(k), n]   (+ bias[n])
 
-with 4-bit codes `q` in 0..15, one `scale` and `zero` per group of `group_size` consecutive
-input rows, `g(k) = k // group_size`.
+with 4-bit codes `q` in 0..15, one `scale` and integer `zero` (0..16: checkpoint zero points)
+per group of `group_size` consecutive input rows, `g(k) = k // group_size`.
 
 Runtime layout (every checkpoint format is repacked into it at load time,
 runtime/models/int4_linear.py):
 - `qweight: [K / 8, N] int32`: word `[i, n]` holds rows `k = 8 i + j` of column n in its nibble
-  j (bits 4j..4j+3) -- GPTQ's order, packed along K, so a `[BLOCK_K, BLOCK_N]` tile is
-  `BLOCK_K / 8` contiguous rows of N words (coalesced along N);
+  j (bits 4j..4j+3) -- GPTQ's order, packed along K. A program owning BLOCK_N output columns
+  reads, per K step, `BLOCK_K / 8` rows of BLOCK_N contiguous words (BLOCK_N * 4 bytes each,
+  128-bit vector loads along N); every word is loaded once and unpacked in the registers of
+  the thread that loaded it;
 - `scales: [K / group_size, N]` and `zeros: [K / group_size, N]` in the activation dtype
-  (zeros are small integers, exact in fp16/bf16).
+  (zeros are small integers, exact in fp16/bf16): one row per group, read once per K step.
 
-Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
-- M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV. Grid `(M, cdiv(N, BLOCK_N),
-  split_k)`: each program reduces a `[K / split_k, BLOCK_N]` slice of the weight against one
-  token's activations on the CUDA cores; the other tokens' programs re-read the same slice from
-  L2. Split-K fills the GPU when N / BLOCK_N alone would not. Per tile it computes
-  `scale * (sum_k x q - zero * sum_k x)`: no per-weight subtraction or scale.
-- larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
-  split-K for the mid-size M whose tile grid is small;
-- M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the bf16 weight in one pass, then
-  cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also dequantizes). It multiplies by `q - zero` (an exact
-  small integer in x's dtype) and applies the group's scale to each tile's partial sums.
-In both, each packed word is loaded once and split into its 8 nibbles in registers, and a
-`BLOCK_K <= group_size` tile lies in one group (one scale per output per tile). Both compile for
-sm_90 without spills at the default configs (checked with Triton's ptxas on the CPU: GEMV 80
-registers a thread, GEMM 114 at BLOCK_M = 64 with 8 warps).
-Splits write fp32 partials summed in a fixed order (deterministic).
+Unpacking without integer-to-float conversions (I2F runs at 1/8 of the FP32 rate on sm_90 and
+bounded the first kernels): OR-ing a nibble's bits into the mantissa of the float 2^23 gives the
+float `2^23 + q * 16^p` exactly (p the nibble's position in the word, p <= 4 so it stays below
+2^24), and one subtraction of `2^23 + zero * 16^p` leaves `(q - zero) * 16^p` exactly. Nibbles
+0..4 are masked in place (no shift); nibbles 5..7 after one shift of the word by 20 bits. The
+16^-p factors go into the activations (exact powers of two).
+
+Three paths, chosen by the number of tokens M (`int4_linear` dispatches; `int4_gemm_configs`
+holds the tuned per-shape table):
+- M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV on the CUDA cores. Grid
+  `(M, cdiv(N, BLOCK_N), split_k)`; each program accumulates `[BLOCK_K / 8, BLOCK_N]` fp32
+  partial sums over its K range with no cross-thread traffic, applying the group's scale once
+  per word, and reduces across threads once at the end. The other tokens' programs re-read the
+  same words from L2.
+- larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot` of x by
+  the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot so that the
+  tensor cores overlap the next tile's dequantization; x and the words are software-pipelined
+  by Triton), with split-K for the mid-size M whose tile grid is small;
+- M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
+  then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
+  dequantizes).
+Splits write fp32 partials summed in a fixed order by one reduce launch (deterministic).
 On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
 """
 
@@ -42,11 +50,16 @@ import triton.language as tl
 
 # The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
 from radixgen.kernels.fp8_gemm import _split_k_reduce_kernel
+from radixgen.kernels.int4_gemm_configs import (
+    GEMV_M_MAX,
+    Int4GemmConfig,
+    int4_config,
+    largest_block_k,
+)
+
+__all__ = ["GEMV_M_MAX", "DEQUANTIZE_M_MIN", "int4_gemm", "int4_linear", "int4_linear_ref"]
 
 INT4_PER_INT32 = 8
-# Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
-# the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
-GEMV_M_MAX = 4
 # Tokens from which dequantizing the weight (one pass, bf16 [K, N]) and multiplying with cuBLAS
 # beats the fused dequantize-GEMM: the product is compute-bound there, and cuBLAS's bf16 GEMM is
 # faster than a Triton tile that also dequantizes (prefill).
@@ -54,25 +67,45 @@ DEQUANTIZE_M_MIN = 256
 
 
 @triton.jit
-def _packed_tile(
+def _load_words(
     qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N,
     GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """The codes `[BLOCK_K / 8, 8, BLOCK_N]` int32 of the tile at rows `k..k+BLOCK_K` (row
-    `k + 8 r + j` at `[r, j]`), and its group's scales and zeros `[BLOCK_N]` float32. Each packed
-    word is loaded once and split into its 8 nibbles in registers; the tile lies in one group
-    (BLOCK_K divides GROUP_SIZE and k is a multiple of BLOCK_K)."""
+    """The packed words `[BLOCK_K / 8, BLOCK_N]` int32 of rows `k..k+BLOCK_K` (row `k + 8 r + j`
+    in nibble j of `[r, :]`), and its group's scales and zeros `[BLOCK_N]` float32 (the tile lies
+    in one group: BLOCK_K divides GROUP_SIZE and k is a multiple of BLOCK_K)."""
     rows = k // 8 + tl.arange(0, BLOCK_K // 8)
     words = tl.load(
         qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
         mask=(rows * 8 < k_end)[:, None] & mask_n[None, :],
         other=0,
-    )  # [BLOCK_K / 8, BLOCK_N]
-    codes = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
-    group_row = (k // GROUP_SIZE) * N  # < 2^31: K / group_size * N is small
+        eviction_policy="evict_first",  # streamed once per forward
+    )
+    # < 2^31: K / group_size * N is small. A prefetch past the last step (k >= k_end) loads no
+    # words and re-reads the last group's scales (in L1), never past the end.
+    group_row = (tl.minimum(k, k_end - 1) // GROUP_SIZE) * N
     scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    return codes, scale, zero
+    return words, scale, zero
+
+
+@triton.jit
+def _nibble_minus_zero(src, zero, P: tl.constexpr):
+    """`(q - zero) * 16^P` `[R, BLOCK_N]` float32, exactly, for the codes q in bits 4P..4P+3 of
+    `src` (P <= 4) and the zeros `[BLOCK_N]`: the bits OR-ed into the mantissa of 2^23 make the
+    float `2^23 + q 16^P` (< 2^24), one subtraction removes `2^23 + zero 16^P`."""
+    bits = (src & (0xF << (4 * P))) | 0x4B000000  # 0x4B000000: the float 2^23
+    # The zeros' side stays 1-D until the broadcast: a [1, BLOCK_N] tensor would get a layout
+    # of its own and a shared-memory conversion per use.
+    return bits.to(tl.float32, bitcast=True) - (zero * (1 << (4 * P)) + 8388608.0)[None, :]
+
+
+@triton.jit
+def _dequantize_tile(words, zero):
+    """`q - zero` `[BLOCK_K / 8, 8, BLOCK_N]` float32 of a packed tile (row 8 r + j at [r, j])."""
+    shifts = tl.arange(0, 8) * 4
+    codes = ((words[:, None, :] >> shifts[None, :, None]) & 0xF) | 0x4B000000
+    return codes.to(tl.float32, bitcast=True) - (zero + 8388608.0)[None, None, :]
 
 
 @triton.jit
@@ -95,26 +128,37 @@ def _int4_gemv_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
     mask_n = offs_n < N
-    offs_r = tl.arange(0, BLOCK_K // 8)  # packed rows of a tile
-    nibbles = tl.arange(0, 8)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    x_row = x_ptr + row * stride_xm
+    # Per-thread partial sums over the K range: no cross-thread reduction inside the loop.
+    acc = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
+    words, scale, zero = _load_words(
+        qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
+    )  # words: [R, BLOCK_N], R = BLOCK_K / 8
     for k in range(k_start, k_end, BLOCK_K):
-        codes, scale, zero = _packed_tile(
-            qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
-        )
-        rows = k // 8 + offs_r
-        x = tl.load(
-            x_ptr + row * stride_xm + rows[:, None] * 8 + nibbles[None, :],
-            mask=(rows * 8 < k_end)[:, None],
-            other=0.0,
-        ).to(tl.float32)  # [BLOCK_K / 8, 8]: x[k + 8 r + j] at [r, j], as the codes
-        x_dot_q = tl.sum(tl.sum(x[:, :, None] * codes.to(tl.float32), axis=1), axis=0)
-        # sum_k x (q - z) s = s (sum_k x q - z sum_k x): no per-weight subtraction or scale.
-        acc += (x_dot_q - zero * tl.sum(tl.sum(x, axis=1), axis=0)) * scale
+        # The next step's words are in flight while this one computes: Triton pipelines only
+        # the loads that feed a tl.dot, and a GEMV is bound by the bytes in flight per SM.
+        next_words, next_scale, next_zero = _load_words(
+            qweight_ptr, scales_ptr, zeros_ptr, k + BLOCK_K, k_end, offs_n, mask_n, N,
+            GROUP_SIZE, BLOCK_K,
+        )  # fmt: skip
+        rows = k // 8 + tl.arange(0, BLOCK_K // 8)
+        mask_r = rows * 8 < k_end
+        high = words >> 20  # nibbles 5..7 at bits 0..11: one shift serves three codes
+        dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
+        for j in tl.static_range(8):  # nibble j of every word: input row k + 8 r + j
+            x_j = tl.load(x_row + rows * 8 + j, mask=mask_r, other=0.0).to(tl.float32)  # [R]
+            if j < 5:
+                w = _nibble_minus_zero(words, zero, j)  # (q - z) 16^j
+                dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
+            else:
+                w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
+                dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
+        acc += dot * scale[None, :]
+        words, scale, zero = next_words, next_scale, next_zero
     out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+    tl.store(out, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
 @triton.jit
@@ -147,14 +191,14 @@ def _int4_gemm_kernel(
     for k in range(k_start, k_end, BLOCK_K):
         ks = k + tl.arange(0, BLOCK_K)
         x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & (ks < k_end)[None, :], other=0.0)
-        codes, scale, zero = _packed_tile(
+        words, scale, zero = _load_words(
             qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
         )
-        codes = tl.reshape(codes, [BLOCK_K, BLOCK_N])  # row 8 r + j = [r, j]: order kept
-        # q - zero is an integer in [-16, 15]: exact in x's dtype, so the dot is exact up to
-        # the fp32 accumulation; the scale is applied to the tile's partial sums.
-        w = (codes.to(tl.float32) - zero[None, :]).to(x.dtype)
-        acc += tl.dot(x, w) * scale[None, :]
+        # The weight rounded once to x's dtype, as `dequantize_int4` writes it; accumulating
+        # inside tl.dot lets the tensor cores overlap the next tile's dequantization.
+        w = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
+        w = tl.reshape(w, [BLOCK_K, BLOCK_N])  # row 8 r + j: the order is kept
+        acc = tl.dot(x, w.to(x.dtype), acc)
     out = (
         out_ptr
         + pid_k.to(tl.int64) * stride_split
@@ -179,10 +223,10 @@ def _dequantize_int4_kernel(
     k = tl.program_id(0) * BLOCK_K
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
-    codes, scale, zero = _packed_tile(
+    words, scale, zero = _load_words(
         qweight_ptr, scales_ptr, zeros_ptr, k, K, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
     )
-    weight = (codes.to(tl.float32) - zero[None, None, :]) * scale[None, None, :]
+    weight = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
     rows = k + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # [R, 8]
     out = out_ptr + rows.to(tl.int64)[:, :, None] * N + offs_n[None, None, :]
     mask = (rows < K)[:, :, None] & mask_n[None, None, :]
@@ -194,73 +238,39 @@ def _multiprocessor_count(device_index: int | None) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _largest_block_k(group_size: int, limit: int) -> int:
-    """The largest power of two <= limit, >= 8, dividing group_size (a tile in one group)."""
-    block_k = limit
-    while group_size % block_k:
-        block_k //= 2
-    return block_k
-
-
-def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> dict:
-    """Kernel, block sizes and split-K of `int4_gemm` for an `[m, k] x [k, n]` product.
-
-    Split-K is chosen so that the grid has about four programs per SM, each with at least two
-    BLOCK_K steps; BLOCK_K divides the group size (one scale per tile).
-    """
-    gemv = m <= GEMV_M_MAX
-    block_m = 1 if gemv else min(64, max(16, triton.next_power_of_2(m)))
-    # GEMV: a [BLOCK_K / 8, 8, BLOCK_N] fp32 tile is 8K values, 64 registers a thread at 4 warps.
-    block_n = 64
-    block_k = _largest_block_k(group_size, 128 if gemv else 64)
+def default_int4_config(
+    m: int, n: int, k: int, group_size: int, device: torch.device
+) -> Int4GemmConfig:
+    """The launch `int4_gemm` makes for an `[m, k] x [k, n]` product: the tuned table's row
+    (kernels/int4_gemm_configs.json), else the untuned fallback."""
     num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
-    tiles = (m if gemv else triton.cdiv(m, block_m)) * triton.cdiv(n, block_n)
-    max_split = max(1, k // (2 * block_k))
-    split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(4 * num_sms, tiles))))
-    return {
-        "gemv": gemv,
-        "block_m": block_m,
-        "block_n": block_n,
-        "block_k": block_k,
-        "split_k": split_k,
-        # 8 warps halve the GEMM's registers a thread at BLOCK_M = 64 (ptxas, sm_90: 114).
-        "num_warps": 8 if block_m >= 64 else 4,
-        "num_stages": 3,
-    }
+    return int4_config(m, n, k, group_size, num_sms)
 
 
 def int4_gemm(
     x: torch.Tensor,  # [M, K] bf16/fp16/fp32
     qweight: torch.Tensor,  # [K / 8, N] int32
     scales: torch.Tensor,  # [K / group_size, N]
-    zeros: torch.Tensor,  # [K / group_size, N]
+    zeros: torch.Tensor,  # [K / group_size, N] integers 0..16
     group_size: int,
     **overrides,
 ) -> torch.Tensor:  # [M, N] x's dtype
     """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias).
 
     Args:
-        overrides: tuning keys of `default_int4_config` (benchmarks and tests).
+        overrides: fields of `Int4GemmConfig` (benchmarks and tests).
 
     Raises:
-        ValueError naming the argument on bad shapes, dtypes, strides or group size.
+        ValueError naming the argument on bad shapes, dtypes, strides, group size or config.
     """
     check_int4_inputs(x, qweight, scales, zeros, group_size)
     m, k = x.shape
     n = qweight.shape[1]
-    config = default_int4_config(m, n, k, group_size, x.device)
-    unknown = set(overrides) - set(config)
-    if unknown:
-        raise ValueError(f"unknown int4_gemm overrides {sorted(unknown)}")
-    config.update({name: value for name, value in overrides.items() if value is not None})
-    if not config["gemv"]:
-        config["block_m"] = max(16, config["block_m"])  # tl.dot needs 16 rows
-    block_k = config["block_k"]
-    if group_size % block_k or block_k % 8:
-        raise ValueError(
-            f"block_k={block_k} must divide group_size={group_size} and be a multiple of 8"
-        )
-    k_per_split = triton.cdiv(triton.cdiv(k, config["split_k"]), block_k) * block_k
+    config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
+    block_k = config.block_k
+    if group_size % block_k:
+        raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -268,22 +278,22 @@ def int4_gemm(
     partial = (
         out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     )
-    common = dict(GROUP_SIZE=group_size, BLOCK_N=config["block_n"], BLOCK_K=block_k)
-    launch = dict(num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if config["gemv"]:
-        grid = (m, triton.cdiv(n, config["block_n"]), splits)
+    common = dict(GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k)
+    launch = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    if config.gemv:
+        grid = (m, triton.cdiv(n, config.block_n), splits)
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, partial, n, k, k_per_split, x.stride(0), m * n,
             **common, **launch,
         )  # fmt: skip
     else:
-        grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
+        grid = (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), splits)
         _int4_gemm_kernel[grid](
             x, qweight, scales, zeros, partial, m, n, k, k_per_split, x.stride(0), m * n,
-            BLOCK_M=config["block_m"], **common, **launch,
+            BLOCK_M=config.block_m, **common, **launch,
         )  # fmt: skip
     if splits > 1:  # one launch sums the partials in a fixed order and casts (deterministic)
-        block = 1024
+        block = 256  # a few outputs per program: N / 256 programs read the partials
         _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
             partial, out, m * n, SPLIT_K=splits, BLOCK=block
         )
@@ -322,7 +332,7 @@ def dequantize_int4(
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     check_int4_inputs(torch.empty(0, k, device=qweight.device), qweight, scales, zeros, group_size)
     out = torch.empty((k, n), dtype=scales.dtype, device=qweight.device)
-    block_n, block_k = 64, _largest_block_k(group_size, 64)
+    block_n, block_k = 128, largest_block_k(group_size, 64)
     grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
     _dequantize_int4_kernel[grid](
         qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k
