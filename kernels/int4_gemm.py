@@ -36,7 +36,9 @@ holds the tuned per-shape table):
 - M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
   then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
   dequantizes).
-Splits write fp32 partials summed in a fixed order by one reduce launch (deterministic).
+Split-K programs write fp32 partials; with the caller's `split_k_counters` the last program
+of each output tile sums them in split order in-kernel (no second launch: a launch costs ~2 us
+in a CUDA graph, 128 of them per decode step), else one reduce launch does. Both deterministic.
 On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
 """
 
@@ -109,12 +111,48 @@ def _dequantize_tile(words, zero):
 
 
 @triton.jit
+def _store_split(
+    acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
+    SPLIT_MODE: tl.constexpr,
+):  # fmt: skip
+    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
+
+    SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
+    `partial_ptr` (a reduce launch follows). 2: store the partial, then count the tile's arrived
+    splits on `counter_ptr`; the last one sums the partials in split order (deterministic),
+    writes out and resets the counter to 0 for the next call (no second launch).
+    """
+    if SPLIT_MODE == 0:
+        tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
+        if SPLIT_MODE == 2:
+            # Every thread's partial is stored before the release of the (one-thread) atomic.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                tl.debug_barrier()  # the acquire above orders every thread's loads below
+                total = tl.zeros_like(acc)
+                for split in range(0, num_splits):
+                    total += tl.load(
+                        partial_ptr + split * stride_split + offsets,
+                        mask=mask,
+                        other=0.0,
+                        cache_modifier=".cg",  # from L2: other SMs wrote them
+                    )
+                tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
+                tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _int4_gemv_kernel(
     x_ptr,  # [M, K]
     qweight_ptr,  # [K / 8, N] int32
     scales_ptr,  # [K / GROUP_SIZE, N]
     zeros_ptr,  # [K / GROUP_SIZE, N]
-    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
     N,
     K,
     k_per_split,  # a multiple of BLOCK_K
@@ -123,6 +161,7 @@ def _int4_gemv_kernel(
     GROUP_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see _store_split
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -157,8 +196,11 @@ def _int4_gemv_kernel(
                 dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
         acc += dot * scale[None, :]
         words, scale, zero = next_words, next_scale, next_zero
-    out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
-    tl.store(out, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=mask_n)
+    tile = row * tl.num_programs(1) + tl.program_id(1)
+    _store_split(
+        tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -167,7 +209,9 @@ def _int4_gemm_kernel(
     qweight_ptr,  # [K / 8, N] int32
     scales_ptr,  # [K / GROUP_SIZE, N]
     zeros_ptr,  # [K / GROUP_SIZE, N]
-    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
     M,
     N,
     K,
@@ -178,6 +222,7 @@ def _int4_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see _store_split
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -199,13 +244,12 @@ def _int4_gemm_kernel(
         w = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
         w = tl.reshape(w, [BLOCK_K, BLOCK_N])  # row 8 r + j: the order is kept
         acc = tl.dot(x, w.to(x.dtype), acc)
-    out = (
-        out_ptr
-        + pid_k.to(tl.int64) * stride_split
-        + offs_m.to(tl.int64)[:, None] * N
-        + offs_n[None, :]
-    )
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    _store_split(
+        acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask_m[:, None] & mask_n[None, :],
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -247,17 +291,29 @@ def default_int4_config(
     return int4_config(m, n, k, group_size, num_sms)
 
 
+def split_k_counter_slots(n: int) -> int:
+    """Size of the int32 `split_k_counters` that lets every int4_gemm launch of an N-column
+    weight below DEQUANTIZE_M_MIN tokens reduce its split-K partials in-kernel: one counter per
+    output tile (GEMV: M <= 4 tokens x cdiv(N, 32); GEMM: cdiv(255, 16) x cdiv(N, 64))."""
+    return 16 * triton.cdiv(n, 32)
+
+
 def int4_gemm(
     x: torch.Tensor,  # [M, K] bf16/fp16/fp32
     qweight: torch.Tensor,  # [K / 8, N] int32
     scales: torch.Tensor,  # [K / group_size, N]
     zeros: torch.Tensor,  # [K / group_size, N] integers 0..16
     group_size: int,
+    split_k_counters: torch.Tensor | None = None,
     **overrides,
 ) -> torch.Tensor:  # [M, N] x's dtype
     """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias).
 
     Args:
+        split_k_counters: int32 zeros, one per output tile (`split_k_counter_slots`), owned by
+            the caller and left zeroed: with them a split-K launch sums its partials in-kernel
+            (the last split of each tile); without them (or too few), one more launch does.
+            Launches sharing them must be ordered (one stream).
         overrides: fields of `Int4GemmConfig` (benchmarks and tests).
 
     Raises:
@@ -275,24 +331,36 @@ def int4_gemm(
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    partial = (
-        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    grid = (
+        m if config.gemv else triton.cdiv(m, config.block_m),
+        triton.cdiv(n, config.block_n),
+        splits,
     )
-    common = dict(GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k)
+    counters = split_k_counters
+    if splits == 1:
+        split_mode, partial, counters = 0, out, out
+    else:
+        partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
+        if counters is not None and (counters.dtype != torch.int32 or counters.device != x.device):
+            raise ValueError(f"split_k_counters must be int32 on {x.device}")
+        split_mode = 2 if in_kernel else 1
+        counters = counters if in_kernel else out
+    common = dict(
+        GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
+    )
     launch = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if config.gemv:
-        grid = (m, triton.cdiv(n, config.block_n), splits)
         _int4_gemv_kernel[grid](
-            x, qweight, scales, zeros, partial, n, k, k_per_split, x.stride(0), m * n,
-            **common, **launch,
+            x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
+            m * n, **common, **launch,
         )  # fmt: skip
     else:
-        grid = (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), splits)
         _int4_gemm_kernel[grid](
-            x, qweight, scales, zeros, partial, m, n, k, k_per_split, x.stride(0), m * n,
-            BLOCK_M=config.block_m, **common, **launch,
+            x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
+            m * n, BLOCK_M=config.block_m, **common, **launch,
         )  # fmt: skip
-    if splits > 1:  # one launch sums the partials in a fixed order and casts (deterministic)
+    if split_mode == 1:  # one launch sums the partials in a fixed order and casts
         block = 256  # a few outputs per program: N / 256 programs read the partials
         _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
             partial, out, m * n, SPLIT_K=splits, BLOCK=block
@@ -371,9 +439,11 @@ def int4_linear(
     zeros: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,
+    split_k_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [..., N] x's dtype
-    """`x @ W + bias` with an int4 W: on CUDA the Triton GEMV or GEMM by M, or from
-    DEQUANTIZE_M_MIN tokens the dequantized weight through cuBLAS; the reference on CPU."""
+    """`x @ W + bias` with an int4 W: on CUDA the Triton GEMV or GEMM by M (`split_k_counters`:
+    see `int4_gemm`), or from DEQUANTIZE_M_MIN tokens the dequantized weight through cuBLAS; the
+    reference on CPU."""
     if x.device.type != "cuda":
         return int4_linear_ref(x, qweight, scales, zeros, group_size, bias)
     flat = x.reshape(-1, x.shape[-1])
@@ -381,9 +451,8 @@ def int4_linear(
         weight = dequantize_int4(qweight, scales, zeros, group_size).to(x.dtype)  # [K, N]
         out = flat @ weight if bias is None else torch.addmm(bias, flat, weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
-    out = int4_gemm(
-        flat if flat.stride(-1) == 1 else flat.contiguous(), qweight, scales, zeros, group_size
-    )
+    flat = flat if flat.stride(-1) == 1 else flat.contiguous()
+    out = int4_gemm(flat, qweight, scales, zeros, group_size, split_k_counters)
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], out.shape[-1])

@@ -43,6 +43,7 @@ from radixgen.kernels.int4_gemm import (
     int4_linear,
     int4_linear_ref,
     pack_int4_rows,
+    split_k_counter_slots,
 )
 from radixgen.kernels.int4_gemm_configs import Int4GemmConfig, m_bucket
 from radixgen.runtime.models.int4_checkpoint import quantize_rtn_int4
@@ -88,7 +89,9 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     return configs
 
 
-def run_sweep(x, weights, copies, reference, budget_s: float) -> tuple[dict | None, list[str]]:
+def run_sweep(
+    x, weights, counters, copies, reference, budget_s: float
+) -> tuple[dict | None, list[str]]:
     """The fastest correct config of `sweep_configs` (timed until budget_s runs out)."""
     m, k = x.shape
     n = weights[0][0].shape[1]
@@ -101,7 +104,7 @@ def run_sweep(x, weights, copies, reference, budget_s: float) -> tuple[dict | No
             break
         overrides = {name: getattr(config, name) for name in config.__dataclass_fields__}
         try:
-            out = int4_gemm(x, *weights[0], GROUP_SIZE, **overrides)
+            out = int4_gemm(x, *weights[0], GROUP_SIZE, counters, **overrides)
         except Exception as error:  # noqa: BLE001 (a config that does not compile or launch)
             notes.append(f"{overrides}: {type(error).__name__}")
             continue
@@ -110,7 +113,8 @@ def run_sweep(x, weights, copies, reference, budget_s: float) -> tuple[dict | No
             notes.append(f"{overrides}: relative error {error:.2e}")
             continue
         ms = median_ms(
-            lambda o=overrides: [int4_gemm(x, *w, GROUP_SIZE, **o) for w in weights], copies
+            lambda o=overrides: [int4_gemm(x, *w, GROUP_SIZE, counters, **o) for w in weights],
+            copies,
         )
         if best is None or ms < best["ms"]:
             best = {"ms": ms, **overrides}
@@ -134,23 +138,25 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None)
     weights_bf16.clear()
     torch.cuda.empty_cache()
     weights = [random_int4_weight(n, k) for _ in range(copies)]
+    # As a loaded layer holds them: split-K partials are summed in the kernel launch itself.
+    counters = torch.zeros(split_k_counter_slots(n), dtype=torch.int32, device="cuda")
     # Check against the reference first (a wrong kernel must not post a speed).
     reference = int4_linear_ref(x.float(), *weights[0], GROUP_SIZE).float()
-    out = int4_linear(x, *weights[0], GROUP_SIZE)
+    out = int4_linear(x, *weights[0], GROUP_SIZE, None, counters)
     error = ((out.float() - reference).norm() / reference.norm()).item()
     results["int4_linear"] = median_ms(
-        run_all(lambda i: int4_linear(x, *weights[i], GROUP_SIZE)), copies
+        run_all(lambda i: int4_linear(x, *weights[i], GROUP_SIZE, None, counters)), copies
     )
     if m > GEMV_M_MAX:  # the two large-M paths side by side (int4_linear picks one by M)
         results["triton_gemm"] = median_ms(
-            run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE)), copies
+            run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters)), copies
         )
         results["dequantize_then_cublas"] = median_ms(
             run_all(lambda i: x @ dequantize_int4(*weights[i], GROUP_SIZE)), copies
         )
     best, notes = (None, [])
     if sweep_budget_s is not None:
-        best, notes = run_sweep(x, weights, copies, reference, sweep_budget_s)
+        best, notes = run_sweep(x, weights, counters, copies, reference, sweep_budget_s)
     row = {
         "shape": name,
         "m": m,
