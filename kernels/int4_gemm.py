@@ -223,6 +223,7 @@ def _int4_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see _store_split
+    SWAP_AB: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -242,8 +243,11 @@ def _int4_gemm_kernel(
         # The weight rounded once to x's dtype, as `dequantize_int4` writes it; accumulating
         # inside tl.dot lets the tensor cores overlap the next tile's dequantization.
         w = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
-        w = tl.reshape(w, [BLOCK_K, BLOCK_N])  # row 8 r + j: the order is kept
-        acc = tl.dot(x, w.to(x.dtype), acc)
+        w = tl.reshape(w, [BLOCK_K, BLOCK_N]).to(x.dtype)  # row 8 r + j: the order is kept
+        if SWAP_AB:  # acc^T += w^T x^T: the weights are wgmma's A operand, from registers
+            acc = tl.trans(tl.dot(tl.trans(w), tl.trans(x), tl.trans(acc)))
+        else:  # the weights go through shared memory as the B operand
+            acc = tl.dot(x, w, acc)
     tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
     _store_split(
@@ -358,7 +362,7 @@ def int4_gemm(
     else:
         _int4_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
-            m * n, BLOCK_M=config.block_m, **common, **launch,
+            m * n, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
         )  # fmt: skip
     if split_mode == 1:  # one launch sums the partials in a fixed order and casts
         block = 256  # a few outputs per program: N / 256 programs read the partials

@@ -6,7 +6,8 @@ by copying one file. Format:
 
     {"configs": [
         {"n": 6144, "k": 4096, "group_size": 128, "m_bucket": 1, "gemv": true, "block_m": 1,
-         "block_n": 128, "block_k": 128, "split_k": 4, "num_warps": 4, "num_stages": 1},
+         "block_n": 128, "block_k": 32, "split_k": 4, "num_warps": 1, "num_stages": 1,
+         "swap_ab": false},
         ...]}
 
 A launch with M tokens takes the row of its (N, K, group size) and `m_bucket ==
@@ -40,6 +41,7 @@ class Int4GemmConfig:
     split_k: int  # programs sharing one output tile's K range (fp32 partials, then one reduce)
     num_warps: int
     num_stages: int
+    swap_ab: bool = False  # GEMM: compute out^T = W^T x^T (the weights as the registers operand)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "split_k"):
@@ -78,7 +80,10 @@ def parse_config_table(data: dict) -> ConfigTable:
         try:
             key = (row["n"], row["k"], row["group_size"], row["m_bucket"])
             names = {field.name for field in fields(Int4GemmConfig)}
-            table[key] = Int4GemmConfig(**{name: row[name] for name in names})
+            unknown = set(row) - names - {"n", "k", "group_size", "m_bucket"}
+            if unknown:
+                raise ValueError(f"unknown fields {sorted(unknown)}")
+            table[key] = Int4GemmConfig(**{name: row[name] for name in names if name in row})
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"int4 config row {index} {row}: {error}") from error
     return table

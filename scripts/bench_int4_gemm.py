@@ -63,6 +63,19 @@ def random_int4_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torc
 # shared-memory layout conversions, 96 registers at 32 K rows); the others spread rows over warps.
 GEMV_TILES = [(1, 128, 32), (2, 256, 32), (4, 512, 32), (1, 64, 64), (2, 64, 128), (4, 128, 128)]
 GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
+# GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first: ptxas sm_90
+# puts the plain 128 x 128 / 8 warps at 128 registers, swap_ab (weights from registers, no
+# 16-bit shared stores) at 106-210.
+GEMM_TILES = [
+    (128, 128, 8, 3, False),
+    (128, 128, 8, 3, True),
+    (64, 128, 4, 3, False),
+    (64, 128, 4, 3, True),
+    (128, 64, 4, 4, False),
+    (128, 128, 8, 4, False),
+    (128, 64, 8, 3, True),
+    (64, 64, 4, 4, False),
+]
 
 
 def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
@@ -78,13 +91,16 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
             configs.append(Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps, 1))
         return configs
     block_m = min(128, max(16, triton.next_power_of_2(m)))
-    grid = itertools.product((128, 64), (128, 64), (8, 4), (3, 4), (1, 2, 4, 8))
-    for block_n, block_k, num_warps, num_stages, split_k in grid:
+    for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
+        GEMM_TILES, (1, 2, 4, 8)
+    ):
         programs = triton.cdiv(m, block_m) * triton.cdiv(n, block_n) * split_k
         if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * block_k:
             continue
         configs.append(
-            Int4GemmConfig(False, block_m, block_n, block_k, split_k, num_warps, num_stages)
+            Int4GemmConfig(
+                False, block_m, block_n, block_k, split_k, num_warps, num_stages, swap_ab
+            )
         )
     return configs
 

@@ -58,6 +58,7 @@ def test_row_packing_byte_layout():
         (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
         (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}, True),  # GEMM split-K
         (33, 64, 256, 128, torch.float16, {"split_k": 4, "block_k": 32}, False),
+        (24, 40, 128, 64, torch.float32, {"swap_ab": True, "split_k": 2}, True),  # W^T x^T
     ],
 )
 def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides, counters):
@@ -147,6 +148,7 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         {"gemv": False, "block_m": 16, "split_k": 1},
         {"gemv": False, "block_m": 16, "split_k": 4},
         {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 8, "num_warps": 4},
+        {"gemv": False, "block_m": 16, "split_k": 2, "num_warps": 4, "swap_ab": True},
     ):
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
@@ -173,7 +175,11 @@ kernels = [  # the fallback configs at M = 1 and M = 64, and the GEMV's rows-ove
     (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2}, 1),
     (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0}, 4),
     (_int4_gemm_kernel, {**gemm_pointers, **sizes},
-     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2}, 8),
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2,
+      "SWAP_AB": False}, 8),
+    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_MODE": 2,
+      "SWAP_AB": True}, 8),
     (_dequantize_int4_kernel, {"qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
                                "out_ptr": "*bf16", "N": "i32", "K": "i32"},
      {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4),
@@ -202,6 +208,6 @@ def test_kernels_compile_for_sm90_without_spills():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     reports = done.stdout.strip().splitlines()
-    assert len(reports) == 4, done.stdout
+    assert len(reports) == 5, done.stdout
     for report in reports:
         assert report.startswith("0 ") and "0 bytes spill stores" in report, report
