@@ -58,10 +58,26 @@ from radixgen.kernels.int4_gemm_configs import (
     int4_config,
     largest_block_k,
 )
+from radixgen.kernels.int4_reference import (
+    check_int4_inputs,
+    dequantize_int4_ref,
+    int4_linear_ref,
+    pack_int4_rows,
+    unpack_int4_rows,
+)
 
-__all__ = ["GEMV_M_MAX", "DEQUANTIZE_M_MIN", "int4_gemm", "int4_linear", "int4_linear_ref"]
-
-INT4_PER_INT32 = 8
+__all__ = [
+    "DEQUANTIZE_M_MIN",
+    "GEMV_M_MAX",
+    "check_int4_inputs",
+    "dequantize_int4",
+    "dequantize_int4_ref",
+    "int4_gemm",
+    "int4_linear",
+    "int4_linear_ref",
+    "pack_int4_rows",
+    "unpack_int4_rows",
+]
 # Tokens from which dequantizing the weight (one pass, bf16 [K, N]) and multiplying with cuBLAS
 # beats the fused dequantize-GEMM: the product is compute-bound there, and cuBLAS's bf16 GEMM is
 # faster than a Triton tile that also dequantizes (prefill).
@@ -372,30 +388,6 @@ def int4_gemm(
     return out
 
 
-def check_int4_inputs(x, qweight, scales, zeros, group_size) -> None:
-    """Raises ValueError naming the argument whose shape, dtype or layout is wrong."""
-    if x.dim() != 2 or x.stride(-1) != 1:
-        raise ValueError(f"x must be [M, K] with unit stride along K, got {tuple(x.shape)}")
-    m, k = x.shape
-    if group_size <= 0 or group_size % 8 or k % group_size:
-        raise ValueError(
-            f"group_size must be a positive multiple of 8 dividing K={k}, got {group_size}"
-        )
-    if qweight.dtype != torch.int32 or qweight.dim() != 2 or qweight.shape[0] * 8 != k:
-        raise ValueError(
-            f"qweight must be [K / 8, N] int32 with K={k}, got {tuple(qweight.shape)} {qweight.dtype}"
-        )
-    expected = (k // group_size, qweight.shape[1])
-    for name, tensor in (("scales", scales), ("zeros", zeros)):
-        if tuple(tensor.shape) != expected or not tensor.is_floating_point():
-            raise ValueError(
-                f"{name} must be a float {expected} tensor, got {tuple(tensor.shape)} {tensor.dtype}"
-            )
-    for name, tensor in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
-        if not tensor.is_contiguous() or tensor.device != x.device:
-            raise ValueError(f"{name} must be contiguous and on x's device {x.device}")
-
-
 def dequantize_int4(
     qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
 ) -> torch.Tensor:  # [K, N] scales' dtype
@@ -410,30 +402,6 @@ def dequantize_int4(
         qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k
     )
     return out
-
-
-def dequantize_int4_ref(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
-) -> torch.Tensor:  # [K, N] float32
-    """`(q - zero) * scale` of the runtime layout, in float32."""
-    codes = unpack_int4_rows(qweight).float()  # [K, N]
-    zeros_per_row = zeros.float().repeat_interleave(group_size, 0)
-    return (codes - zeros_per_row) * scales.float().repeat_interleave(group_size, 0)
-
-
-def int4_linear_ref(
-    x: torch.Tensor,  # [..., K]
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:  # [..., N] x's dtype
-    """Dequantize to float32, then multiply in float32."""
-    out = x.float() @ dequantize_int4_ref(qweight, scales, zeros, group_size)
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(x.dtype)
 
 
 def int4_linear(
@@ -460,21 +428,3 @@ def int4_linear(
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:  # [8 R, C] uint8
-    """`[R, C] int32` -> `[8 R, C]` codes: row `8 i + j` is nibble j of packed row i."""
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)  # [8]
-    codes = (packed[:, None, :] >> shifts[None, :, None]) & 0xF  # [R, 8, C]
-    return codes.reshape(-1, packed.shape[1]).to(torch.uint8)
-
-
-def pack_int4_rows(codes: torch.Tensor) -> torch.Tensor:  # [R / 8, C] int32
-    """Inverse of `unpack_int4_rows`: `[R, C]` codes in 0..15 (R a multiple of 8)."""
-    rows, cols = codes.shape
-    if rows % INT4_PER_INT32:
-        raise ValueError(f"codes must have a multiple of 8 rows, got {rows}")
-    grouped = codes.to(torch.int32).reshape(rows // 8, 8, cols)  # [R / 8, 8, C]
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=codes.device)
-    # Nibbles occupy disjoint bits: their sum is their bitwise or (bit 31 wraps to the sign).
-    return (grouped << shifts[None, :, None]).sum(1, dtype=torch.int32)
