@@ -178,6 +178,7 @@ def _int4_gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see _store_split
+    PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -191,11 +192,16 @@ def _int4_gemv_kernel(
     words, scale, zero = _load_words(
         qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
     )  # words: [R, BLOCK_N], R = BLOCK_K / 8
+    if PREFETCH == 2:
+        words_2, scale_2, zero_2 = _load_words(
+            qweight_ptr, scales_ptr, zeros_ptr, k_start + BLOCK_K, k_end, offs_n, mask_n, N,
+            GROUP_SIZE, BLOCK_K,
+        )  # fmt: skip
     for k in range(k_start, k_end, BLOCK_K):
-        # The next step's words are in flight while this one computes: Triton pipelines only
+        # The next steps' words are in flight while this one computes: Triton pipelines only
         # the loads that feed a tl.dot, and a GEMV is bound by the bytes in flight per SM.
         next_words, next_scale, next_zero = _load_words(
-            qweight_ptr, scales_ptr, zeros_ptr, k + BLOCK_K, k_end, offs_n, mask_n, N,
+            qweight_ptr, scales_ptr, zeros_ptr, k + PREFETCH * BLOCK_K, k_end, offs_n, mask_n, N,
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
         rows = k // 8 + tl.arange(0, BLOCK_K // 8)
@@ -211,7 +217,11 @@ def _int4_gemv_kernel(
                 w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
                 dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
         acc += dot * scale[None, :]
-        words, scale, zero = next_words, next_scale, next_zero
+        if PREFETCH == 2:
+            words, scale, zero = words_2, scale_2, zero_2
+            words_2, scale_2, zero_2 = next_words, next_scale, next_zero
+        else:
+            words, scale, zero = next_words, next_scale, next_zero
     tile = row * tl.num_programs(1) + tl.program_id(1)
     _store_split(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
@@ -373,7 +383,7 @@ def int4_gemm(
     if config.gemv:
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
-            m * n, **common, **launch,
+            m * n, PREFETCH=config.prefetch, **common, **launch,
         )  # fmt: skip
     else:
         _int4_gemm_kernel[grid](

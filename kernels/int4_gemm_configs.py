@@ -7,7 +7,7 @@ by copying one file. Format:
     {"configs": [
         {"n": 6144, "k": 4096, "group_size": 128, "m_bucket": 1, "gemv": true, "block_m": 1,
          "block_n": 128, "block_k": 32, "split_k": 4, "num_warps": 1, "num_stages": 1,
-         "swap_ab": false},
+         "swap_ab": false, "prefetch": 1},
         ...]}
 
 A launch with M tokens takes the row of its (N, K, group size) and `m_bucket ==
@@ -42,6 +42,7 @@ class Int4GemmConfig:
     num_warps: int
     num_stages: int
     swap_ab: bool = False  # GEMM: compute out^T = W^T x^T (the weights as the registers operand)
+    prefetch: int = 1  # GEMV: K steps of words loaded ahead of the one computing (1 or 2)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "split_k"):
@@ -54,6 +55,8 @@ class Int4GemmConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+        if self.prefetch not in (1, 2):
+            raise ValueError(f"prefetch must be 1 or 2, got {self.prefetch}")
 
     def with_overrides(self, **overrides) -> Int4GemmConfig:
         """A copy with the given fields that are not None replaced (validated again)."""
@@ -114,8 +117,8 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
 
     GEMV: one warp per program over 128 columns (a layout with every tile row in one thread,
     so the 1-D scale and zero loads need no shared-memory layout conversion) and 32 K rows per
-    step (96 registers, ptxas sm_90); split-K until about 16 programs per SM keep enough bytes
-    in flight, down to 4 steps per split. GEMM: 128 x 128 weight tiles per K step, split-K up
+    step, two steps of words in flight while one computes (136 registers, ptxas sm_90); split-K
+    until about 16 programs per SM keep enough bytes in flight, down to 4 steps per split. GEMM: 128 x 128 weight tiles per K step, split-K up
     to about two programs per SM (128 registers a thread at 8 warps) with at least two K
     steps each.
     """
@@ -125,7 +128,9 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
         max_split = max(1, k // (4 * block_k))
         wanted = triton.next_power_of_2(triton.cdiv(16 * num_sms, tiles))
         split_k = max(1, min(max_split, 32, wanted))
-        return Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps=1, num_stages=1)
+        return Int4GemmConfig(
+            True, 1, block_n, block_k, split_k, num_warps=1, num_stages=1, prefetch=2
+        )
     block_m = min(64, max(16, triton.next_power_of_2(m)))
     block_n, block_k = 128, largest_block_k(group_size, 128)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)

@@ -59,9 +59,17 @@ def random_int4_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torc
     return qweight, scales.T.contiguous().bfloat16(), zeros.T.contiguous().bfloat16()
 
 
-# GEMV (num_warps, block_n, block_k): 128 columns per warp keep each tile row in one thread (no
-# shared-memory layout conversions, 96 registers at 32 K rows); the others spread rows over warps.
-GEMV_TILES = [(1, 128, 32), (2, 256, 32), (4, 512, 32), (1, 64, 64), (2, 64, 128), (4, 128, 128)]
+# GEMV (num_warps, block_n, block_k, prefetch): 128 columns per warp keep each tile row in one
+# thread (no shared-memory layout conversions); the others spread rows over warps.
+GEMV_TILES = [
+    (1, 128, 32, 2),
+    (1, 128, 32, 1),
+    (2, 256, 32, 2),
+    (4, 512, 32, 2),
+    (1, 64, 64, 2),
+    (2, 64, 128, 1),
+    (4, 128, 128, 1),
+]
 GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
 # GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first: ptxas sm_90
 # puts the plain 128 x 128 / 8 warps at 128 registers, swap_ab (weights from registers, no
@@ -84,11 +92,14 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     program per SM, or fewer than two K steps each, are left out."""
     configs = []
     if m <= GEMV_M_MAX:
-        for (num_warps, block_n, block_k), split_k in itertools.product(GEMV_TILES, GEMV_SPLITS):
+        for tile, split_k in itertools.product(GEMV_TILES, GEMV_SPLITS):
+            num_warps, block_n, block_k, prefetch = tile
             programs = m * triton.cdiv(n, block_n) * split_k
             if programs * num_warps < 2 * num_sms or k // split_k < 2 * block_k:
                 continue
-            configs.append(Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps, 1))
+            configs.append(
+                Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps, 1, prefetch=prefetch)
+            )
         return configs
     block_m = min(128, max(16, triton.next_power_of_2(m)))
     for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(

@@ -53,6 +53,7 @@ def test_row_packing_byte_layout():
     [
         (1, 72, 256, 128, torch.float32, {}, False),  # GEMV, split-K by default, reduce launch
         (1, 72, 256, 128, torch.float32, {}, True),  # GEMV, split-K reduced in-kernel
+        (1, 72, 512, 64, torch.float32, {"prefetch": 1, "split_k": 2}, True),
         (3, 40, 128, 32, torch.float16, {"split_k": 2}, True),  # GEMV, ragged N
         (2, 64, 256, 128, torch.float16, {"num_warps": 4, "block_k": 128, "split_k": 1}, False),
         (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
@@ -142,7 +143,8 @@ def test_int4_kernels_agree_across_configs_on_cuda():
     gemv = {"gemv": True, "block_m": 1, "num_stages": 1}
     for config in (
         {**gemv, "split_k": 1},
-        {**gemv, "split_k": 32, "block_n": 128, "block_k": 32, "num_warps": 1},
+        {**gemv, "split_k": 32, "block_n": 128, "block_k": 32, "num_warps": 1, "prefetch": 2},
+        {**gemv, "split_k": 16, "block_n": 128, "block_k": 32, "num_warps": 1, "prefetch": 1},
         {**gemv, "split_k": 8, "block_n": 256, "block_k": 32, "num_warps": 2},
         {**gemv, "split_k": 4, "block_n": 128, "block_k": 128, "num_warps": 4},
         {"gemv": False, "block_m": 16, "split_k": 1},
@@ -172,8 +174,8 @@ pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zer
 sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
 gemm_pointers = {**pointers, "M": "i32"}
 kernels = [  # the fallback configs at M = 1 and M = 64, and the GEMV's rows-over-warps tile
-    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2}, 1),
-    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0}, 4),
+    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
+    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
     (_int4_gemm_kernel, {**gemm_pointers, **sizes},
      {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2,
       "SWAP_AB": False}, 8),
