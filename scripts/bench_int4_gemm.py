@@ -1,6 +1,6 @@
 """int4 weight-only GEMM microbenchmark at Llama-3.1-8B projection shapes (run on the H200).
 
-    python scripts/bench_int4_gemm.py [--tokens 1 64] [--sweep] [--sweep-budget-s 90] [--out DIR]
+    python scripts/bench_int4_gemm.py [--tokens 1 64] [--sweep] [--sweep-budget-s 110] [--out DIR]
 
 For M (tokens) in --tokens and the qkv, o, gate_up and down projections (group 128), medians of
 CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
@@ -69,6 +69,8 @@ GEMV_TILES = [
     (1, 64, 64, 2),
     (2, 64, 128, 1),
     (4, 128, 128, 1),
+    (1, 256, 16, 2),
+    (1, 128, 16, 2),
 ]
 GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
 # GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first: ptxas sm_90
