@@ -108,11 +108,15 @@ def _load_words(
 
 
 @triton.jit
-def _nibble_minus_zero(src, zero, P: tl.constexpr):
+def _nibble_minus_zero(src_magic, zero, P: tl.constexpr):
     """`(q - zero) * 16^P` `[R, BLOCK_N]` float32, exactly, for the codes q in bits 4P..4P+3 of
-    `src` (P <= 4) and the zeros `[BLOCK_N]`: the bits OR-ed into the mantissa of 2^23 make the
-    float `2^23 + q 16^P` (< 2^24), one subtraction removes `2^23 + zero 16^P`."""
-    bits = (src & (0xF << (4 * P))) | 0x4B000000  # 0x4B000000: the float 2^23
+    the packed words (P <= 4) and the zeros `[BLOCK_N]`: the bits OR-ed into the mantissa of 2^23
+    make the float `2^23 + q 16^P` (< 2^24), one subtraction removes `2^23 + zero 16^P`.
+
+    `src_magic` is the words OR 0x4B000000 (the float 2^23; disjoint from bits 0..19), once per
+    word: each nibble is then one AND with an immediate, where `(src & mask) | magic` would need
+    a register for one of its two constants (ptxas re-creates it before every use)."""
+    bits = src_magic & ((0xF << (4 * P)) | 0x4B000000)
     # The zeros' side stays 1-D until the broadcast: a [1, BLOCK_N] tensor would get a layout
     # of its own and a shared-memory conversion per use.
     return bits.to(tl.float32, bitcast=True) - (zero * (1 << (4 * P)) + 8388608.0)[None, :]
@@ -174,6 +178,7 @@ def _int4_gemv_kernel(
     k_per_split,  # a multiple of BLOCK_K
     stride_xm,
     stride_split,
+    float_2p23_bits,  # 0x4B000000
     GROUP_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -185,6 +190,9 @@ def _int4_gemv_kernel(
     pid_k = tl.program_id(2)
     mask_n = offs_n < N
     x_row = x_ptr + row * stride_xm
+    # A run-time value: the compiler cannot fold it into the ANDs of _nibble_minus_zero, which
+    # it otherwise turns back into two-constant LOP3s with a constant re-created before each.
+    magic = float_2p23_bits
     # Per-thread partial sums over the K range: no cross-thread reduction inside the loop.
     acc = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
@@ -204,14 +212,15 @@ def _int4_gemv_kernel(
             qweight_ptr, scales_ptr, zeros_ptr, k + PREFETCH * BLOCK_K, k_end, offs_n, mask_n, N,
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
+        # Every step is a whole tile (K is a multiple of BLOCK_K): no masks on x.
         rows = k // 8 + tl.arange(0, BLOCK_K // 8)
-        mask_r = rows * 8 < k_end
-        high = words >> 20  # nibbles 5..7 at bits 0..11: one shift serves three codes
+        low = words | magic  # nibbles 0..4 in place
+        high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
         dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
         for j in tl.static_range(8):  # nibble j of every word: input row k + 8 r + j
-            x_j = tl.load(x_row + rows * 8 + j, mask=mask_r, other=0.0).to(tl.float32)  # [R]
+            x_j = tl.load(x_row + rows * 8 + j).to(tl.float32)  # [R]
             if j < 5:
-                w = _nibble_minus_zero(words, zero, j)  # (q - z) 16^j
+                w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
                 dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
             else:
                 w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
@@ -383,7 +392,7 @@ def int4_gemm(
     if config.gemv:
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
-            m * n, PREFETCH=config.prefetch, **common, **launch,
+            m * n, 0x4B000000, PREFETCH=config.prefetch, **common, **launch,
         )  # fmt: skip
     else:
         _int4_gemm_kernel[grid](

@@ -174,8 +174,8 @@ pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zer
 sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
 gemm_pointers = {**pointers, "M": "i32"}
 kernels = [  # the fallback configs at M = 1 and M = 64, and the GEMV's rows-over-warps tile
-    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
-    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
+    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
+    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
     (_int4_gemm_kernel, {**gemm_pointers, **sizes},
      {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2,
       "SWAP_AB": False}, 8),
