@@ -131,9 +131,19 @@ def _dequantize_tile(words, zero):
 
 
 @triton.jit
+def _partial_at(partial_ptr, offsets, split, stride_split, mask, num_splits):
+    """Split `split`'s fp32 partial sums at `offsets` (0 past the last split, whose slice is
+    read again instead), from L2: other SMs wrote them."""
+    in_range = split < num_splits
+    offset = tl.minimum(split, num_splits - 1) * stride_split  # < 2^31: <= 64 splits of M * N
+    partial = tl.load(partial_ptr + (offsets + offset), mask=mask, other=0.0, cache_modifier=".cg")
+    return tl.where(in_range, partial, 0.0)
+
+
+@triton.jit
 def _store_split(
     acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
-    SPLIT_MODE: tl.constexpr,
+    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr,
 ):  # fmt: skip
     """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
 
@@ -153,13 +163,39 @@ def _store_split(
             if arrived == num_splits - 1:
                 tl.debug_barrier()  # the acquire above orders every thread's loads below
                 total = tl.zeros_like(acc)
-                for split in range(0, num_splits):
-                    total += tl.load(
-                        partial_ptr + split * stride_split + offsets,
-                        mask=mask,
-                        other=0.0,
-                        cache_modifier=".cg",  # from L2: other SMs wrote them
-                    )
+                if WIDE_REDUCE:  # few values a thread (GEMV): eight splits' loads in flight
+                    for base in range(0, num_splits, 8):
+                        p0 = _partial_at(partial_ptr, offsets, base, stride_split, mask, num_splits)
+                        p1 = _partial_at(
+                            partial_ptr, offsets, base + 1, stride_split, mask, num_splits
+                        )
+                        p2 = _partial_at(
+                            partial_ptr, offsets, base + 2, stride_split, mask, num_splits
+                        )
+                        p3 = _partial_at(
+                            partial_ptr, offsets, base + 3, stride_split, mask, num_splits
+                        )
+                        p4 = _partial_at(
+                            partial_ptr, offsets, base + 4, stride_split, mask, num_splits
+                        )
+                        p5 = _partial_at(
+                            partial_ptr, offsets, base + 5, stride_split, mask, num_splits
+                        )
+                        p6 = _partial_at(
+                            partial_ptr, offsets, base + 6, stride_split, mask, num_splits
+                        )
+                        p7 = _partial_at(
+                            partial_ptr, offsets, base + 7, stride_split, mask, num_splits
+                        )
+                        total = total + p0 + p1 + p2 + p3 + p4 + p5 + p6 + p7  # split order
+                else:  # a GEMM tile: one split at a time (registers)
+                    for split in range(0, num_splits):
+                        total += tl.load(
+                            partial_ptr + split * stride_split + offsets,
+                            mask=mask,
+                            other=0.0,
+                            cache_modifier=".cg",  # from L2: other SMs wrote them
+                        )
                 tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
                 tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
@@ -234,7 +270,7 @@ def _int4_gemv_kernel(
     tile = row * tl.num_programs(1) + tl.program_id(1)
     _store_split(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
-        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
     )  # fmt: skip
 
 
@@ -287,7 +323,7 @@ def _int4_gemm_kernel(
     offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
     _store_split(
         acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask_m[:, None] & mask_n[None, :],
-        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=False,
     )  # fmt: skip
 
 

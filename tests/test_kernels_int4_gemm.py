@@ -54,6 +54,7 @@ def test_row_packing_byte_layout():
         (1, 72, 256, 128, torch.float32, {}, False),  # GEMV, split-K by default, reduce launch
         (1, 72, 256, 128, torch.float32, {}, True),  # GEMV, split-K reduced in-kernel
         (1, 72, 512, 64, torch.float32, {"prefetch": 1, "split_k": 2}, True),
+        (2, 40, 640, 32, torch.float16, {"split_k": 16, "block_k": 32}, True),  # 10 splits
         (3, 40, 128, 32, torch.float16, {"split_k": 2}, True),  # GEMV, ragged N
         (2, 64, 256, 128, torch.float16, {"num_warps": 4, "block_k": 128, "split_k": 1}, False),
         (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
