@@ -131,13 +131,26 @@ def _dequantize_tile(words, zero):
 
 
 @triton.jit
-def _partial_at(partial_ptr, offsets, split, stride_split, mask, num_splits):
-    """Split `split`'s fp32 partial sums at `offsets` (0 past the last split, whose slice is
-    read again instead), from L2: other SMs wrote them."""
-    in_range = split < num_splits
-    offset = tl.minimum(split, num_splits - 1) * stride_split  # < 2^31: <= 64 splits of M * N
-    partial = tl.load(partial_ptr + (offsets + offset), mask=mask, other=0.0, cache_modifier=".cg")
-    return tl.where(in_range, partial, 0.0)
+def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, num_splits):
+    """`total` plus splits `first..first+3`'s fp32 partial sums at `offsets`, added in split
+    order after the four loads are issued (splits past the last add 0), read from L2: other SMs
+    wrote them."""
+    parts = partial_ptr + offsets
+    last = num_splits - 1  # a split past it reads the last one again, then adds 0 for it
+    p0 = tl.load(parts + tl.minimum(first, last) * stride_split, mask=mask, cache_modifier=".cg")
+    p1 = tl.load(
+        parts + tl.minimum(first + 1, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p2 = tl.load(
+        parts + tl.minimum(first + 2, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p3 = tl.load(
+        parts + tl.minimum(first + 3, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    total += tl.where(first <= last, p0, 0.0)
+    total += tl.where(first + 1 <= last, p1, 0.0)
+    total += tl.where(first + 2 <= last, p2, 0.0)
+    return total + tl.where(first + 3 <= last, p3, 0.0)
 
 
 @triton.jit
@@ -165,29 +178,12 @@ def _store_split(
                 total = tl.zeros_like(acc)
                 if WIDE_REDUCE:  # few values a thread (GEMV): eight splits' loads in flight
                     for base in range(0, num_splits, 8):
-                        p0 = _partial_at(partial_ptr, offsets, base, stride_split, mask, num_splits)
-                        p1 = _partial_at(
-                            partial_ptr, offsets, base + 1, stride_split, mask, num_splits
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base, stride_split, mask, num_splits
                         )
-                        p2 = _partial_at(
-                            partial_ptr, offsets, base + 2, stride_split, mask, num_splits
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base + 4, stride_split, mask, num_splits
                         )
-                        p3 = _partial_at(
-                            partial_ptr, offsets, base + 3, stride_split, mask, num_splits
-                        )
-                        p4 = _partial_at(
-                            partial_ptr, offsets, base + 4, stride_split, mask, num_splits
-                        )
-                        p5 = _partial_at(
-                            partial_ptr, offsets, base + 5, stride_split, mask, num_splits
-                        )
-                        p6 = _partial_at(
-                            partial_ptr, offsets, base + 6, stride_split, mask, num_splits
-                        )
-                        p7 = _partial_at(
-                            partial_ptr, offsets, base + 7, stride_split, mask, num_splits
-                        )
-                        total = total + p0 + p1 + p2 + p3 + p4 + p5 + p6 + p7  # split order
                 else:  # a GEMM tile: one split at a time (registers)
                     for split in range(0, num_splits):
                         total += tl.load(

@@ -112,6 +112,10 @@ def largest_block_k(group_size: int, limit: int) -> int:
     return block_k
 
 
+def _power_of_two_at_most(value: int) -> int:
+    return 1 << (max(value, 1).bit_length() - 1)
+
+
 def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> Int4GemmConfig:
     """The untuned choice.
 
@@ -125,7 +129,7 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
     if m <= GEMV_M_MAX:
         block_n, block_k = 128, largest_block_k(group_size, 32)
         tiles = m * triton.cdiv(n, block_n)
-        max_split = max(1, k // (4 * block_k))
+        max_split = _power_of_two_at_most(k // (4 * block_k))
         wanted = triton.next_power_of_2(triton.cdiv(16 * num_sms, tiles))
         split_k = max(1, min(max_split, 32, wanted))
         return Int4GemmConfig(
@@ -134,7 +138,7 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
     block_m = min(64, max(16, triton.next_power_of_2(m)))
     block_n, block_k = 128, largest_block_k(group_size, 128)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    max_split = max(1, k // (2 * block_k))
+    max_split = _power_of_two_at_most(k // (2 * block_k))
     split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(2 * num_sms, tiles))))
     num_warps = 8 if block_m >= 64 else 4
     return Int4GemmConfig(False, block_m, block_n, block_k, split_k, num_warps, num_stages=3)
