@@ -24,15 +24,16 @@ float `2^23 + q * 16^p` exactly (p the nibble's position in the word, p <= 4 so 
 
 Three paths, chosen by the number of tokens M (`int4_linear` dispatches; `int4_gemm_configs`
 holds the tuned per-shape table):
-- M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV on the CUDA cores. Grid
+- M = 1 (decode; up to GEMV_M_LIMIT tokens where the tuned table says so): `_int4_gemv_kernel`,
+  a split-K GEMV on the CUDA cores. Grid
   `(M, cdiv(N, BLOCK_N), split_k)`; each program accumulates `[BLOCK_K / 8, BLOCK_N]` fp32
   partial sums over its K range with no cross-thread traffic, applying the group's scale once
   per word, and reduces across threads once at the end. The other tokens' programs re-read the
   same words from L2.
-- larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot` of x by
-  the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot so that the
-  tensor cores overlap the next tile's dequantization; x and the words are software-pipelined
-  by Triton), with split-K for the mid-size M whose tile grid is small;
+- 2 to 255 tokens: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`
+  of x by the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot; x and
+  the words are software-pipelined by Triton; up to 16 tokens as `out^T = W^T x^T`, the tokens
+  on the tensor cores' narrow side), with split-K for the mid-size M whose tile grid is small;
 - M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
   then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
   dequantizes).
@@ -53,6 +54,7 @@ import triton.language as tl
 # The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
 from radixgen.kernels.fp8_gemm import _split_k_reduce_kernel
 from radixgen.kernels.int4_gemm_configs import (
+    GEMV_M_LIMIT,
     GEMV_M_MAX,
     Int4GemmConfig,
     int4_config,
@@ -68,6 +70,7 @@ from radixgen.kernels.int4_reference import (
 
 __all__ = [
     "DEQUANTIZE_M_MIN",
+    "GEMV_M_LIMIT",
     "GEMV_M_MAX",
     "check_int4_inputs",
     "dequantize_int4",

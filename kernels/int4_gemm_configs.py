@@ -25,9 +25,13 @@ from pathlib import Path
 import triton
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("int4_gemm_configs.json")
-# Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
-# the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
-GEMV_M_MAX = 4
+# Tokens up to which the untuned choice is the CUDA-core GEMV (the tuned table may pick it up to
+# GEMV_M_LIMIT). ptxas (sm_90) counts 43 instructions per packed word and token in the GEMV's
+# loop, 57-69 per word for all of up to 16 tokens in the GEMM's: from 2 tokens the GEMM issues
+# fewer (both kernels are instruction-bound, not HBM-bound, at these sizes).
+GEMV_M_MAX = 1
+# The most tokens the GEMV runs (one program row per token: the weights are re-read from L2).
+GEMV_M_LIMIT = 4
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ def _power_of_two_at_most(value: int) -> int:
 def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> Int4GemmConfig:
     """The untuned choice.
 
-    GEMV: one warp per program over 128 columns (a layout with every tile row in one thread,
+    GEMV (M <= GEMV_M_MAX): one warp per program over 128 columns (a layout with every tile row in one thread,
     so the 1-D scale and zero loads need no shared-memory layout conversion) and 32 K rows per
     step, two steps of words in flight while one computes (136 registers, ptxas sm_90); split-K
     until about 16 programs per SM keep enough bytes in flight, down to 4 steps per split. GEMM: 128 x 128 weight tiles per K step, split-K up
@@ -141,7 +145,12 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
     max_split = _power_of_two_at_most(k // (2 * block_k))
     split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(2 * num_sms, tiles))))
     num_warps = 8 if block_m >= 64 else 4
-    return Int4GemmConfig(False, block_m, block_n, block_k, split_k, num_warps, num_stages=3)
+    # Up to 16 tokens, out^T = W^T x^T: the tokens are the tensor cores' narrow N side (wgmma
+    # needs 64 rows on the M side), 10% fewer instructions per word than x W at BLOCK_M = 16.
+    swap_ab = block_m == 16
+    return Int4GemmConfig(
+        False, block_m, block_n, block_k, split_k, num_warps, num_stages=3, swap_ab=swap_ab
+    )
 
 
 def int4_config(

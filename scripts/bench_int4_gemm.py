@@ -36,6 +36,7 @@ from bench_fp8_gemm import NUM_LAYERS, SHAPES, STREAM_BYTES, median_ms
 
 from radixgen.kernels.int4_gemm import (
     DEQUANTIZE_M_MIN,
+    GEMV_M_LIMIT,
     GEMV_M_MAX,
     default_int4_config,
     dequantize_int4,
@@ -73,9 +74,9 @@ GEMV_TILES = [
     (1, 128, 16, 2),
 ]
 GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
-# GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first: ptxas sm_90
-# puts the plain 128 x 128 / 8 warps at 128 registers, swap_ab (weights from registers, no
-# 16-bit shared stores) at 106-210.
+# GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first (up to 16 tokens
+# the swap_ab ones first): ptxas sm_90 puts the plain 128 x 128 / 8 warps at 128 registers,
+# swap_ab (weights from registers, no 16-bit shared stores) at 106-210.
 GEMM_TILES = [
     (128, 128, 8, 3, False),
     (128, 128, 8, 3, True),
@@ -90,10 +91,10 @@ GEMM_TILES = [
 
 def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     """The grid the sweep tries for one shape, most promising first: GEMV (M <= 4) by tile and
-    split-K; GEMM by tiles, warps, pipelining depth and split-K. Splits leaving fewer than one
-    program per SM, or fewer than two K steps each, are left out."""
+    split-K, then GEMM by tiles, warps, pipelining depth and split-K. Splits leaving fewer than
+    one program per SM, or fewer than two K steps each, are left out."""
     configs = []
-    if m <= GEMV_M_MAX:
+    if m <= GEMV_M_LIMIT:
         for tile, split_k in itertools.product(GEMV_TILES, GEMV_SPLITS):
             num_warps, block_n, block_k, prefetch = tile
             programs = m * triton.cdiv(n, block_n) * split_k
@@ -102,10 +103,10 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
             configs.append(
                 Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps, 1, prefetch=prefetch)
             )
-        return configs
     block_m = min(128, max(16, triton.next_power_of_2(m)))
+    tiles = GEMM_TILES if m > 16 else sorted(GEMM_TILES, key=lambda tile: not tile[-1])
     for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
-        GEMM_TILES, (1, 2, 4, 8)
+        tiles, (1, 2, 4, 8)
     ):
         programs = triton.cdiv(m, block_m) * triton.cdiv(n, block_n) * split_k
         if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * block_k:

@@ -13,6 +13,7 @@ import torch
 
 from radixgen.kernels.int4_gemm import (
     GEMV_M_MAX,
+    default_int4_config,
     dequantize_int4,
     dequantize_int4_ref,
     int4_gemm,
@@ -48,15 +49,19 @@ def test_row_packing_byte_layout():
     assert torch.equal(unpack_int4_rows(pack_int4_rows(codes)).long(), codes)
 
 
+GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
+
+
 @pytest.mark.parametrize(
     "m,n,k,group_size,dtype,overrides,counters",
     [
         (1, 72, 256, 128, torch.float32, {}, False),  # GEMV, split-K by default, reduce launch
         (1, 72, 256, 128, torch.float32, {}, True),  # GEMV, split-K reduced in-kernel
         (1, 72, 512, 64, torch.float32, {"prefetch": 1, "split_k": 2}, True),
-        (2, 40, 640, 32, torch.float16, {"split_k": 16, "block_k": 32}, True),  # 10 splits
-        (3, 40, 128, 32, torch.float16, {"split_k": 2}, True),  # GEMV, ragged N
-        (2, 64, 256, 128, torch.float16, {"num_warps": 4, "block_k": 128, "split_k": 1}, False),
+        (2, 40, 640, 32, torch.float16, {**GEMV, "split_k": 16, "block_k": 32}, True),  # 10 splits
+        (3, 40, 128, 32, torch.float16, {**GEMV, "split_k": 2}, True),  # GEMV, ragged N
+        (2, 64, 256, 128, torch.float16, {**GEMV, "num_warps": 4, "block_k": 128}, False),
+        (3, 40, 256, 64, torch.float16, {}, True),  # GEMM W^T x^T by default up to 16 tokens
         (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
         (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}, True),  # GEMM split-K
         (33, 64, 256, 128, torch.float16, {"split_k": 4, "block_k": 32}, False),
@@ -69,7 +74,8 @@ def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides, co
     generator = torch.Generator().manual_seed(m + n)
     weights = random_int4(n, k, group_size, dtype, generator)
     x = torch.randn(m, k, generator=generator).to(dtype)
-    assert (m <= GEMV_M_MAX) == (m < 4)
+    config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
+    assert config.gemv == (m <= GEMV_M_MAX or overrides.get("gemv", False))
     split_k_counters = torch.zeros(split_k_counter_slots(n), dtype=torch.int32)
     for _ in range(2 if counters else 1):  # a second call reuses the counters
         out = int4_gemm(
