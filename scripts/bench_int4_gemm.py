@@ -7,7 +7,7 @@ CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
 - bf16: `F.linear` (cuBLAS) on the same shape, the baseline;
 - int4_linear: what the model runs (the GEMV, GEMM or dequantize + cuBLAS, chosen by M and the
   tuned table kernels/int4_gemm_configs.json);
-- for M > 4, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
+- for M > 1, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
   dequantize_then_cublas (`dequantize_int4` then a bf16 matmul), to place DEQUANTIZE_M_MIN;
 - with --sweep, a grid of GEMV and GEMM configs (`sweep_configs`), each checked against the
   reference before it is timed, within --sweep-budget-s seconds of timing in all. The best per
