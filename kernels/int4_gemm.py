@@ -2,33 +2,44 @@
 
     y[m, n] = sum_k x[m, k] * (q[k, n] - zero[g(k), n]) * scale[g(k), n]   (+ bias[n])
 
-with 4-bit codes `q` in 0..15, one `scale` and `zero` per group of `group_size` consecutive
-input rows, `g(k) = k // group_size`.
+with 4-bit codes `q` in 0..15, one `scale` and integer `zero` (0..16: checkpoint zero points)
+per group of `group_size` consecutive input rows, `g(k) = k // group_size`.
 
 Runtime layout (every checkpoint format is repacked into it at load time,
 runtime/models/int4_linear.py):
 - `qweight: [K / 8, N] int32`: word `[i, n]` holds rows `k = 8 i + j` of column n in its nibble
-  j (bits 4j..4j+3) -- GPTQ's order, packed along K, so a `[BLOCK_K, BLOCK_N]` tile is
-  `BLOCK_K / 8` contiguous rows of N words (coalesced along N);
+  j (bits 4j..4j+3) -- GPTQ's order, packed along K. A program owning BLOCK_N output columns
+  reads, per K step, `BLOCK_K / 8` rows of BLOCK_N contiguous words (BLOCK_N * 4 bytes each,
+  128-bit vector loads along N); every word is loaded once and unpacked in the registers of
+  the thread that loaded it;
 - `scales: [K / group_size, N]` and `zeros: [K / group_size, N]` in the activation dtype
-  (zeros are small integers, exact in fp16/bf16).
+  (zeros are small integers, exact in fp16/bf16): one row per group, read once per K step.
 
-Two Triton kernels, chosen by the number of tokens M (`int4_linear` dispatches):
-- M <= GEMV_M_MAX (decode): `_int4_gemv_kernel`, a split-K GEMV. Grid `(M, cdiv(N, BLOCK_N),
-  split_k)`: each program reduces a `[K / split_k, BLOCK_N]` slice of the weight against one
-  token's activations on the CUDA cores; the other tokens' programs re-read the same slice from
-  L2. Split-K fills the GPU when N / BLOCK_N alone would not. Per tile it computes
-  `scale * (sum_k x q - zero * sum_k x)`: no per-weight subtraction or scale.
-- larger M: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`), with
-  split-K for the mid-size M whose tile grid is small;
-- M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the bf16 weight in one pass, then
-  cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also dequantizes). It multiplies by `q - zero` (an exact
-  small integer in x's dtype) and applies the group's scale to each tile's partial sums.
-In both, each packed word is loaded once and split into its 8 nibbles in registers, and a
-`BLOCK_K <= group_size` tile lies in one group (one scale per output per tile). Both compile for
-sm_90 without spills at the default configs (checked with Triton's ptxas on the CPU: GEMV 80
-registers a thread, GEMM 114 at BLOCK_M = 64 with 8 warps).
-Splits write fp32 partials summed in a fixed order (deterministic).
+Unpacking without integer-to-float conversions (I2F runs at 1/8 of the FP32 rate on sm_90 and
+bounded the first kernels): OR-ing a nibble's bits into the mantissa of the float 2^23 gives the
+float `2^23 + q * 16^p` exactly (p the nibble's position in the word, p <= 4 so it stays below
+2^24), and one subtraction of `2^23 + zero * 16^p` leaves `(q - zero) * 16^p` exactly. Nibbles
+0..4 are masked in place (no shift); nibbles 5..7 after one shift of the word by 20 bits. The
+16^-p factors go into the activations (exact powers of two).
+
+Three paths, chosen by the number of tokens M (`int4_linear` dispatches; `int4_gemm_configs`
+holds the tuned per-shape table):
+- M = 1 (decode; up to GEMV_M_LIMIT tokens where the tuned table says so): `_int4_gemv_kernel`,
+  a split-K GEMV on the CUDA cores. Grid
+  `(M, cdiv(N, BLOCK_N), split_k)`; each program accumulates `[BLOCK_K / 8, BLOCK_N]` fp32
+  partial sums over its K range with no cross-thread traffic, applying the group's scale once
+  per word, and reduces across threads once at the end. The other tokens' programs re-read the
+  same words from L2.
+- 2 to 255 tokens: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`
+  of x by the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot; x and
+  the words are software-pipelined by Triton; up to 16 tokens as `out^T = W^T x^T`, the tokens
+  on the tensor cores' narrow side), with split-K for the mid-size M whose tile grid is small;
+- M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
+  then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
+  dequantizes).
+Split-K programs write fp32 partials; with the caller's `split_k_counters` the last program
+of each output tile sums them in split order in-kernel (no second launch: a launch costs ~2 us
+in a CUDA graph, 128 of them per decode step), else one reduce launch does. Both deterministic.
 On the CPU `int4_linear` runs `int4_linear_ref` (dequantize to float32, then matmul).
 """
 
@@ -42,11 +53,34 @@ import triton.language as tl
 
 # The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
 from radixgen.kernels.fp8_gemm import _split_k_reduce_kernel
+from radixgen.kernels.int4_gemm_configs import (
+    GEMV_M_LIMIT,
+    GEMV_M_MAX,
+    Int4GemmConfig,
+    int4_config,
+    largest_block_k,
+)
+from radixgen.kernels.int4_reference import (
+    check_int4_inputs,
+    dequantize_int4_ref,
+    int4_linear_ref,
+    pack_int4_rows,
+    unpack_int4_rows,
+)
 
-INT4_PER_INT32 = 8
-# Tokens up to which the CUDA-core GEMV beats the tensor-core GEMM (at M = 1 the GEMV reads
-# the weight once; from a few tokens the GEMM reads it once for up to BLOCK_M of them).
-GEMV_M_MAX = 4
+__all__ = [
+    "DEQUANTIZE_M_MIN",
+    "GEMV_M_LIMIT",
+    "GEMV_M_MAX",
+    "check_int4_inputs",
+    "dequantize_int4",
+    "dequantize_int4_ref",
+    "int4_gemm",
+    "int4_linear",
+    "int4_linear_ref",
+    "pack_int4_rows",
+    "unpack_int4_rows",
+]
 # Tokens from which dequantizing the weight (one pass, bf16 [K, N]) and multiplying with cuBLAS
 # beats the fused dequantize-GEMM: the product is compute-bound there, and cuBLAS's bf16 GEMM is
 # faster than a Triton tile that also dequantizes (prefill).
@@ -54,25 +88,115 @@ DEQUANTIZE_M_MIN = 256
 
 
 @triton.jit
-def _packed_tile(
+def _load_words(
     qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N,
     GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """The codes `[BLOCK_K / 8, 8, BLOCK_N]` int32 of the tile at rows `k..k+BLOCK_K` (row
-    `k + 8 r + j` at `[r, j]`), and its group's scales and zeros `[BLOCK_N]` float32. Each packed
-    word is loaded once and split into its 8 nibbles in registers; the tile lies in one group
-    (BLOCK_K divides GROUP_SIZE and k is a multiple of BLOCK_K)."""
+    """The packed words `[BLOCK_K / 8, BLOCK_N]` int32 of rows `k..k+BLOCK_K` (row `k + 8 r + j`
+    in nibble j of `[r, :]`), and its group's scales and zeros `[BLOCK_N]` float32 (the tile lies
+    in one group: BLOCK_K divides GROUP_SIZE and k is a multiple of BLOCK_K)."""
     rows = k // 8 + tl.arange(0, BLOCK_K // 8)
     words = tl.load(
         qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
         mask=(rows * 8 < k_end)[:, None] & mask_n[None, :],
         other=0,
-    )  # [BLOCK_K / 8, BLOCK_N]
-    codes = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
-    group_row = (k // GROUP_SIZE) * N  # < 2^31: K / group_size * N is small
+        eviction_policy="evict_first",  # streamed once per forward
+    )
+    # < 2^31: K / group_size * N is small. A prefetch past the last step (k >= k_end) loads no
+    # words and re-reads the last group's scales (in L1), never past the end.
+    group_row = (tl.minimum(k, k_end - 1) // GROUP_SIZE) * N
     scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    return codes, scale, zero
+    return words, scale, zero
+
+
+@triton.jit
+def _nibble_minus_zero(src_magic, zero, P: tl.constexpr):
+    """`(q - zero) * 16^P` `[R, BLOCK_N]` float32, exactly, for the codes q in bits 4P..4P+3 of
+    the packed words (P <= 4) and the zeros `[BLOCK_N]`: the bits OR-ed into the mantissa of 2^23
+    make the float `2^23 + q 16^P` (< 2^24), one subtraction removes `2^23 + zero 16^P`.
+
+    `src_magic` is the words OR 0x4B000000 (the float 2^23; disjoint from bits 0..19), once per
+    word: each nibble is then one AND with an immediate, where `(src & mask) | magic` would need
+    a register for one of its two constants (ptxas re-creates it before every use)."""
+    bits = src_magic & ((0xF << (4 * P)) | 0x4B000000)
+    # The zeros' side stays 1-D until the broadcast: a [1, BLOCK_N] tensor would get a layout
+    # of its own and a shared-memory conversion per use.
+    return bits.to(tl.float32, bitcast=True) - (zero * (1 << (4 * P)) + 8388608.0)[None, :]
+
+
+@triton.jit
+def _dequantize_tile(words, zero):
+    """`q - zero` `[BLOCK_K / 8, 8, BLOCK_N]` float32 of a packed tile (row 8 r + j at [r, j])."""
+    shifts = tl.arange(0, 8) * 4
+    codes = ((words[:, None, :] >> shifts[None, :, None]) & 0xF) | 0x4B000000
+    return codes.to(tl.float32, bitcast=True) - (zero + 8388608.0)[None, None, :]
+
+
+@triton.jit
+def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, num_splits):
+    """`total` plus splits `first..first+3`'s fp32 partial sums at `offsets`, added in split
+    order after the four loads are issued (splits past the last add 0), read from L2: other SMs
+    wrote them."""
+    parts = partial_ptr + offsets
+    last = num_splits - 1  # a split past it reads the last one again, then adds 0 for it
+    p0 = tl.load(parts + tl.minimum(first, last) * stride_split, mask=mask, cache_modifier=".cg")
+    p1 = tl.load(
+        parts + tl.minimum(first + 1, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p2 = tl.load(
+        parts + tl.minimum(first + 2, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p3 = tl.load(
+        parts + tl.minimum(first + 3, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    total += tl.where(first <= last, p0, 0.0)
+    total += tl.where(first + 1 <= last, p1, 0.0)
+    total += tl.where(first + 2 <= last, p2, 0.0)
+    return total + tl.where(first + 3 <= last, p3, 0.0)
+
+
+@triton.jit
+def _store_split(
+    acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
+    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr,
+):  # fmt: skip
+    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
+
+    SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
+    `partial_ptr` (a reduce launch follows). 2: store the partial, then count the tile's arrived
+    splits on `counter_ptr`; the last one sums the partials in split order (deterministic),
+    writes out and resets the counter to 0 for the next call (no second launch).
+    """
+    if SPLIT_MODE == 0:
+        tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
+        if SPLIT_MODE == 2:
+            # Every thread's partial is stored before the release of the (one-thread) atomic.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                tl.debug_barrier()  # the acquire above orders every thread's loads below
+                total = tl.zeros_like(acc)
+                if WIDE_REDUCE:  # few values a thread (GEMV): eight splits' loads in flight
+                    for base in range(0, num_splits, 8):
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base, stride_split, mask, num_splits
+                        )
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base + 4, stride_split, mask, num_splits
+                        )
+                else:  # a GEMM tile: one split at a time (registers)
+                    for split in range(0, num_splits):
+                        total += tl.load(
+                            partial_ptr + split * stride_split + offsets,
+                            mask=mask,
+                            other=0.0,
+                            cache_modifier=".cg",  # from L2: other SMs wrote them
+                        )
+                tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
+                tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -81,40 +205,72 @@ def _int4_gemv_kernel(
     qweight_ptr,  # [K / 8, N] int32
     scales_ptr,  # [K / GROUP_SIZE, N]
     zeros_ptr,  # [K / GROUP_SIZE, N]
-    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
     N,
     K,
     k_per_split,  # a multiple of BLOCK_K
     stride_xm,
     stride_split,
+    float_2p23_bits,  # 0x4B000000
     GROUP_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see _store_split
+    PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
     mask_n = offs_n < N
-    offs_r = tl.arange(0, BLOCK_K // 8)  # packed rows of a tile
-    nibbles = tl.arange(0, 8)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    x_row = x_ptr + row * stride_xm
+    # A run-time value: the compiler cannot fold it into the ANDs of _nibble_minus_zero, which
+    # it otherwise turns back into two-constant LOP3s with a constant re-created before each.
+    magic = float_2p23_bits
+    # Per-thread partial sums over the K range: no cross-thread reduction inside the loop.
+    acc = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
+    words, scale, zero = _load_words(
+        qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
+    )  # words: [R, BLOCK_N], R = BLOCK_K / 8
+    if PREFETCH == 2:
+        words_2, scale_2, zero_2 = _load_words(
+            qweight_ptr, scales_ptr, zeros_ptr, k_start + BLOCK_K, k_end, offs_n, mask_n, N,
+            GROUP_SIZE, BLOCK_K,
+        )  # fmt: skip
     for k in range(k_start, k_end, BLOCK_K):
-        codes, scale, zero = _packed_tile(
-            qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
-        )
-        rows = k // 8 + offs_r
-        x = tl.load(
-            x_ptr + row * stride_xm + rows[:, None] * 8 + nibbles[None, :],
-            mask=(rows * 8 < k_end)[:, None],
-            other=0.0,
-        ).to(tl.float32)  # [BLOCK_K / 8, 8]: x[k + 8 r + j] at [r, j], as the codes
-        x_dot_q = tl.sum(tl.sum(x[:, :, None] * codes.to(tl.float32), axis=1), axis=0)
-        # sum_k x (q - z) s = s (sum_k x q - z sum_k x): no per-weight subtraction or scale.
-        acc += (x_dot_q - zero * tl.sum(tl.sum(x, axis=1), axis=0)) * scale
-    out = out_ptr + pid_k.to(tl.int64) * stride_split + row * N + offs_n
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+        # The next steps' words are in flight while this one computes: Triton pipelines only
+        # the loads that feed a tl.dot, and a GEMV is bound by the bytes in flight per SM.
+        next_words, next_scale, next_zero = _load_words(
+            qweight_ptr, scales_ptr, zeros_ptr, k + PREFETCH * BLOCK_K, k_end, offs_n, mask_n, N,
+            GROUP_SIZE, BLOCK_K,
+        )  # fmt: skip
+        # Every step is a whole tile (K is a multiple of BLOCK_K): no masks on x.
+        rows = k // 8 + tl.arange(0, BLOCK_K // 8)
+        low = words | magic  # nibbles 0..4 in place
+        high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
+        dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
+        for j in tl.static_range(8):  # nibble j of every word: input row k + 8 r + j
+            x_j = tl.load(x_row + rows * 8 + j).to(tl.float32)  # [R]
+            if j < 5:
+                w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
+                dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
+            else:
+                w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
+                dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
+        acc += dot * scale[None, :]
+        if PREFETCH == 2:
+            words, scale, zero = words_2, scale_2, zero_2
+            words_2, scale_2, zero_2 = next_words, next_scale, next_zero
+        else:
+            words, scale, zero = next_words, next_scale, next_zero
+    tile = row * tl.num_programs(1) + tl.program_id(1)
+    _store_split(
+        tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -123,7 +279,9 @@ def _int4_gemm_kernel(
     qweight_ptr,  # [K / 8, N] int32
     scales_ptr,  # [K / GROUP_SIZE, N]
     zeros_ptr,  # [K / GROUP_SIZE, N]
-    out_ptr,  # SPLIT_K == 1: [M, N] x's dtype; else [SPLIT_K, M, N] fp32 partials
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
     M,
     N,
     K,
@@ -134,6 +292,8 @@ def _int4_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see _store_split
+    SWAP_AB: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -147,21 +307,23 @@ def _int4_gemm_kernel(
     for k in range(k_start, k_end, BLOCK_K):
         ks = k + tl.arange(0, BLOCK_K)
         x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & (ks < k_end)[None, :], other=0.0)
-        codes, scale, zero = _packed_tile(
+        words, scale, zero = _load_words(
             qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
         )
-        codes = tl.reshape(codes, [BLOCK_K, BLOCK_N])  # row 8 r + j = [r, j]: order kept
-        # q - zero is an integer in [-16, 15]: exact in x's dtype, so the dot is exact up to
-        # the fp32 accumulation; the scale is applied to the tile's partial sums.
-        w = (codes.to(tl.float32) - zero[None, :]).to(x.dtype)
-        acc += tl.dot(x, w) * scale[None, :]
-    out = (
-        out_ptr
-        + pid_k.to(tl.int64) * stride_split
-        + offs_m.to(tl.int64)[:, None] * N
-        + offs_n[None, :]
-    )
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+        # The weight rounded once to x's dtype, as `dequantize_int4` writes it; accumulating
+        # inside tl.dot lets the tensor cores overlap the next tile's dequantization.
+        w = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
+        w = tl.reshape(w, [BLOCK_K, BLOCK_N]).to(x.dtype)  # row 8 r + j: the order is kept
+        if SWAP_AB:  # acc^T += w^T x^T: the weights are wgmma's A operand, from registers
+            acc = tl.trans(tl.dot(tl.trans(w), tl.trans(x), tl.trans(acc)))
+        else:  # the weights go through shared memory as the B operand
+            acc = tl.dot(x, w, acc)
+    tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    _store_split(
+        acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask_m[:, None] & mask_n[None, :],
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=False,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -179,10 +341,10 @@ def _dequantize_int4_kernel(
     k = tl.program_id(0) * BLOCK_K
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
-    codes, scale, zero = _packed_tile(
+    words, scale, zero = _load_words(
         qweight_ptr, scales_ptr, zeros_ptr, k, K, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
     )
-    weight = (codes.to(tl.float32) - zero[None, None, :]) * scale[None, None, :]
+    weight = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
     rows = k + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # [R, 8]
     out = out_ptr + rows.to(tl.int64)[:, :, None] * N + offs_n[None, None, :]
     mask = (rows < K)[:, :, None] & mask_n[None, None, :]
@@ -194,124 +356,90 @@ def _multiprocessor_count(device_index: int | None) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _largest_block_k(group_size: int, limit: int) -> int:
-    """The largest power of two <= limit, >= 8, dividing group_size (a tile in one group)."""
-    block_k = limit
-    while group_size % block_k:
-        block_k //= 2
-    return block_k
-
-
-def default_int4_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> dict:
-    """Kernel, block sizes and split-K of `int4_gemm` for an `[m, k] x [k, n]` product.
-
-    Split-K is chosen so that the grid has about four programs per SM, each with at least two
-    BLOCK_K steps; BLOCK_K divides the group size (one scale per tile).
-    """
-    gemv = m <= GEMV_M_MAX
-    block_m = 1 if gemv else min(64, max(16, triton.next_power_of_2(m)))
-    # GEMV: a [BLOCK_K / 8, 8, BLOCK_N] fp32 tile is 8K values, 64 registers a thread at 4 warps.
-    block_n = 64
-    block_k = _largest_block_k(group_size, 128 if gemv else 64)
+def default_int4_config(
+    m: int, n: int, k: int, group_size: int, device: torch.device
+) -> Int4GemmConfig:
+    """The launch `int4_gemm` makes for an `[m, k] x [k, n]` product: the tuned table's row
+    (kernels/int4_gemm_configs.json), else the untuned fallback."""
     num_sms = _multiprocessor_count(device.index) if device.type == "cuda" else 8
-    tiles = (m if gemv else triton.cdiv(m, block_m)) * triton.cdiv(n, block_n)
-    max_split = max(1, k // (2 * block_k))
-    split_k = max(1, min(max_split, 16, triton.next_power_of_2(triton.cdiv(4 * num_sms, tiles))))
-    return {
-        "gemv": gemv,
-        "block_m": block_m,
-        "block_n": block_n,
-        "block_k": block_k,
-        "split_k": split_k,
-        # 8 warps halve the GEMM's registers a thread at BLOCK_M = 64 (ptxas, sm_90: 114).
-        "num_warps": 8 if block_m >= 64 else 4,
-        "num_stages": 3,
-    }
+    return int4_config(m, n, k, group_size, num_sms)
+
+
+def split_k_counter_slots(n: int) -> int:
+    """Size of the int32 `split_k_counters` that lets every int4_gemm launch of an N-column
+    weight below DEQUANTIZE_M_MIN tokens reduce its split-K partials in-kernel: one counter per
+    output tile (GEMV: M <= 4 tokens x cdiv(N, 32); GEMM: cdiv(255, 16) x cdiv(N, 64))."""
+    return 16 * triton.cdiv(n, 32)
 
 
 def int4_gemm(
     x: torch.Tensor,  # [M, K] bf16/fp16/fp32
     qweight: torch.Tensor,  # [K / 8, N] int32
     scales: torch.Tensor,  # [K / group_size, N]
-    zeros: torch.Tensor,  # [K / group_size, N]
+    zeros: torch.Tensor,  # [K / group_size, N] integers 0..16
     group_size: int,
+    split_k_counters: torch.Tensor | None = None,
     **overrides,
 ) -> torch.Tensor:  # [M, N] x's dtype
     """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias).
 
     Args:
-        overrides: tuning keys of `default_int4_config` (benchmarks and tests).
+        split_k_counters: int32 zeros, one per output tile (`split_k_counter_slots`), owned by
+            the caller and left zeroed: with them a split-K launch sums its partials in-kernel
+            (the last split of each tile); without them (or too few), one more launch does.
+            Launches sharing them must be ordered (one stream).
+        overrides: fields of `Int4GemmConfig` (benchmarks and tests).
 
     Raises:
-        ValueError naming the argument on bad shapes, dtypes, strides or group size.
+        ValueError naming the argument on bad shapes, dtypes, strides, group size or config.
     """
     check_int4_inputs(x, qweight, scales, zeros, group_size)
     m, k = x.shape
     n = qweight.shape[1]
-    config = default_int4_config(m, n, k, group_size, x.device)
-    unknown = set(overrides) - set(config)
-    if unknown:
-        raise ValueError(f"unknown int4_gemm overrides {sorted(unknown)}")
-    config.update({name: value for name, value in overrides.items() if value is not None})
-    if not config["gemv"]:
-        config["block_m"] = max(16, config["block_m"])  # tl.dot needs 16 rows
-    block_k = config["block_k"]
-    if group_size % block_k or block_k % 8:
-        raise ValueError(
-            f"block_k={block_k} must divide group_size={group_size} and be a multiple of 8"
-        )
-    k_per_split = triton.cdiv(triton.cdiv(k, config["split_k"]), block_k) * block_k
+    config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
+    block_k = config.block_k
+    if group_size % block_k:
+        raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    partial = (
-        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    grid = (
+        m if config.gemv else triton.cdiv(m, config.block_m),
+        triton.cdiv(n, config.block_n),
+        splits,
     )
-    common = dict(GROUP_SIZE=group_size, BLOCK_N=config["block_n"], BLOCK_K=block_k)
-    launch = dict(num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if config["gemv"]:
-        grid = (m, triton.cdiv(n, config["block_n"]), splits)
+    counters = split_k_counters
+    if splits == 1:
+        split_mode, partial, counters = 0, out, out
+    else:
+        partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
+        if counters is not None and (counters.dtype != torch.int32 or counters.device != x.device):
+            raise ValueError(f"split_k_counters must be int32 on {x.device}")
+        split_mode = 2 if in_kernel else 1
+        counters = counters if in_kernel else out
+    common = dict(
+        GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
+    )
+    launch = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    if config.gemv:
         _int4_gemv_kernel[grid](
-            x, qweight, scales, zeros, partial, n, k, k_per_split, x.stride(0), m * n,
-            **common, **launch,
+            x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
+            m * n, 0x4B000000, PREFETCH=config.prefetch, **common, **launch,
         )  # fmt: skip
     else:
-        grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
         _int4_gemm_kernel[grid](
-            x, qweight, scales, zeros, partial, m, n, k, k_per_split, x.stride(0), m * n,
-            BLOCK_M=config["block_m"], **common, **launch,
+            x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
+            m * n, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
         )  # fmt: skip
-    if splits > 1:  # one launch sums the partials in a fixed order and casts (deterministic)
-        block = 1024
+    if split_mode == 1:  # one launch sums the partials in a fixed order and casts
+        block = 256  # a few outputs per program: N / 256 programs read the partials
         _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
             partial, out, m * n, SPLIT_K=splits, BLOCK=block
         )
     return out
-
-
-def check_int4_inputs(x, qweight, scales, zeros, group_size) -> None:
-    """Raises ValueError naming the argument whose shape, dtype or layout is wrong."""
-    if x.dim() != 2 or x.stride(-1) != 1:
-        raise ValueError(f"x must be [M, K] with unit stride along K, got {tuple(x.shape)}")
-    m, k = x.shape
-    if group_size <= 0 or group_size % 8 or k % group_size:
-        raise ValueError(
-            f"group_size must be a positive multiple of 8 dividing K={k}, got {group_size}"
-        )
-    if qweight.dtype != torch.int32 or qweight.dim() != 2 or qweight.shape[0] * 8 != k:
-        raise ValueError(
-            f"qweight must be [K / 8, N] int32 with K={k}, got {tuple(qweight.shape)} {qweight.dtype}"
-        )
-    expected = (k // group_size, qweight.shape[1])
-    for name, tensor in (("scales", scales), ("zeros", zeros)):
-        if tuple(tensor.shape) != expected or not tensor.is_floating_point():
-            raise ValueError(
-                f"{name} must be a float {expected} tensor, got {tuple(tensor.shape)} {tensor.dtype}"
-            )
-    for name, tensor in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
-        if not tensor.is_contiguous() or tensor.device != x.device:
-            raise ValueError(f"{name} must be contiguous and on x's device {x.device}")
 
 
 def dequantize_int4(
@@ -322,36 +450,12 @@ def dequantize_int4(
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     check_int4_inputs(torch.empty(0, k, device=qweight.device), qweight, scales, zeros, group_size)
     out = torch.empty((k, n), dtype=scales.dtype, device=qweight.device)
-    block_n, block_k = 64, _largest_block_k(group_size, 64)
+    block_n, block_k = 128, largest_block_k(group_size, 64)
     grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
     _dequantize_int4_kernel[grid](
         qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k
     )
     return out
-
-
-def dequantize_int4_ref(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
-) -> torch.Tensor:  # [K, N] float32
-    """`(q - zero) * scale` of the runtime layout, in float32."""
-    codes = unpack_int4_rows(qweight).float()  # [K, N]
-    zeros_per_row = zeros.float().repeat_interleave(group_size, 0)
-    return (codes - zeros_per_row) * scales.float().repeat_interleave(group_size, 0)
-
-
-def int4_linear_ref(
-    x: torch.Tensor,  # [..., K]
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:  # [..., N] x's dtype
-    """Dequantize to float32, then multiply in float32."""
-    out = x.float() @ dequantize_int4_ref(qweight, scales, zeros, group_size)
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(x.dtype)
 
 
 def int4_linear(
@@ -361,9 +465,11 @@ def int4_linear(
     zeros: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,
+    split_k_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [..., N] x's dtype
-    """`x @ W + bias` with an int4 W: on CUDA the Triton GEMV or GEMM by M, or from
-    DEQUANTIZE_M_MIN tokens the dequantized weight through cuBLAS; the reference on CPU."""
+    """`x @ W + bias` with an int4 W: on CUDA the Triton GEMV or GEMM by M (`split_k_counters`:
+    see `int4_gemm`), or from DEQUANTIZE_M_MIN tokens the dequantized weight through cuBLAS; the
+    reference on CPU."""
     if x.device.type != "cuda":
         return int4_linear_ref(x, qweight, scales, zeros, group_size, bias)
     flat = x.reshape(-1, x.shape[-1])
@@ -371,27 +477,8 @@ def int4_linear(
         weight = dequantize_int4(qweight, scales, zeros, group_size).to(x.dtype)  # [K, N]
         out = flat @ weight if bias is None else torch.addmm(bias, flat, weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
-    out = int4_gemm(
-        flat if flat.stride(-1) == 1 else flat.contiguous(), qweight, scales, zeros, group_size
-    )
+    flat = flat if flat.stride(-1) == 1 else flat.contiguous()
+    out = int4_gemm(flat, qweight, scales, zeros, group_size, split_k_counters)
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:  # [8 R, C] uint8
-    """`[R, C] int32` -> `[8 R, C]` codes: row `8 i + j` is nibble j of packed row i."""
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)  # [8]
-    codes = (packed[:, None, :] >> shifts[None, :, None]) & 0xF  # [R, 8, C]
-    return codes.reshape(-1, packed.shape[1]).to(torch.uint8)
-
-
-def pack_int4_rows(codes: torch.Tensor) -> torch.Tensor:  # [R / 8, C] int32
-    """Inverse of `unpack_int4_rows`: `[R, C]` codes in 0..15 (R a multiple of 8)."""
-    rows, cols = codes.shape
-    if rows % INT4_PER_INT32:
-        raise ValueError(f"codes must have a multiple of 8 rows, got {rows}")
-    grouped = codes.to(torch.int32).reshape(rows // 8, 8, cols)  # [R / 8, 8, C]
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=codes.device)
-    # Nibbles occupy disjoint bits: their sum is their bitwise or (bit 31 wraps to the sign).
-    return (grouped << shifts[None, :, None]).sum(1, dtype=torch.int32)

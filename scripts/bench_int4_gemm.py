@@ -1,14 +1,17 @@
 """int4 weight-only GEMM microbenchmark at Llama-3.1-8B projection shapes (run on the H200).
 
-    python scripts/bench_int4_gemm.py [--tokens 1 64] [--sweep] [--out DIR]   # JSON to DIR or $OUT
+    python scripts/bench_int4_gemm.py [--tokens 1 64] [--sweep] [--sweep-budget-s 110] [--out DIR]
 
 For M (tokens) in --tokens and the qkv, o, gate_up and down projections (group 128), medians of
 CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
 - bf16: `F.linear` (cuBLAS) on the same shape, the baseline;
-- int4_linear: what the model runs (the GEMV, GEMM or dequantize + cuBLAS, chosen by M);
-- for M > 4, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
+- int4_linear: what the model runs (the GEMV, GEMM or dequantize + cuBLAS, chosen by M and the
+  tuned table kernels/int4_gemm_configs.json);
+- for M > 1, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
   dequantize_then_cublas (`dequantize_int4` then a bf16 matmul), to place DEQUANTIZE_M_MIN;
-- with --sweep, the best of a grid of kernels, block sizes and split-K (for tuning the defaults).
+- with --sweep, a grid of GEMV and GEMM configs (`sweep_configs`), each checked against the
+  reference before it is timed, within --sweep-budget-s seconds of timing in all. The best per
+  shape and M goes to DIR/int4_gemm_configs.json: copy it over kernels/int4_gemm_configs.json.
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM, not L2, as in a real forward pass. Effective TB/s = bytes of packed weights,
 scales and zeros read / time (against the H200's 4.8 TB/s). It also sums the four shapes over
@@ -21,6 +24,7 @@ import argparse
 import itertools
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -32,6 +36,7 @@ from bench_fp8_gemm import NUM_LAYERS, SHAPES, STREAM_BYTES, median_ms
 
 from radixgen.kernels.int4_gemm import (
     DEQUANTIZE_M_MIN,
+    GEMV_M_LIMIT,
     GEMV_M_MAX,
     default_int4_config,
     dequantize_int4,
@@ -39,10 +44,13 @@ from radixgen.kernels.int4_gemm import (
     int4_linear,
     int4_linear_ref,
     pack_int4_rows,
+    split_k_counter_slots,
 )
+from radixgen.kernels.int4_gemm_configs import Int4GemmConfig, m_bucket
 from radixgen.runtime.models.int4_checkpoint import quantize_rtn_int4
 
 GROUP_SIZE = 128
+MAX_RELATIVE_ERROR = 1e-2  # bf16 output rounding is ~2e-3
 
 
 def random_int4_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -52,7 +60,98 @@ def random_int4_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torc
     return qweight, scales.T.contiguous().bfloat16(), zeros.T.contiguous().bfloat16()
 
 
-def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
+# GEMV (num_warps, block_n, block_k, prefetch): 128 columns per warp keep each tile row in one
+# thread (no shared-memory layout conversions); the others spread rows over warps.
+GEMV_TILES = [
+    (1, 128, 32, 2),
+    (1, 128, 32, 1),
+    (2, 256, 32, 2),
+    (4, 512, 32, 2),
+    (1, 64, 64, 2),
+    (2, 64, 128, 1),
+    (4, 128, 128, 1),
+    (1, 256, 16, 2),
+    (1, 128, 16, 2),
+]
+GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
+# GEMM (block_n, block_k, num_warps, num_stages, swap_ab), most promising first (up to 16 tokens
+# the swap_ab ones first): ptxas sm_90 puts the plain 128 x 128 / 8 warps at 128 registers,
+# swap_ab (weights from registers, no 16-bit shared stores) at 106-210.
+GEMM_TILES = [
+    (128, 128, 8, 3, False),
+    (128, 128, 8, 3, True),
+    (64, 128, 4, 3, False),
+    (64, 128, 4, 3, True),
+    (128, 64, 4, 4, False),
+    (128, 128, 8, 4, False),
+    (128, 64, 8, 3, True),
+    (64, 64, 4, 4, False),
+]
+
+
+def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
+    """The grid the sweep tries for one shape, most promising first: GEMV (M <= 4) by tile and
+    split-K, then GEMM by tiles, warps, pipelining depth and split-K. Splits leaving fewer than
+    one program per SM, or fewer than two K steps each, are left out."""
+    configs = []
+    if m <= GEMV_M_LIMIT:
+        for tile, split_k in itertools.product(GEMV_TILES, GEMV_SPLITS):
+            num_warps, block_n, block_k, prefetch = tile
+            programs = m * triton.cdiv(n, block_n) * split_k
+            if programs * num_warps < 2 * num_sms or k // split_k < 2 * block_k:
+                continue
+            configs.append(
+                Int4GemmConfig(True, 1, block_n, block_k, split_k, num_warps, 1, prefetch=prefetch)
+            )
+    block_m = min(128, max(16, triton.next_power_of_2(m)))
+    tiles = GEMM_TILES if m > 16 else sorted(GEMM_TILES, key=lambda tile: not tile[-1])
+    for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
+        tiles, (1, 2, 4, 8)
+    ):
+        programs = triton.cdiv(m, block_m) * triton.cdiv(n, block_n) * split_k
+        if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * block_k:
+            continue
+        configs.append(
+            Int4GemmConfig(
+                False, block_m, block_n, block_k, split_k, num_warps, num_stages, swap_ab
+            )
+        )
+    return configs
+
+
+def run_sweep(
+    x, weights, counters, copies, reference, budget_s: float
+) -> tuple[dict | None, list[str]]:
+    """The fastest correct config of `sweep_configs` (timed until budget_s runs out)."""
+    m, k = x.shape
+    n = weights[0][0].shape[1]
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    best, notes, start = None, [], time.monotonic()
+    configs = sweep_configs(m, n, k, num_sms)
+    for index, config in enumerate(configs):
+        if time.monotonic() - start > budget_s:
+            notes.append(f"budget spent: {len(configs) - index} of {len(configs)} configs skipped")
+            break
+        overrides = {name: getattr(config, name) for name in config.__dataclass_fields__}
+        try:
+            out = int4_gemm(x, *weights[0], GROUP_SIZE, counters, **overrides)
+        except Exception as error:  # noqa: BLE001 (a config that does not compile or launch)
+            notes.append(f"{overrides}: {type(error).__name__}")
+            continue
+        error = ((out.float() - reference).norm() / reference.norm()).item()
+        if not error < MAX_RELATIVE_ERROR:  # a wrong kernel must not post a speed
+            notes.append(f"{overrides}: relative error {error:.2e}")
+            continue
+        ms = median_ms(
+            lambda o=overrides: [int4_gemm(x, *w, GROUP_SIZE, counters, **o) for w in weights],
+            copies,
+        )
+        if best is None or ms < best["ms"]:
+            best = {"ms": ms, **overrides}
+    return best, notes
+
+
+def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None) -> dict:
     packed_bytes = n * k // 2 + 2 * 2 * n * (k // GROUP_SIZE)  # qweight + bf16 scales, zeros
     copies = max(2, min(64, -(-STREAM_BYTES // packed_bytes)))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -69,70 +168,81 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
     weights_bf16.clear()
     torch.cuda.empty_cache()
     weights = [random_int4_weight(n, k) for _ in range(copies)]
+    # As a loaded layer holds them: split-K partials are summed in the kernel launch itself.
+    counters = torch.zeros(split_k_counter_slots(n), dtype=torch.int32, device="cuda")
+    # Check against the reference first (a wrong kernel must not post a speed).
+    reference = int4_linear_ref(x.float(), *weights[0], GROUP_SIZE).float()
+    out = int4_linear(x, *weights[0], GROUP_SIZE, None, counters)
+    error = ((out.float() - reference).norm() / reference.norm()).item()
     results["int4_linear"] = median_ms(
-        run_all(lambda i: int4_linear(x, *weights[i], GROUP_SIZE)), copies
+        run_all(lambda i: int4_linear(x, *weights[i], GROUP_SIZE, None, counters)), copies
     )
     if m > GEMV_M_MAX:  # the two large-M paths side by side (int4_linear picks one by M)
         results["triton_gemm"] = median_ms(
-            run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE)), copies
+            run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters)), copies
         )
         results["dequantize_then_cublas"] = median_ms(
             run_all(lambda i: x @ dequantize_int4(*weights[i], GROUP_SIZE)), copies
         )
-    # Check against the reference once (a wrong kernel must not post a speed).
-    out = int4_linear(x, *weights[0], GROUP_SIZE)
-    ref = int4_linear_ref(x.float(), *weights[0], GROUP_SIZE)
-    error = ((out.float() - ref).norm() / ref.norm()).item()
-    best = None
-    if sweep:
-        # 24 configs of the kernel M selects (about 1 s each with compilation).
-        gemv = m <= GEMV_M_MAX
-        splits = (2, 4, 8, 16) if gemv else (1, 2, 4, 8)
-        grid = itertools.product(
-            (32, 64, 128) if gemv else (64, 128), (64, 128) if gemv else (32, 64, 128), splits
-        )
-        for block_n, block_k, split_k in grid:
-            config = dict(gemv=gemv, block_n=block_n, block_k=block_k, split_k=split_k)
-            if not gemv:
-                config["block_m"] = min(64, max(16, triton.next_power_of_2(m)))
-            try:
-                ms = median_ms(
-                    run_all(lambda i, c=config: int4_gemm(x, *weights[i], GROUP_SIZE, **c)), copies
-                )
-            except Exception as error_:  # noqa: BLE001 (a config that does not compile)
-                print(f"  {name} M={m} {config}: {type(error_).__name__}")
-                continue
-            if best is None or ms < best["ms"]:
-                best = {"ms": ms, **config}
+    best, notes = (None, [])
+    if sweep_budget_s is not None:
+        best, notes = run_sweep(x, weights, counters, copies, reference, sweep_budget_s)
     row = {
         "shape": name,
         "m": m,
         "n": n,
         "k": k,
         "ms": results,
-        "default_config": default_int4_config(m, n, k, GROUP_SIZE, x.device),
+        "default_config": vars(default_int4_config(m, n, k, GROUP_SIZE, x.device)),
         "int4_TBps": packed_bytes / results["int4_linear"] / 1e9,
         "bf16_TBps": 2 * n * k / results["bf16"] / 1e9,
         "relative_error_vs_ref": error,
         "best_sweep": best,
+        "sweep_notes": notes[:20],
     }
     if best is not None:
         row["best_sweep_TBps"] = packed_bytes / best["ms"] / 1e9
-    print(json.dumps(row))
+    print(json.dumps(row), flush=True)
     return row
+
+
+def tuned_table(rows: list[dict]) -> dict:
+    """The int4_gemm_configs.json of the sweep's best configs."""
+    configs = []
+    for row in rows:
+        best = row["best_sweep"]
+        if best is None:
+            continue
+        config = Int4GemmConfig(**{key: value for key, value in best.items() if key != "ms"})
+        configs.append(config.to_row(row["n"], row["k"], GROUP_SIZE, m_bucket(row["m"])))
+    return {
+        "note": "Written by scripts/bench_int4_gemm.py --sweep: the fastest correct config per "
+        "projection shape and token bucket.",
+        "source": f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}",
+        "configs": configs,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument(
+        "--sweep-budget-s",
+        type=float,
+        default=90.0,
+        help="seconds of the whole run, sweep included",
+    )
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
-    rows = [
-        bench_shape(name, m, n, k, args.sweep)
-        for m in args.tokens
-        for name, (n, k) in SHAPES.items()
-    ]
+    cases = [(name, m, *shape) for m in args.tokens for name, shape in SHAPES.items()]
+    rows, sweep_start = [], time.monotonic()
+    for index, (name, m, n, k) in enumerate(cases):
+        budget = None
+        if args.sweep:  # what earlier cases left unspent (compilation is cached) carries over
+            left = args.sweep_budget_s - (time.monotonic() - sweep_start)
+            budget = max(0.0, left / (len(cases) - index))
+        rows.append(bench_shape(name, m, n, k, budget))
     per_step = {}
     for m in args.tokens:
         selected = [row for row in rows if row["m"] == m]
@@ -140,6 +250,10 @@ def main() -> None:
             key: NUM_LAYERS * sum(row["ms"][key] for row in selected)
             for key in ("bf16", "int4_linear")
         }
+        if all(row["best_sweep"] for row in selected):
+            per_step[m]["int4_best_sweep"] = NUM_LAYERS * sum(
+                row["best_sweep"]["ms"] for row in selected
+            )
     result = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -153,6 +267,12 @@ def main() -> None:
     out = Path(args.out) / "bench_int4_gemm.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
+    if args.sweep:
+        table = Path(args.out) / "int4_gemm_configs.json"
+        table.write_text(json.dumps(tuned_table(rows), indent=1) + "\n")
+        for row in rows:
+            print(f"best {row['shape']} M={row['m']}: {row['best_sweep']}")
+        print(f"wrote {table}: copy it over kernels/int4_gemm_configs.json")
 
 
 if __name__ == "__main__":

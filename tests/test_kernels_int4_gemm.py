@@ -13,12 +13,14 @@ import torch
 
 from radixgen.kernels.int4_gemm import (
     GEMV_M_MAX,
+    default_int4_config,
     dequantize_int4,
     dequantize_int4_ref,
     int4_gemm,
     int4_linear,
     int4_linear_ref,
     pack_int4_rows,
+    split_k_counter_slots,
     unpack_int4_rows,
 )
 
@@ -47,25 +49,42 @@ def test_row_packing_byte_layout():
     assert torch.equal(unpack_int4_rows(pack_int4_rows(codes)).long(), codes)
 
 
+GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
+
+
 @pytest.mark.parametrize(
-    "m,n,k,group_size,dtype,overrides",
+    "m,n,k,group_size,dtype,overrides,counters",
     [
-        (1, 72, 256, 128, torch.float32, {}),  # GEMV, split-K by default
-        (3, 40, 128, 32, torch.float16, {"split_k": 2}),  # GEMV, ragged N
-        (20, 48, 256, 64, torch.float32, {}),  # GEMM, ragged M
-        (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}),  # GEMM split-K
+        (1, 72, 256, 128, torch.float32, {}, False),  # GEMV, split-K by default, reduce launch
+        (1, 72, 256, 128, torch.float32, {}, True),  # GEMV, split-K reduced in-kernel
+        (1, 72, 512, 64, torch.float32, {"prefetch": 1, "split_k": 2}, True),
+        (2, 40, 640, 32, torch.float16, {**GEMV, "split_k": 16, "block_k": 32}, True),  # 10 splits
+        (3, 40, 128, 32, torch.float16, {**GEMV, "split_k": 2}, True),  # GEMV, ragged N
+        (2, 64, 256, 128, torch.float16, {**GEMV, "num_warps": 4, "block_k": 128}, False),
+        (3, 40, 256, 64, torch.float16, {}, True),  # GEMM W^T x^T by default up to 16 tokens
+        (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
+        (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}, True),  # GEMM split-K
+        (33, 64, 256, 128, torch.float16, {"split_k": 4, "block_k": 32}, False),
+        (24, 40, 128, 64, torch.float32, {"swap_ab": True, "split_k": 2}, True),  # W^T x^T
     ],
 )
-def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides):
-    """On the interpreter without CUDA: both kernels, fp32 and fp16 activations."""
+def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides, counters):
+    """On the interpreter without CUDA: both kernels, fp32 and fp16 activations, split-K
+    reduced by a second launch or in-kernel (whose counters are left zeroed for the next)."""
     generator = torch.Generator().manual_seed(m + n)
     weights = random_int4(n, k, group_size, dtype, generator)
     x = torch.randn(m, k, generator=generator).to(dtype)
-    assert (m <= GEMV_M_MAX) == (m in (1, 3))
-    out = int4_gemm(x, *weights, group_size, **overrides)
-    assert out.dtype == dtype and out.shape == (m, n)
-    reference = int4_linear_ref(x.float(), *weights, group_size)
-    assert relative_error(out, reference) < (1e-5 if dtype == torch.float32 else 1e-3)
+    config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
+    assert config.gemv == (m <= GEMV_M_MAX or overrides.get("gemv", False))
+    split_k_counters = torch.zeros(split_k_counter_slots(n), dtype=torch.int32)
+    for _ in range(2 if counters else 1):  # a second call reuses the counters
+        out = int4_gemm(
+            x, *weights, group_size, split_k_counters if counters else None, **overrides
+        )
+        assert out.dtype == dtype and out.shape == (m, n)
+        reference = int4_linear_ref(x.float(), *weights, group_size)
+        assert relative_error(out, reference) < (1e-5 if dtype == torch.float32 else 1e-3)
+        assert not split_k_counters.any()
 
 
 def test_reference_is_dequantize_then_matmul():
@@ -94,7 +113,7 @@ def test_bad_inputs_name_the_argument():
         int4_gemm(torch.randn(2, 32), qweight, scales, zeros, 32)
     with pytest.raises(ValueError, match="zeros must be"):
         int4_gemm(x, qweight, scales, zeros[:1], 32)
-    with pytest.raises(ValueError, match="block_k=48"):
+    with pytest.raises(ValueError, match="block_k must be a power of two"):
         int4_gemm(x, qweight, scales, zeros, 32, block_k=48)
 
 
@@ -120,19 +139,31 @@ def test_int4_linear_on_cuda(m, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_int4_kernels_agree_across_configs_on_cuda():
-    """GEMV and GEMM, with and without split-K, at M = 4 (both kernels accept it)."""
+    """GEMV tiles and GEMM, with and without split-K, at M = 4 (both kernels accept it); the
+    in-kernel split-K reduction equals the reduce launch bit for bit (same order), call after
+    call, and leaves its counters zeroed."""
     generator = torch.Generator().manual_seed(0)
     weights = random_int4(4096, 4096, 128, torch.bfloat16, generator, device="cuda")
     x = torch.randn(4, 4096, generator=generator).bfloat16().cuda()
     reference = int4_linear_ref(x.float(), *weights, 128)
+    counters = torch.zeros(split_k_counter_slots(4096), dtype=torch.int32, device="cuda")
+    gemv = {"gemv": True, "block_m": 1, "num_stages": 1}
     for config in (
-        {"gemv": True, "split_k": 1},
-        {"gemv": True, "split_k": 8},
+        {**gemv, "split_k": 1},
+        {**gemv, "split_k": 32, "block_n": 128, "block_k": 32, "num_warps": 1, "prefetch": 2},
+        {**gemv, "split_k": 16, "block_n": 128, "block_k": 32, "num_warps": 1, "prefetch": 1},
+        {**gemv, "split_k": 8, "block_n": 256, "block_k": 32, "num_warps": 2},
+        {**gemv, "split_k": 4, "block_n": 128, "block_k": 128, "num_warps": 4},
         {"gemv": False, "block_m": 16, "split_k": 1},
         {"gemv": False, "block_m": 16, "split_k": 4},
+        {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 8, "num_warps": 4},
+        {"gemv": False, "block_m": 16, "split_k": 2, "num_warps": 4, "swap_ab": True},
     ):
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
+        for _ in range(20):
+            assert torch.equal(int4_gemm(x, *weights, 128, counters, **config), out), config
+        assert not counters.any()
 
 
 # Run in a subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into interpreted functions.
@@ -146,16 +177,21 @@ from radixgen.kernels.int4_gemm import (
 )
 
 pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
-            "out_ptr": "*fp32"}
+            "out_ptr": "*bf16", "partial_ptr": "*fp32", "counters_ptr": "*i32"}
 sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
-gemm_pointers = {**pointers, "out_ptr": "*bf16", "M": "i32"}
-kernels = [  # the default configs at M = 1 and M = 64
-    (_int4_gemv_kernel, {**pointers, **sizes}, {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 128}, 4),
+gemm_pointers = {**pointers, "M": "i32"}
+kernels = [  # the fallback configs at M = 1 and M = 64, and the GEMV's rows-over-warps tile
+    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
+    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
     (_int4_gemm_kernel, {**gemm_pointers, **sizes},
-     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 8),
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2,
+      "SWAP_AB": False}, 8),
+    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
+     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_MODE": 2,
+      "SWAP_AB": True}, 8),
     (_dequantize_int4_kernel, {"qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
                                "out_ptr": "*bf16", "N": "i32", "K": "i32"},
-     {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 64}, 4),
+     {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4),
 ]
 binaries = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))
 ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that reads Triton's PTX
@@ -173,7 +209,7 @@ for kernel, signature, constexprs, num_warps in kernels:
 
 
 def test_kernels_compile_for_sm90_without_spills():
-    """The default GEMV, GEMM and dequantizer configs through Triton's compiler and ptxas for sm_90 (H100 /
+    """The fallback GEMV, GEMM and dequantizer configs through Triton's compiler and ptxas for sm_90 (H100 /
     H200), no GPU needed: a kernel that does not compile, or spills registers, fails here."""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run(
@@ -181,6 +217,6 @@ def test_kernels_compile_for_sm90_without_spills():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     reports = done.stdout.strip().splitlines()
-    assert len(reports) == 3, done.stdout
+    assert len(reports) == 5, done.stdout
     for report in reports:
         assert report.startswith("0 ") and "0 bytes spill stores" in report, report

@@ -6,6 +6,8 @@ layout the Triton kernels read (kernels/int4_gemm.py):
 
 - `qweight: [K / 8, N] int32`, packed along K (nibble j of row i is input row 8 i + j);
 - `scales`, `zeros: [K / G, N]` in the model dtype (zeros as exact small floats);
+- `split_k_counters: [16 cdiv(N, 32)] int32` zeros, a buffer the kernels use to reduce split-K
+  partials in the launch itself (kernels/int4_gemm.py);
 - `input_perm: [K] int64` for GPTQ act-order (`desc_act`) checkpoints only: the kernels need
   each group's rows to be contiguous, so the rows are sorted by `g_idx` at load time and the
   activations gathered in the same order at run time (`x[..., input_perm]`).
@@ -20,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from radixgen.kernels.int4_gemm import int4_linear, pack_int4_rows
+from radixgen.kernels.int4_gemm import int4_linear, pack_int4_rows, split_k_counter_slots
 from radixgen.runtime.models.int4_checkpoint import (
     Int4Scheme,
     awq_codes,
@@ -90,13 +92,18 @@ class Int4LinearMethod(LinearMethod):
         layer.zeros = _frozen(zeros.T.to(scales.dtype).contiguous())  # [K / G, N]
         layer.input_perm = None if input_perm is None else _frozen(input_perm)
         layer.group_size = group_size
+        # The kernels' split-K tile counters: zero between calls (each launch resets its own).
+        slots = split_k_counter_slots(layer.qweight.shape[1])
+        counters = torch.zeros(slots, dtype=torch.int32, device=layer.qweight.device)
+        layer.register_buffer("split_k_counters", counters, persistent=False)
 
     def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
         if layer.input_perm is not None:
             x = x.index_select(-1, layer.input_perm)  # act-order: rows sorted by group
         return int4_linear(
-            x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias
-        )
+            x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias,
+            layer.split_k_counters,
+        )  # fmt: skip
 
 
 def _frozen(tensor: torch.Tensor) -> nn.Parameter:
