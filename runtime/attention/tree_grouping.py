@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from radixgen.kernels.tree_decode_plan import SharedSegment
+from radixgen.kernels.tree_decode_plan import (
+    MIN_SAVED_TOKENS,
+    MIN_SHARED_MEMBERS,
+    SharedSegment,
+    profitable_segments,
+)
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.req import Req
 
@@ -83,7 +88,14 @@ def shared_prefix_segments(
 def decode_shared_prefixes(
     runner, reqs: Sequence[Req], mode: ForwardMode
 ) -> tuple[SharedSegment, ...] | None:
-    """The batch's shared prefixes when `runner` runs tree attention and the batch decodes."""
+    """The batch's shared prefixes when `runner` runs tree attention, the batch decodes and
+    sharing pays (`profitable_segments`: else None, the plain decode kernel)."""
     if mode != ForwardMode.DECODE or not runner.tree_attention_enabled:
         return None
-    return shared_prefix_segments(reqs, min_shared_tokens=MIN_SHARED_TOKENS)
+    segments = shared_prefix_segments(reqs, min_shared_tokens=MIN_SHARED_TOKENS)
+    if segments is None:
+        return None
+    kept = profitable_segments(
+        segments, min_members=MIN_SHARED_MEMBERS, min_saved_tokens=MIN_SAVED_TOKENS
+    )
+    return kept or None
