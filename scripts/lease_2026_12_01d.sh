@@ -6,7 +6,8 @@
 #           kernels, EAGLE / verify as decode rows, warm-up); multi-LoRA serving vs base
 #   PART=B  the speculative oracle ([12/14]); constrained serving and never-seen-schema TTFT
 #           ([4/14]); bench offline 1000 x 200/200 with tree attention on (default) and off;
-#           jump-forward off/on on json-keys; int4 batch-1/64 latency; the sampling benchmark
+#           generated-shared-prefix in-process; jump-forward off/on on json-keys; int4 batch-1/64
+#           latency; the sampling benchmark
 # Through the device tool: carry [".whl"]; OUT is set by the tool.
 set -uo pipefail
 OUT=${OUT:-h200_out}
@@ -39,6 +40,9 @@ case "${PART:-A}" in
         --random-input-len 200 --random-output-len 200 $flag \
         --output-json "$OUT/offline_1000_200_200${flag:+_notree}.json" 2>&1 | grep -E "duration|Error" | tail -2
     done
+    log "generated-shared-prefix defaults in-process (tree attention on by default)"
+    timeout 90 $BENCH offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
+      --output-json "$OUT/offline_gsp_tree.json" 2>&1 | grep -E "duration|Error" | tail -2
     OUT=$OUT/jf TREES=new timeout 130 bash scripts/ab_bench.sh . jump-forward 2>&1 | grep -E "^\[|throughput|Error"
     log "int4 latency"
     timeout 70 $BENCH latency --model-path $MODEL --load-format dummy --batch-sizes 1 64 \
