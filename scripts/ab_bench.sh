@@ -11,7 +11,9 @@
 # serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128),
 # gsp-served / gsp-offline (generated-shared-prefix defaults through `radixgen serve` / the
 # in-process Engine; mean TTFT from the served run), step64 (in-process decode steps at batch
-# 64, device-synced: forward / sample / host ms per step). scripts/bench_lean.sh runs [7/14]'s set.
+# 64, device-synced: forward / sample / host ms per step), trace-path (per-process timestamps of
+# 1-token requests: where the served time to first token goes). scripts/bench_lean.sh runs
+# [7/14]'s set.
 # JSON and logs go to $OUT (or ./h200_out), one file per tree and stage.
 set -uo pipefail
 BASE=$1
@@ -172,6 +174,13 @@ stage_step64() {  # in-process decode at batch 64 (64 x 64/48), device-synced: G
   timeout 300 python3 scripts/step_breakdown.py --model-path $MODEL --load-format dummy \
     --num-prompts 64 --input-len 64 --output-len 48 2>&1 | grep -E '^\||wall' \
     | tee "$OUT/$1_step64.txt"
+}
+
+stage_trace_path() {  # where a 1-token request's time goes inside the server (per process)
+  log "$1: request path trace (after 256 random-ids), 1-token plain vs never-seen schema"
+  timeout 400 python3 scripts/trace_request_path.py \
+    --model-path $MODEL --preload 256 --num 10 --output-json "$OUT/$1_trace_path.json" \
+    -- --load-format dummy 2>&1 | grep -v "requests:" | tail -40
 }
 
 stage_sampling_bench() {
