@@ -314,10 +314,8 @@ def test_tree_attention_random_trees_bf16_cuda():
     )
 
 
-@pytest.mark.parametrize(
-    "kv_dtype,splits", [(torch.float16, 2), (torch.float8_e4m3fn, 2), (torch.float8_e4m3fn, 1)]
-)
-def test_kv_dtype_is_a_parameter(kv_dtype, splits):
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float8_e4m3fn])
+def test_kv_dtype_is_a_parameter(kv_dtype):
     """K/V stored in another dtype than q (fp16, fp8) with per-tensor scales: the output is the
     attention over the dequantised K/V."""
     args, segments = random_tree_case(num_groups=1, requests_per_group=4, seed=5)
@@ -330,7 +328,7 @@ def test_kv_dtype_is_a_parameter(kv_dtype, splits):
     quantised = dict(args, k_buffer=stored_k, v_buffer=stored_v)
     plan = make_plan(args, segments, members_per_item=4, chunk_tokens=16)
     out = tree_decode_attention(
-        **quantised, plan=plan, k_scale=k_scale, v_scale=v_scale, num_kv_splits=splits
+        **quantised, plan=plan, k_scale=k_scale, v_scale=v_scale, num_kv_splits=2
     )
     expected = decode_attention_ref(**dequantised)
     assert relative_error(out, expected) < 1e-5
