@@ -14,7 +14,7 @@ launches; the plan is built once outside the timing (its host cost is reported s
 The sweep (skipped with --quick) times the shared pass's tunables (members_per_item, chunk
 tokens, BLOCK_N, warps, stages) on the issue's target (16 x 16, 2048 + 256) and on the
 generated-shared-prefix decode batch (64 x 16, 2048 + 256), each config checked against the plain
-kernel first; it stops starting configs after --budget-s (default 80 s) and reports the best.
+kernel first; it stops starting configs after --budget-s (default 100 s) and reports the best.
 JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
@@ -249,7 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
     parser.add_argument("--quick", action="store_true", help="the two target cases, no sweep")
-    parser.add_argument("--budget-s", type=float, default=80.0, help="sweep time budget")
+    parser.add_argument("--budget-s", type=float, default=100.0, help="sweep time budget")
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
