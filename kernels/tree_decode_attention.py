@@ -434,12 +434,11 @@ def tree_decode_attention(
             num_kv_splits=num_kv_splits,
             device=q.device,
         )
-    # Suffix partials serve split suffixes and the plain path; one split merges in registers
-    # (a CUDA graph's workspace may then hold none).
-    needs_suffix_partials = num_kv_splits > 1 or plan.max_items == 0
-    suffix_shape = (batch, num_heads, num_kv_splits, head_dim)
-    if workspace.shared_out.shape[0] < plan.max_entries or (
-        needs_suffix_partials and workspace.suffix_out.shape != suffix_shape
+    if workspace.shared_out.shape[0] < plan.max_entries or workspace.suffix_out.shape != (
+        batch,
+        num_heads,
+        num_kv_splits,
+        head_dim,
     ):
         raise ValueError("workspace is too small for the plan, batch or num_kv_splits")
     if plan.max_items == 0 and k_buffer.dtype in (q.dtype, *FP8_KV_DTYPES):

@@ -352,16 +352,7 @@ def test_full_tiles_and_one_split(head_dim, dtype):
     )
     assert max(s.end - s.start for s in segments) >= 64  # two full tiles of 32 (CPU BLOCK_N)
     plan = make_plan(args, segments, members_per_item=4, chunk_tokens=64)
-    # One split needs no suffix partials: a CUDA graph's workspace holds none.
-    workspace = TreeDecodeWorkspace.allocate(
-        max_entries=plan.max_entries,
-        batch_size=0,
-        num_heads=4,
-        head_dim=head_dim,
-        num_kv_splits=1,
-        device=args["q"].device,
-    )
-    out = tree_decode_attention(**args, plan=plan, num_kv_splits=1, workspace=workspace)
+    out = tree_decode_attention(**args, plan=plan, num_kv_splits=1)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-3
     assert relative_error(out, decode_attention_ref(**args)) < tolerance
 

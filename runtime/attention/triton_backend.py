@@ -158,10 +158,7 @@ class TritonAttentionBackend(AttentionBackend):
         if shared_out.shape[0] < max_entries:
             raise RuntimeError("capture tree graphs largest batch first")
         num_kv_splits = default_num_kv_splits(batch, self.num_kv_heads, self.device)
-        # One split: the suffix pass merges in registers, no suffix partials (saves
-        # batch * 16 KiB per captured size at Llama-8B heads).
-        suffix_rows = batch if num_kv_splits > 1 else 0
-        suffix_shape = (suffix_rows, self.num_heads, num_kv_splits, self.head_dim)
+        suffix_shape = (batch, self.num_heads, num_kv_splits, self.head_dim)
         workspace = TreeDecodeWorkspace(
             shared_out=shared_out[:max_entries],
             shared_lse=shared_lse[:max_entries],
