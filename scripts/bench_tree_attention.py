@@ -56,17 +56,12 @@ QUICK_CASES = CASES[:2]
 SWEEP_CASES = CASES[:2]
 # Kernel configs of the shared pass, most promising first (the sweep stops at its budget); each
 # is timed with every chunking of SWEEP_CHUNKS (the plan only: no recompile).
-_TILES = [  # (members_per_item, BLOCK_N): 64-row tiles first, then 16 rows (decode's tile,
-    # the 4 member blocks of a chunk reading it side by side from L2), 128 and 32 rows
-    (members, block_n)
-    for members in (16, 4, 32, 8)
-    for block_n in (64, 32, 128)
-]
-_LAUNCHES = [(3, 4), (4, 4), (3, 8), (2, 4), (4, 8), (2, 8)]  # (stages, warps), the best first
 SWEEP = [
     dict(members_per_item=members, block_n=block_n, num_warps=warps, num_stages=stages)
-    for stages, warps in _LAUNCHES
-    for members, block_n in _TILES
+    for members in (16, 32, 8)
+    for block_n in (64, 32, 128)
+    for stages in (3, 4, 2)
+    for warps in (4, 8)
 ]
 SWEEP_CHUNKS = (None, 512, 2048)  # None: the planner's (about 2 programs per SM)
 
