@@ -148,10 +148,9 @@ class ModelRunner:
         self.attn_backend_name = self._choose_attention_backend()  # before the slow load
         # Decode batches with shared cached prefixes read them once (tree attention): a Triton
         # backend path; the torch backend stays the plain reference.
-        tree_attention = server_args.enable_tree_attention
-        if tree_attention is None:  # the default: on for CUDA
-            tree_attention = self.device.type == "cuda"
-        self.tree_attention_enabled = self.attn_backend_name == "triton" and tree_attention
+        self.tree_attention_enabled = (
+            self.attn_backend_name == "triton" and server_args.enable_tree_attention
+        )
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
         if self.context_length > self.model_config.context_length:

@@ -3,7 +3,6 @@ outputs unchanged with it on and off (tiny model, Triton backend; CPU: the inter
 
 from __future__ import annotations
 
-import argparse
 import random
 
 import pytest
@@ -12,7 +11,6 @@ import torch
 from radixgen.kernels.tree_decode_plan import SharedSegment, build_tree_decode_plan
 from radixgen.runtime.attention import tree_grouping
 from radixgen.runtime.attention.tree_grouping import shared_prefix_segments
-from radixgen.runtime.cli import add_server_args
 from radixgen.runtime.engine import Engine
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
@@ -85,21 +83,10 @@ def test_greedy_outputs_unchanged_by_tree_attention(tiny_model_path):
     with_tree, stats = run_engine(
         tiny_model_path, attention_backend="triton", enable_tree_attention=True
     )
-    # The default (None) is off on CPU: the interpreter runs the plain kernel faster.
     without, plain_stats = run_engine(tiny_model_path, attention_backend="triton")
     assert stats["num_tree_attention_steps"] > 0
     assert plain_stats["num_tree_attention_steps"] == 0
     assert with_tree == without
-
-
-def test_tree_attention_flags():
-    """On by default (None: CUDA on, CPU off); --disable-tree-attention opts out."""
-    parser = argparse.ArgumentParser()
-    add_server_args(parser)
-    assert ServerArgs(model_path="tiny").enable_tree_attention is None
-    assert parser.parse_args(["--disable-tree-attention"]).enable_tree_attention is False
-    assert parser.parse_args(["--enable-tree-attention"]).enable_tree_attention is True
-    assert not hasattr(parser.parse_args([]), "enable_tree_attention")  # the dataclass default
 
 
 def test_grouping_follows_the_radix_tree_and_namespaces(tiny_model_path):
@@ -145,8 +132,8 @@ def test_greedy_outputs_unchanged_by_tree_attention_cuda(tiny_model_path, disabl
     """CUDA, with and without CUDA graphs (overlap schedule on): 24 tokens, tree on and off."""
     options = dict(device="cuda", attention_backend="triton", disable_cuda_graph=disable_cuda_graph)
     params = {**GREEDY, "max_new_tokens": 24}
-    with_tree, stats = run_engine(tiny_model_path, params, **options)  # on by default on CUDA
-    without, plain = run_engine(tiny_model_path, params, enable_tree_attention=False, **options)
+    with_tree, stats = run_engine(tiny_model_path, params, enable_tree_attention=True, **options)
+    without, plain = run_engine(tiny_model_path, params, **options)
     assert stats["num_tree_attention_steps"] > 0 and plain["num_tree_attention_steps"] == 0
     # fp32 dots run as TF32 on the GPU and the two paths sum in another order: a near tie may
     # flip one sequence's greedy token; the others must be identical.
