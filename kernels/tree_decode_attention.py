@@ -4,24 +4,18 @@ Decode attention reads every request's whole history; when 16 requests share a 2
 prompt, its KV is read 16 times per step. Here a batch's histories are a tree
 (`TreeDecodePlan`, built from `SharedSegment`s): shared segments, then each request's suffix.
 Attention over a union of disjoint ranges is the log-sum-exp merge of the per-range results,
-so two launches (three with split suffixes) compute exactly what `decode_attention` computes:
+so three launches compute exactly what `decode_attention` computes:
 
-1. Shared pass, grid `(num_kv_heads, max_items)`, heads fastest. One program takes one item (a
-   token chunk of a segment and up to `members_per_item` member requests) and one KV head. Its
-   Q tile is the members' query heads of that KV head, `[members_per_item * BLOCK_G, head_dim]`
-   (64 rows by default), as in prefill: every K/V row read serves all of them. Full BLOCK_N
-   tiles need no masks (only a segment's last tile does); the softmax step is extend
-   attention's. It writes each member's normalised partial output and base-2 log-sum-exp to
-   the member's entry. Padding items (no members) return at once.
-2. Suffix pass, decode's GQA-group tile over `[suffix_starts[i], seq_lens[i])` (the whole
-   history for a request that shares nothing). With one split (large batches), grid
-   `(batch, num_kv_heads)`, it then folds the request's shared entries
-   `entry_offsets[i] .. entry_offsets[i+1]` into its online softmax and writes the output.
-   With several splits: decode's split-KV stage 1, then
-3. a merge, grid `(batch, num_heads)`: the suffix splits and the shared entries, weighted by
-   `exp2(lse - max lse)`.
-
-A plan without item capacity (nothing shared, not a CUDA graph's) runs `decode_attention`.
+1. Shared pass, grid `(max_items, num_kv_heads)`. One program takes one item (a token chunk of a
+   segment and up to `members_per_item` member requests) and one KV head. Its Q tile is the
+   members' query heads of that KV head, `[members_per_item * BLOCK_G, head_dim]` (64 rows by
+   default), as in prefill: every K/V row read serves all of them. It writes each member's
+   normalised partial output and base-2 log-sum-exp to the member's entry. Padding items (no
+   members, empty range) write nothing.
+2. Suffix pass, grid `(batch, num_kv_heads, num_kv_splits)`: decode's split-KV program over
+   `[suffix_starts[i], seq_lens[i])` (the whole history for a request that shares nothing).
+3. Merge, grid `(batch, num_heads)`: the suffix splits and the request's shared entries
+   `entry_offsets[i] .. entry_offsets[i+1]`, weighted by `exp2(lse - max lse)`.
 
 Grids depend only on the plan's capacities, the batch size and the split count; lengths and the
 grouping are read on the device, so the launches can be captured in a CUDA graph
