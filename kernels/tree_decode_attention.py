@@ -32,72 +32,17 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.decode_attention import (
-    FP8_KV_DTYPES,
     LOG2_E,
     MAX_KV_SPLITS,
     attend_paged_range,
     check_decode_inputs,
-    decode_attention,
     decode_split_kernel,
     default_decode_blocks,
     default_num_kv_splits,
 )
-
-# The online-softmax step of extend attention (scale and max in one FMA, in-place dot
-# accumulate): the shared pass is a prefill-shaped loop over a paged range.
-from radixgen.kernels.extend_attention import _softmax_step
 from radixgen.kernels.tree_decode_plan import TreeDecodePlan, TreeDecodeWorkspace
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2)
-# The shared pass's launch config on CUDA: the H200 sweep's best (2026-12-01, 16 x 16 requests,
-# 2048 + 256 tokens: 4 warps and 3 stages beat 8 warps or 2 stages at every tile size);
-# `scripts/bench_tree_attention.py` re-sweeps it. The interpreter ignores warps and stages.
-SHARED_PASS_CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 3}
-SHARED_PASS_CONFIG_CPU = {"block_n": 32, "num_warps": 4, "num_stages": 1}
-
-
-@triton.jit
-def _load_kv_tile(
-    k_base,  # K of one KV head: slot s at k_base + s * stride_k_slot
-    v_base,
-    slot_row_ptr,  # a req_to_token row: the KV slot of each position
-    pos,  # [BLOCK_N] positions
-    end,
-    stride_k_slot,
-    stride_v_slot,
-    dtype: tl.constexpr,
-    MASKED: tl.constexpr,  # False: every position < end (no masks, vector loads)
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """Gathers K as [BLOCK_D, BLOCK_N] and V as [BLOCK_N, BLOCK_D], converted to `dtype`."""
-    offs_d = tl.arange(0, BLOCK_D)
-    k_ptrs = k_base + offs_d[:, None]
-    v_ptrs = v_base + offs_d[None, :]
-    if MASKED:
-        mask_n = pos < end
-        slots = tl.load(slot_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
-        mask_d = offs_d < HEAD_DIM
-        k = tl.load(
-            k_ptrs + slots[None, :] * stride_k_slot,
-            mask=mask_n[None, :] & mask_d[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            v_ptrs + slots[:, None] * stride_v_slot,
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        )
-    elif HEAD_DIM == BLOCK_D:
-        slots = tl.load(slot_row_ptr + pos).to(tl.int64)
-        k = tl.load(k_ptrs + slots[None, :] * stride_k_slot)
-        v = tl.load(v_ptrs + slots[:, None] * stride_v_slot)
-    else:
-        slots = tl.load(slot_row_ptr + pos).to(tl.int64)
-        mask_d = offs_d < HEAD_DIM
-        k = tl.load(k_ptrs + slots[None, :] * stride_k_slot, mask=mask_d[:, None], other=0.0)
-        v = tl.load(v_ptrs + slots[:, None] * stride_v_slot, mask=mask_d[None, :], other=0.0)
-    return k.to(dtype), v.to(dtype)
 
 
 @triton.jit
@@ -130,20 +75,16 @@ def _tree_shared_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    # Heads fastest: the KV heads of one item run side by side (their req_to_token row in L2).
-    kv_head = tl.program_id(0)
-    item = tl.program_id(1)
-    num_members = tl.load(item_num_members_ptr + item)
-    if num_members == 0:  # a padding item (CUDA-graph capacity)
-        return
+    item = tl.program_id(0)
+    kv_head = tl.program_id(1)
     start = tl.load(item_kv_starts_ptr + item)
     end = tl.load(item_kv_ends_ptr + item)
+    num_members = tl.load(item_num_members_ptr + item)
     row = tl.load(item_kv_rows_ptr + item).to(tl.int64)
 
     BLOCK_M: tl.constexpr = MEMBERS * BLOCK_G
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
     member = offs_m // BLOCK_G  # row m is query head (m % BLOCK_G) of member (m // BLOCK_G)
     head_in_group = offs_m % BLOCK_G
     mask_member = member < num_members
@@ -160,30 +101,23 @@ def _tree_shared_kernel(
         mask=mask_m[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_M, BLOCK_D]
-
-    k_base = k_buffer_ptr + kv_head * stride_kb_head
-    v_base = v_buffer_ptr + kv_head * stride_vb_head
-    slot_row_ptr = req_to_token_ptr + row * stride_req_row
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    # Full tiles without masks (chunks are multiples of 64 tokens but a segment's last), then
-    # the masked tail. The range is never empty for an item with members.
-    full_end = start + (end - start) // BLOCK_N * BLOCK_N
-    for n in range(start, full_end, BLOCK_N):
-        k, v = _load_kv_tile(
-            k_base, v_base, slot_row_ptr, n + offs_n, end, stride_kb_slot, stride_vb_slot,
-            q.dtype, False, HEAD_DIM, BLOCK_D,
-        )  # fmt: skip
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, q, k, v, qk_scale, None, False)
-    if full_end < end:
-        pos = full_end + offs_n
-        k, v = _load_kv_tile(
-            k_base, v_base, slot_row_ptr, pos, end, stride_kb_slot, stride_vb_slot,
-            q.dtype, True, HEAD_DIM, BLOCK_D,
-        )  # fmt: skip
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, q, k, v, qk_scale, (pos < end)[None, :], True)
-
+    acc, m_i, l_i = attend_paged_range(
+        q,
+        k_buffer_ptr + kv_head * stride_kb_head,
+        v_buffer_ptr + kv_head * stride_vb_head,
+        req_to_token_ptr + row * stride_req_row,
+        start,
+        end,
+        qk_scale,
+        stride_kb_slot,
+        stride_vb_slot,
+        BLOCK_M,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+    )
+    # Padding items have no members (every store below is masked off) and an empty range.
+    l_i = tl.where(l_i > 0, l_i, 1.0)
     out_row = entry.to(tl.int64) * num_heads + heads  # [BLOCK_M]
     tl.store(
         partial_out_ptr + out_row[:, None] * HEAD_DIM + offs_d[None, :],
@@ -191,92 +125,6 @@ def _tree_shared_kernel(
         mask=mask_m[:, None] & mask_d[None, :],
     )
     tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
-
-
-@triton.jit
-def _tree_suffix_merge_kernel(
-    q_ptr,  # [batch, num_heads, head_dim]
-    k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
-    v_buffer_ptr,
-    req_to_token_ptr,  # [rows, max_context_len] int32
-    req_pool_indices_ptr,  # [batch]
-    seq_lens_ptr,  # [batch]
-    suffix_starts_ptr,  # [batch] int32
-    entry_offsets_ptr,  # [batch + 1] int32
-    shared_out_ptr,  # [max_entries, num_heads, head_dim] fp32
-    shared_lse_ptr,  # [max_entries, num_heads] fp32
-    o_ptr,  # [batch, num_heads, head_dim]
-    qk_scale,
-    v_scale,
-    stride_q_batch,
-    stride_q_head,
-    stride_kb_slot,
-    stride_kb_head,
-    stride_vb_slot,
-    stride_vb_head,
-    stride_req_row,
-    stride_o_batch,
-    stride_o_head,
-    GROUP_SIZE: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """One request's suffix (all query heads of one KV head, as decode's stage 1 without
-    splits), then its shared entries folded into the same online softmax: the output is
-    written once, in q's dtype, with no fp32 suffix partials and no merge launch."""
-    req = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    num_heads = tl.num_programs(1) * GROUP_SIZE
-    seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
-    suffix_start = tl.load(suffix_starts_ptr + req)
-    row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_h = offs_h < GROUP_SIZE
-    mask_d = offs_d < HEAD_DIM
-    heads = kv_head * GROUP_SIZE + offs_h
-    q = tl.load(
-        q_ptr + req * stride_q_batch + heads[:, None] * stride_q_head + offs_d[None, :],
-        mask=mask_h[:, None] & mask_d[None, :],
-        other=0.0,
-    )  # [BLOCK_H, BLOCK_D]
-    acc, m_i, l_i = attend_paged_range(
-        q,
-        k_buffer_ptr + kv_head * stride_kb_head,
-        v_buffer_ptr + kv_head * stride_vb_head,
-        req_to_token_ptr + row * stride_req_row,
-        suffix_start,
-        seq_len,
-        qk_scale,
-        stride_kb_slot,
-        stride_vb_slot,
-        BLOCK_H,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-    )  # an empty suffix leaves acc = 0, m_i = -inf, l_i = 0
-    # A shared entry is a normalised output and its lse: worth exp2(lse) of unnormalised sum.
-    for entry in range(tl.load(entry_offsets_ptr + req), tl.load(entry_offsets_ptr + req + 1)):
-        rows = heads.to(tl.int64) + entry * num_heads  # [BLOCK_H]
-        lse = tl.load(shared_lse_ptr + rows, mask=mask_h, other=0.0)
-        out = tl.load(
-            shared_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=mask_h[:, None] & mask_d[None, :],
-            other=0.0,
-        )  # [BLOCK_H, BLOCK_D]
-        m_new = tl.maximum(m_i, lse)
-        alpha = tl.math.exp2(m_i - m_new)
-        weight = tl.math.exp2(lse - m_new)
-        acc = acc * alpha[:, None] + out * weight[:, None]
-        l_i = l_i * alpha + weight
-        m_i = m_new
-    tl.store(
-        o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head + offs_d[None, :],
-        (acc * (v_scale / l_i[:, None])).to(o_ptr.dtype.element_ty),
-        mask=mask_h[:, None] & mask_d[None, :],
-    )
 
 
 @triton.jit
@@ -390,15 +238,12 @@ def tree_decode_attention(
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, scaling: as in
             `decode_attention`; K/V may be fp16/bf16/fp32/fp8 whatever q's dtype.
         plan: the grouping (`build_tree_decode_plan`); its segments' slots must be equal in
-            every member's `req_to_token` row (the kernel reads them from `kv_row`). A plan
-            without item capacity (nothing shared, not a CUDA graph's) runs `decode_attention`.
+            every member's `req_to_token` row (the kernel reads them from `kv_row`).
         k_scale, v_scale: per-tensor dequantisation scales of K and V (1.0 unless quantised).
         out: optional output tensor like q.
-        num_kv_splits: splits of each suffix (default `default_num_kv_splits`); with one split
-            the suffix pass also merges (no merge launch).
+        num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
         workspace: optional preallocated partials (CUDA graphs keep one static).
-        block_n, num_warps, num_stages: the shared pass's tuning overrides (default
-            `SHARED_PASS_CONFIG`).
+        block_n (both passes), num_warps, num_stages (the shared pass): tuning overrides.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -435,29 +280,12 @@ def tree_decode_attention(
         head_dim,
     ):
         raise ValueError("workspace is too small for the plan, batch or num_kv_splits")
-    if plan.max_items == 0 and k_buffer.dtype in (q.dtype, *FP8_KV_DTYPES):
-        # Nothing shared and no capacity to fill later: exactly the plain kernel, no overhead.
-        return decode_attention(
-            q,
-            k_buffer,
-            v_buffer,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            scaling,
-            out=out,
-            num_kv_splits=num_kv_splits,
-            partial_out=workspace.suffix_out,
-            partial_lse=workspace.suffix_lse,
-            k_scale=k_scale,
-            v_scale=v_scale,
-        )
 
     qk_scale = scaling * LOG2_E * k_scale
     block_d = max(16, triton.next_power_of_2(head_dim))
     on_cuda = q.device.type == "cuda"
     default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
-    shared = SHARED_PASS_CONFIG if on_cuda else SHARED_PASS_CONFIG_CPU
+    block_n = block_n or default_n
     strides = (
         q.stride(0),
         q.stride(1),
@@ -467,9 +295,10 @@ def tree_decode_attention(
         v_buffer.stride(1),
         req_to_token.stride(0),
     )
-    members = plan.members_per_item
-    if plan.max_items > 0:  # (a graph plan may be empty; a grid of 0 programs is refused)
-        _tree_shared_kernel[(num_kv_heads, plan.max_items)](
+    if plan.max_items > 0:
+        members = plan.members_per_item
+        block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
+        _tree_shared_kernel[(plan.max_items, num_kv_heads)](
             q,
             k_buffer,
             v_buffer,
@@ -487,46 +316,13 @@ def tree_decode_attention(
             *strides,
             GROUP_SIZE=group_size,
             MEMBERS=members,
-            BLOCK_G=max(triton.next_power_of_2(group_size), triton.cdiv(16, members)),
+            BLOCK_G=block_g,
             HEAD_DIM=head_dim,
             BLOCK_D=block_d,
-            BLOCK_N=block_n or shared["block_n"],
-            num_warps=num_warps or shared["num_warps"],
-            num_stages=num_stages or shared["num_stages"],
+            BLOCK_N=block_n,
+            num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
+            num_stages=num_stages or (2 if on_cuda else 1),
         )
-    # The suffix pass: decode's tile and launch config (a 16-row GQA group tile per program).
-    suffix_launch = dict(
-        GROUP_SIZE=group_size,
-        HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
-        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
-        BLOCK_N=default_n,
-        num_warps=default_warps,
-        num_stages=default_stages,
-    )
-    if num_kv_splits == 1:
-        _tree_suffix_merge_kernel[(batch, num_kv_heads)](
-            q,
-            k_buffer,
-            v_buffer,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            plan.suffix_starts,
-            plan.entry_offsets,
-            workspace.shared_out,
-            workspace.shared_lse,
-            out,
-            qk_scale,
-            v_scale,
-            *strides,
-            out.stride(0),
-            out.stride(1),
-            **suffix_launch,
-        )
-        return out
-    # Several splits per suffix (small batches): decode's stage 1, then one merge of the
-    # splits and the shared entries.
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
@@ -542,7 +338,13 @@ def tree_decode_attention(
         *strides,
         num_kv_splits,
         HAS_KV_STARTS=True,
-        **suffix_launch,
+        GROUP_SIZE=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
+        BLOCK_N=block_n,
+        num_warps=default_warps,
+        num_stages=default_stages,
     )
     _tree_merge_kernel[(batch, num_heads)](
         workspace.suffix_out,

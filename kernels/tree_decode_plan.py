@@ -30,20 +30,12 @@ from dataclasses import dataclass
 import torch
 
 # Target of the automatic chunking: shared-pass programs per SM (like decode's split count).
-_PROGRAMS_PER_SM = 2  # the H200 sweep: 1024-token chunks beat 512 at 16 x 16 x 2048
+_PROGRAMS_PER_SM = 4
 _CPU_TARGET_ITEMS = 4
 _CHUNK_ALIGN = 64  # chunk lengths are multiples of the kernel's largest BLOCK_N
 _MIN_CHUNK_TOKENS = 256  # shorter chunks cost more in partial writes than they gain in occupancy
 _QUERY_ROWS_PER_ITEM = 64  # members_per_item * group_size, the Q tile of one item
 _GRAPH_ENTRIES_PER_ROW = 8  # shared partials per row in a CUDA graph's plan (32 MB at batch 256)
-
-# When sharing pays (H200, 2026-12-01, bf16, 32/8 heads, d=128, against the plain kernel):
-# groups of 16 over 2048 tokens 2.5x, groups of 4 over 2048 tokens 1.7x, pairs over 512 tokens
-# 0.83x (an item's 64-row tile costs about 3.5 plain 16-row tiles: two members do not repay it).
-MIN_SHARED_MEMBERS = 4
-# Token reads a batch's kept segments must save, sum of (members - 1) * length: below this
-# (16 MB of bf16 8B KV per layer, ~4 us) the extra launch costs about what it saves.
-MIN_SAVED_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -219,32 +211,6 @@ def graph_plan_capacity(
     """
     target = default_target_items(num_kv_heads, device)
     return target + batch_size, _GRAPH_ENTRIES_PER_ROW * batch_size
-
-
-def profitable_segments(
-    segments: Sequence[SharedSegment],
-    *,
-    min_members: int = MIN_SHARED_MEMBERS,
-    min_saved_tokens: int = MIN_SAVED_TOKENS,
-) -> tuple[SharedSegment, ...]:
-    """The segments worth a shared pass; () when the plain decode kernel is as fast.
-
-    Rule: a segment is kept when it has at least `min_members` members and every member's
-    earlier segments are kept (a request's kept segments must still tile a prefix of its
-    history: below a dropped segment, its members attend from its start as their suffix).
-    The batch keeps none unless the kept segments save `min_saved_tokens` token reads in all,
-    sum of (members - 1) * length.
-    """
-    reach: dict[int, int] = {}  # member -> end of its kept chain
-    kept = []
-    for segment in sorted(segments, key=lambda s: s.start):
-        chained = all(reach.get(member, 0) == segment.start for member in segment.members)
-        if chained and len(segment.members) >= min_members:
-            kept.append(segment)
-            for member in segment.members:
-                reach[member] = segment.end
-    saved = sum((len(s.members) - 1) * (s.end - s.start) for s in kept)
-    return tuple(kept) if kept and saved >= min_saved_tokens else ()
 
 
 def _check_segments(segments: Sequence[SharedSegment], batch_size: int) -> list[int]:

@@ -1,28 +1,22 @@
 """Microbenchmark: tree (cascade) decode attention against today's decode kernel (CUDA GPU).
 
-    python scripts/bench_tree_attention.py [--out PATH] [--quick] [--budget-s S]
+    python scripts/bench_tree_attention.py [--out PATH] [--quick]
 
 Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV). Each case is
 `groups` x `per_group` requests sharing a `prefix`-token prefix (one shared segment per group,
-scattered slots) plus `suffix` own tokens. The tree side is what the engine runs: the planner's
-rule (`profitable_segments`) decides whether the batch takes the tree path or the plain kernel
-(`path`); where it picks plain, the forced tree time is reported too. Outputs must agree with
-the plain kernel's (relative error < 1e-2, bf16) or the script fails. Times are medians of
-CUDA-graph replays (`triton.testing.do_bench_cudagraph`, as the engine runs decode) and of eager
-launches; the plan is built once outside the timing (its host cost is reported separately).
-
-The sweep (skipped with --quick) times the shared pass's tunables (members_per_item, chunk
-tokens, BLOCK_N, warps, stages) on the issue's target (16 x 16, 2048 + 256) and on the
-generated-shared-prefix decode batch (64 x 16, 2048 + 256), each config checked against the plain
-kernel first; it stops starting configs after --budget-s (default 100 s) and reports the best.
-JSON goes to --out, or $OUT/bench_tree_attention.json.
+scattered slots) plus `suffix` own tokens. Both kernels run on the same inputs; outputs must agree
+(relative error < 1e-2, bf16) or the script fails. Times are medians of CUDA-graph replays
+(`triton.testing.do_bench_cudagraph`, as the engine runs decode) and of eager launches; the plan
+is built once outside the timing (its host cost is reported separately). The main case is the
+issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item / chunk_tokens on it
+(and the shared pass's
+pipeline stages and warps) shows the tuning margin. JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 
@@ -35,7 +29,6 @@ from radixgen.kernels.tree_decode_plan import (
     SharedSegment,
     TreeDecodeWorkspace,
     build_tree_decode_plan,
-    profitable_segments,
 )
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -45,28 +38,20 @@ KV_BYTES_PER_TOKEN = 2 * NUM_KV_HEADS * HEAD_DIM * DTYPE.itemsize  # one layer, 
 CASES = [
     # (groups, per_group, prefix, suffix): the target first
     (16, 16, 2048, 256),
-    (64, 16, 2048, 256),  # generated-shared-prefix's real decode batch: 1024 running
-    (64, 4, 2048, 128),
+    (64, 4, 2048, 128),  # generated-shared-prefix (128-token questions), 256 running
     (16, 16, 2048, 16),  # early in decode: suffix = question only
     (1, 256, 4096, 256),  # one big group (a shared system prompt)
-    (128, 2, 512, 256),  # pairs, short prefix: the planner picks the plain kernel
-    (256, 1, 0, 2304),  # no sharing: the plain kernel through an empty plan
+    (128, 2, 512, 256),  # pairs, short prefix: near the break-even
+    (256, 1, 0, 2304),  # no sharing: the tree kernel with an empty plan (fallback overhead)
 ]
-QUICK_CASES = CASES[:2]
-SWEEP_CASES = CASES[:2]
-DEFAULT_TUNING = dict(members_per_item=16, chunk_tokens=None, block_n=64, num_warps=4, num_stages=3)
-# Most promising first: the sweep stops at its time budget.
+QUICK_CASES = CASES[:1]
 SWEEP = [
-    dict(DEFAULT_TUNING, chunk_tokens=chunk) for chunk in (None, 512, 1024, 2048)
-] + [
-    dict(members_per_item=members, chunk_tokens=None, block_n=block_n, num_warps=warps,
-         num_stages=stages)
-    for members in (16, 32, 8)
-    for block_n in (64, 32, 128)
-    for stages in (3, 4, 2)
+    dict(members_per_item=members, chunk_tokens=chunk, num_stages=stages, num_warps=warps)
+    for members in (8, 16, 32)
+    for chunk in (256, 512, 1024)
+    for stages in (2, 3)
     for warps in (4, 8)
-    if (members, block_n, stages, warps) != (16, 64, 3, 4)
-]  # fmt: skip
+]
 
 
 def make_case(groups: int, per_group: int, prefix: int, suffix: int, device="cuda", seed=0):
@@ -109,137 +94,92 @@ def relative_error(out, ref) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-class Case:
-    """One case's inputs, the plain kernel's output and times (measured once)."""
-
-    def __init__(self, groups, per_group, prefix, suffix, modes=("graph", "eager")):
-        self.shape = dict(groups=groups, per_group=per_group, prefix=prefix, suffix=suffix)
-        self.args, self.segments = make_case(groups, per_group, prefix, suffix)
-        self.batch = groups * per_group
-        self.decode_out = torch.empty_like(self.args["q"])
-        self.run_decode()
-        self.decode_us = {mode: time_us(self.run_decode, mode == "graph") for mode in modes}
-
-    def run_decode(self):
-        decode_attention(**self.args, out=self.decode_out)
-
-    def tree(self, segments, *, members_per_item=None, chunk_tokens=None, **launch):
-        """(run, plan, relative error, plan build us) of the tree kernel over `segments`,
-        its output checked."""
-        device = self.args["q"].device
-        start = time.perf_counter()
-        plan = build_tree_decode_plan(
-            segments,
-            batch_size=self.batch,
-            group_size=NUM_HEADS // NUM_KV_HEADS,
-            num_kv_heads=NUM_KV_HEADS,
-            device=device,
-            members_per_item=members_per_item,
-            chunk_tokens=chunk_tokens,
-        )
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        build_us = 1e6 * (time.perf_counter() - start)
-        workspace = TreeDecodeWorkspace.allocate(
-            max_entries=plan.max_entries,
-            batch_size=self.batch,
-            num_heads=NUM_HEADS,
-            head_dim=HEAD_DIM,
-            num_kv_splits=default_num_kv_splits(self.batch, NUM_KV_HEADS, device),
-            device=device,
-        )
-        out = torch.empty_like(self.args["q"])
-
-        def run():
-            tree_decode_attention(**self.args, plan=plan, workspace=workspace, out=out, **launch)
-
-        run()
-        error = relative_error(out, self.decode_out)
-        if not error < 1e-2:
-            raise SystemExit(f"tree output differs from decode: relative error {error}")
-        return run, plan, error, build_us
-
-
-def bench_case(case: Case, modes=("graph", "eager")) -> dict:
-    kept = profitable_segments(case.segments)
-    run, plan, error, plan_build_us = case.tree(kept)
-    shared_tokens = sum(s.end - s.start for s in kept)
-    suffix_tokens = case.batch * (case.shape["prefix"] + case.shape["suffix"]) - sum(
-        len(s.members) * (s.end - s.start) for s in kept
+def bench_case(
+    groups,
+    per_group,
+    prefix,
+    suffix,
+    *,
+    modes=("graph", "eager"),
+    num_stages=None,
+    num_warps=None,
+    **plan_options,
+) -> dict:
+    device = torch.device("cuda")
+    args, segments = make_case(groups, per_group, prefix, suffix)
+    batch = groups * per_group
+    start = time.perf_counter()
+    plan = build_tree_decode_plan(
+        segments,
+        batch_size=batch,
+        group_size=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        device=device,
+        **plan_options,
     )
+    torch.cuda.synchronize()
+    plan_build_us = 1e6 * (time.perf_counter() - start)
+    workspace = TreeDecodeWorkspace.allocate(
+        max_entries=plan.max_entries,
+        batch_size=batch,
+        num_heads=NUM_HEADS,
+        head_dim=HEAD_DIM,
+        num_kv_splits=default_num_kv_splits(batch, NUM_KV_HEADS, device),
+        device=device,
+    )
+    decode_out = torch.empty_like(args["q"])
+    tree_out = torch.empty_like(args["q"])
+
+    def run_decode():
+        decode_attention(**args, out=decode_out)
+
+    def run_tree():
+        tree_decode_attention(
+            **args,
+            plan=plan,
+            workspace=workspace,
+            out=tree_out,
+            num_stages=num_stages,
+            num_warps=num_warps,
+        )
+
+    run_decode()
+    run_tree()
+    error = relative_error(tree_out, decode_out)
+    if not error < 1e-2:
+        raise SystemExit(f"tree output differs from decode: relative error {error}")
     result = dict(
-        **case.shape,
-        batch=case.batch,
-        path="tree" if kept else "plain",
+        groups=groups,
+        per_group=per_group,
+        prefix=prefix,
+        suffix=suffix,
+        batch=batch,
         members_per_item=plan.members_per_item,
         num_items=plan.num_items,
         num_entries=plan.num_entries,
         relative_error=error,
         plan_build_us=plan_build_us,
-        decode_kv_mb=case.batch
-        * (case.shape["prefix"] + case.shape["suffix"])
-        * KV_BYTES_PER_TOKEN
-        / 1e6,
-        tree_kv_mb=(shared_tokens + suffix_tokens) * KV_BYTES_PER_TOKEN / 1e6,
+        decode_kv_mb=batch * (prefix + suffix) * KV_BYTES_PER_TOKEN / 1e6,
+        tree_kv_mb=(len(segments) * prefix + batch * suffix) * KV_BYTES_PER_TOKEN / 1e6
+        if segments
+        else batch * (prefix + suffix) * KV_BYTES_PER_TOKEN / 1e6,
     )
     for mode in modes:
-        tree_us = time_us(run, mode == "graph")
-        result[f"decode_us_{mode}"] = case.decode_us[mode]
+        decode_us = time_us(run_decode, mode == "graph")
+        tree_us = time_us(run_tree, mode == "graph")
+        result[f"decode_us_{mode}"] = decode_us
         result[f"tree_us_{mode}"] = tree_us
-        result[f"speedup_{mode}"] = case.decode_us[mode] / tree_us
-    if not kept and case.segments:  # what the rule avoided
-        forced, _, _, _ = case.tree(case.segments)
-        result["forced_tree_us_graph"] = time_us(forced, True)
+        result[f"speedup_{mode}"] = decode_us / tree_us
     # MB / us = TB/s: the bandwidth each kernel achieves on the KV bytes it has to read.
     result["decode_tb_s"] = result["decode_kv_mb"] / result["decode_us_graph"]
     result["tree_tb_s"] = result["tree_kv_mb"] / result["tree_us_graph"]
     return result
 
 
-def sweep(cases: list[Case], budget_s: float) -> list[dict]:
-    """Times each tuning (checked first) on every sweep case until the budget is spent."""
-    rows = []
-    start = time.perf_counter()
-    for tuning in SWEEP:
-        if time.perf_counter() - start > budget_s:
-            rows.append(dict(tuning, status="skipped_budget"))
-            continue
-        row = dict(tuning, status="ok")
-        for case in cases:
-            name = "{groups}x{per_group} {prefix}+{suffix}".format(**case.shape)
-            try:
-                run, plan, _, _ = case.tree(case.segments, **tuning)
-            except Exception as error:  # a config that does not compile (shared memory)
-                row.update(status=f"error: {type(error).__name__}: {str(error)[:200]}")
-                break
-            tree_us = time_us(run, True)
-            row[name] = dict(
-                tree_us=tree_us, speedup=case.decode_us["graph"] / tree_us, items=plan.num_items
-            )
-        rows.append(row)
-        timings = {k: round(v["tree_us"], 1) for k, v in row.items() if isinstance(v, dict)}
-        print(f"   sweep {tuning}: {row['status']} {timings}", flush=True)
-    return rows
-
-
-def best_of(rows: list[dict]) -> dict:
-    """The config with the best geometric-mean speedup over the sweep cases."""
-    ok = [r for r in rows if r["status"] == "ok"]
-    if not ok:
-        return {}
-
-    def score(row):
-        speedups = [v["speedup"] for v in row.values() if isinstance(v, dict)]
-        return math.prod(speedups) ** (1 / len(speedups))
-
-    return dict(max(ok, key=score), geomean_speedup=max(score(r) for r in ok))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
-    parser.add_argument("--quick", action="store_true", help="the two target cases, no sweep")
-    parser.add_argument("--budget-s", type=float, default=100.0, help="sweep time budget")
+    parser.add_argument("--quick", action="store_true", help="the target case only, no sweep")
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -252,22 +192,23 @@ def main() -> None:
         cases=[],
         sweep=[],
     )
-    print(f"{'case':>26} {'path':>6} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6}")
-    cases = {}
-    for shape in QUICK_CASES if options.quick else CASES:
-        cases[shape] = Case(*shape)
-        row = bench_case(cases[shape])
+    header = f"{'case':>26} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6}"
+    print(header)
+    for case in QUICK_CASES if options.quick else CASES:
+        row = bench_case(*case)
         results["cases"].append(row)
         name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
         print(
-            f"{name:>26} {row['path']:>6} {row['decode_us_graph']:>10.1f} "
-            f"{row['tree_us_graph']:>9.1f} {row['speedup_graph']:>7.2f}x {row['num_items']:>6}",
-            flush=True,
+            f"{name:>26} {row['decode_us_graph']:>10.1f} {row['tree_us_graph']:>9.1f} "
+            f"{row['speedup_graph']:>7.2f}x {row['num_items']:>6}"
         )
     if not options.quick:
-        results["sweep"] = sweep([cases[s] for s in SWEEP_CASES], options.budget_s)
-        results["best"] = best_of(results["sweep"])
-        print(f"best: {results['best']}")
+        for tuning in SWEEP:
+            row = bench_case(*CASES[0], modes=("graph",), **tuning)
+            results["sweep"].append({**row, **tuning})
+            print(
+                f"   sweep {tuning}: tree {row['tree_us_graph']:.1f} us ({row['speedup_graph']:.2f}x)"
+            )
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(results, f, indent=2)

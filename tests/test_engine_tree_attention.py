@@ -26,9 +26,6 @@ SYSTEM_LEN = 20  # the Triton interpreter is slow: short prompts, a lower sharin
 @pytest.fixture(autouse=True)
 def share_short_prefixes(monkeypatch):
     monkeypatch.setattr(tree_grouping, "MIN_SHARED_TOKENS", SYSTEM_LEN)
-    # Pairs and short prefixes (the tree's sub-groups) stay shared, as the kernel allows.
-    monkeypatch.setattr(tree_grouping, "MIN_SHARED_MEMBERS", 2)
-    monkeypatch.setattr(tree_grouping, "MIN_SAVED_TOKENS", 1)
 
 
 def forked_prompts(seed: int = 0) -> tuple[list[list[int]], list[str | None]]:

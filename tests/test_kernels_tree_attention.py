@@ -18,7 +18,6 @@ from radixgen.kernels.tree_decode_plan import (
     TreeDecodePlan,
     TreeDecodeWorkspace,
     build_tree_decode_plan,
-    profitable_segments,
 )
 
 
@@ -334,49 +333,3 @@ def test_kv_dtype_is_a_parameter(kv_dtype):
     assert relative_error(out, expected) < 1e-5
     reference = tree_decode_attention_ref(**quantised, plan=plan, k_scale=k_scale, v_scale=v_scale)
     assert relative_error(reference, expected) < 1e-5
-
-
-@pytest.mark.parametrize("head_dim,dtype", [(32, torch.float16), (24, torch.float32)])
-def test_full_tiles_and_one_split(head_dim, dtype):
-    """Segments of several whole tiles (the shared pass's unmasked loop, head_dim padded or
-    not) and one suffix split (the suffix pass merges the shared entries itself)."""
-    args, segments = random_tree_case(
-        num_groups=1,
-        requests_per_group=4,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=head_dim,
-        dtype=dtype,
-        max_node_len=100,
-        seed=20,  # a 3-level tree with nodes of 61, 32 and 87 tokens
-    )
-    assert max(s.end - s.start for s in segments) >= 64  # two full tiles of 32 (CPU BLOCK_N)
-    plan = make_plan(args, segments, members_per_item=4, chunk_tokens=64)
-    out = tree_decode_attention(**args, plan=plan, num_kv_splits=1)
-    tolerance = 1e-5 if dtype == torch.float32 else 2e-3
-    assert relative_error(out, decode_attention_ref(**args)) < tolerance
-
-
-def test_empty_plan_runs_the_plain_kernel():
-    """A plan with no item capacity (nothing worth sharing) is the plain decode kernel."""
-    args, _ = random_tree_case(seed=4)
-    plan = make_plan(args, [])
-    assert plan.max_items == 0
-    out = tree_decode_attention(**args, plan=plan, num_kv_splits=2)
-    assert torch.equal(out, decode_attention(**args, num_kv_splits=2))
-
-
-def test_profitable_segments_rule():
-    """Groups of 4+ are kept; pairs, the segments below a dropped one, and batches that save
-    too few token reads fall back to the plain kernel."""
-    root = SharedSegment(0, 0, 2048, tuple(range(16)))
-    quad = SharedSegment(0, 2048, 2100, (0, 1, 2, 3))
-    pair = SharedSegment(4, 2048, 3000, (4, 5))
-    below_pair = SharedSegment(4, 3000, 3100, (4, 5))  # would need the pair kept
-    assert profitable_segments([quad, pair, root, below_pair]) == (root, quad)
-    pairs = [SharedSegment(2 * i, 0, 512, (2 * i, 2 * i + 1)) for i in range(128)]
-    assert profitable_segments(pairs) == ()  # the 128 x 2 x 512 case: 0.83x on the H200
-    assert profitable_segments(pairs, min_members=2) == tuple(pairs)
-    short = SharedSegment(0, 0, 100, (0, 1, 2, 3))  # saves 300 token reads
-    assert profitable_segments([short]) == ()
-    assert profitable_segments([short], min_saved_tokens=300) == (short,)

@@ -17,12 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from radixgen.kernels.tree_decode_plan import (
-    MIN_SAVED_TOKENS,
-    MIN_SHARED_MEMBERS,
-    SharedSegment,
-    profitable_segments,
-)
+from radixgen.kernels.tree_decode_plan import SharedSegment
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.req import Req
 
@@ -88,14 +83,7 @@ def shared_prefix_segments(
 def decode_shared_prefixes(
     runner, reqs: Sequence[Req], mode: ForwardMode
 ) -> tuple[SharedSegment, ...] | None:
-    """The batch's shared prefixes when `runner` runs tree attention, the batch decodes and
-    sharing pays (`profitable_segments`: else None, the plain decode kernel)."""
+    """The batch's shared prefixes when `runner` runs tree attention and the batch decodes."""
     if mode != ForwardMode.DECODE or not runner.tree_attention_enabled:
         return None
-    segments = shared_prefix_segments(reqs, min_shared_tokens=MIN_SHARED_TOKENS)
-    if segments is None:
-        return None
-    kept = profitable_segments(
-        segments, min_members=MIN_SHARED_MEMBERS, min_saved_tokens=MIN_SAVED_TOKENS
-    )
-    return kept or None
+    return shared_prefix_segments(reqs, min_shared_tokens=MIN_SHARED_TOKENS)
