@@ -73,7 +73,8 @@ _FLAG_HELP = {
     "request alone",
     "grammar_backend": "who compiles constraints and computes token masks (llguidance also "
     "takes EBNF/Lark grammars)",
-    "enable_jump_forward": "append forced text of constrained outputs without sampling it",
+    "enable_jump_forward": "append forced text of constrained outputs without sampling it "
+    "(default: on with llguidance, off with outlines)",
     "disable_constraint_budget": "let max_new_tokens cut constrained outputs raw (by default "
     "they end as a complete match)",
     "speculative_algorithm": "speculative decoding: NGRAM (prompt lookup), STANDALONE (a draft "

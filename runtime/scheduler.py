@@ -85,7 +85,7 @@ class Scheduler:
             vocab_size=self.vocab_size,
             eos_token_ids=sorted(self.eos_token_ids),
             compile_timeout_s=server_args.constrained_compile_timeout_s,
-            jump_forward=server_args.enable_jump_forward,
+            jump_forward=server_args.jump_forward,
             cache_dir=server_args.constrained_cache_dir,
             grammar_backend=server_args.grammar_backend,
             context_length=self.context_length,

@@ -102,9 +102,11 @@ class ServerArgs:
     # llguidance: masks computed lazily from a token trie, ~1 ms compiles and EBNF/Lark
     # grammars; outlines: outlines-core automata built per constraint (docs/constrained.md).
     grammar_backend: GrammarBackendName = "llguidance"
-    # Off by default: measured on CPU it slowed batched constrained decoding (its extend steps
-    # are not merged into decode steps) and it starts only once a background automaton is built.
-    enable_jump_forward: bool = False
+    # None: on with llguidance (on the H200, key-heavy JSON, 2026-12-01: 1.75x output tokens/s
+    # at concurrency 1, 1.74x at 64; its runs ride inside the next decode batch), off with
+    # outlines (whose plans may retract a token, so its requests would lose the overlapped
+    # schedule; not measured). Outputs are identical either way.
+    enable_jump_forward: bool | None = None
     # Compiled constraint indexes are also stored in this folder and reused across restarts
     # (constrained/compile_cache.py, DiskCache). None: in memory only.
     constrained_cache_dir: str | None = None
@@ -159,6 +161,13 @@ class ServerArgs:
     shutdown_timeout: float = 30.0
     # Seconds a connection gets to send a complete request head (slowloris guard).
     header_read_timeout: float = 10.0
+
+    @property
+    def jump_forward(self) -> bool:
+        """`enable_jump_forward` resolved (None: on with the llguidance backend)."""
+        if self.enable_jump_forward is None:
+            return self.grammar_backend == "llguidance"
+        return self.enable_jump_forward
 
     def __post_init__(self):
         # Lists from Engine kwargs or the CLI become tuples (the dataclass stays hashable).

@@ -28,6 +28,13 @@ def test_no_flags_gives_the_dataclass_defaults():
     assert parse_serve() == ServerArgs()
 
 
+def test_jump_forward_defaults_on_with_llguidance_only():
+    assert parse_serve().jump_forward  # llguidance, the default backend
+    assert not parse_serve("--grammar-backend", "outlines").jump_forward
+    assert parse_serve("--grammar-backend", "outlines", "--enable-jump-forward").jump_forward
+    assert not parse_serve("--disable-jump-forward").jump_forward
+
+
 def test_flags_parse_to_typed_fields():
     args = parse_serve(
         "--model-path", "tiny",
