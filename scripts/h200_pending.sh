@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The H200 runs the third session of 2026-12-01 could not afford (its 30 minutes were spent),
+# by stage, in priority order (about 2-5 minutes each; a lease runs the first few). Through the
+# device tool with `carry: [".whl"]` (and ".base" for no-regress); JSON and logs go to $OUT.
+#   spec        [12/14] measurements still missing: verify cost (K = 1, 2, 4, 8 at batch 1/8/32),
+#               the oracle at alpha 0.5 and 0.9, the trained tiny drafts on the GPU
+#   int4        [9/14] GPU tests, the launch sweep, then batch-1/64 latency with its table
+#   lora        [11/14] the decode-kernel sweep, then serving with its table (batch 1 was 1.21x)
+#   constrained [4/14] serving json-array vs random-ids with jump-forward on (now the default)
+#   no-regress  [13/14] item 5: bench latency batch 1 and offline 1000 x 200/200, main before
+#               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`) vs this tree
+#   fp8         [8/14] bench offline 1000 x 1000/1000, bf16 vs FP8 weights + FP8 KV
+# Usage: bash scripts/h200_pending.sh STAGE...
+set -uo pipefail
+OUT=${OUT:-h200_out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site
+bash scripts/h200.sh setup >/dev/null 2>&1
+MODEL=/tmp/llama-3.1-8b
+for stage in "$@"; do
+  case "$stage" in
+    spec)
+      OUT=$OUT bash scripts/gpu_speculative.sh verify-cost tokens
+      python3 scripts/bench_speculative.py oracle --batch-sizes 1 32 --alphas 0.5 0.9 \
+        --speculative-max-batch-size 32 --out "$OUT/oracle_alphas.json" 2>&1 | tail -6 ;;
+    int4)
+      STAGE_TIMEOUT=300 bash scripts/h200.sh int4-tests int4-gemm-sweep
+      [ -s "$OUT/int4_gemm_configs.json" ] && cp "$OUT/int4_gemm_configs.json" kernels/
+      python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
+        --batch-sizes 1 64 --input-len 128 --output-len 256 --quantization awq \
+        --output-json "$OUT/latency_awq_tuned.json" 2>&1 | grep '^{' ;;
+    lora)
+      OUT=$OUT STAGES="kernels serving" bash scripts/lora_h200.sh ;;
+    constrained)
+      OUT=$OUT/constrained TREES=new bash scripts/ab_bench.sh . serving-json-new ;;
+    no-regress)
+      OUT=$OUT/no_regress bash scripts/ab_bench.sh .base latency offline ;;
+    fp8)
+      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 fp8-offline-w8kv8 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
