@@ -22,6 +22,13 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from radixgen.kernels.launch_tables import (
+    check_table_keys,
+    format_bucketed_table,
+    parse_bucketed_rows,
+    select_bucket,
+)
+
 DEFAULT_TABLE_PATH = Path(__file__).with_name("extend_attention_configs.json")
 
 
@@ -59,44 +66,18 @@ ConfigTable = dict[int, tuple[tuple[int | None, ExtendAttentionConfig], ...]]
 
 def parse_config_table(data: dict) -> ConfigTable:
     """Validates the JSON form (see the module docstring); raises ValueError naming the row."""
-    if set(data) - {"head_dim", "note", "source"} or "head_dim" not in data:
-        raise ValueError(f"config table keys must be head_dim, note, source; got {sorted(data)}")
-    table: ConfigTable = {}
-    for head_dim, rows in data["head_dim"].items():
-        parsed = []
-        for row in rows:
-            fields = dict(row)
-            bound = fields.pop("max_extend_len", "missing")
-            if bound != "missing" and bound is not None and not isinstance(bound, int):
-                raise ValueError(f"head_dim {head_dim}: max_extend_len must be int or null: {row}")
-            if bound == "missing":
-                raise ValueError(f"head_dim {head_dim}: row without max_extend_len: {row}")
-            try:
-                parsed.append((bound, ExtendAttentionConfig(**fields)))
-            except TypeError as error:
-                raise ValueError(f"head_dim {head_dim}: bad row {row}: {error}") from error
-        if not parsed:
-            raise ValueError(f"head_dim {head_dim}: no rows")
-        parsed.sort(key=lambda item: float("inf") if item[0] is None else item[0])
-        table[int(head_dim)] = tuple(parsed)
-    return table
+    check_table_keys(data, "head_dim", "config table")
+    return {
+        int(head_dim): parse_bucketed_rows(
+            rows, "max_extend_len", ExtendAttentionConfig, f"head_dim {head_dim}"
+        )
+        for head_dim, rows in data["head_dim"].items()
+    }
 
 
 def format_config_table(data: dict) -> str:
     """The JSON form with one row per line (the layout of the shipped file, easy to diff)."""
-    lines = ["{"]
-    for key in ("note", "source"):
-        if key in data:
-            lines.append(f"  {json.dumps(key)}: {json.dumps(data[key])},")
-    lines.append('  "head_dim": {')
-    dims = list(data["head_dim"].items())
-    for i, (head_dim, rows) in enumerate(dims):
-        lines.append(f"    {json.dumps(str(head_dim))}: [")
-        lines += [f"      {json.dumps(row)}," for row in rows]
-        lines[-1] = lines[-1].rstrip(",")
-        lines.append("    ]" + ("," if i + 1 < len(dims) else ""))
-    lines += ["  }", "}"]
-    return "\n".join(lines) + "\n"
+    return format_bucketed_table(data, "head_dim")
 
 
 @functools.cache
@@ -123,10 +104,7 @@ def select_extend_config(
     rows = (load_config_table() if table is None else table).get(head_dim) if on_cuda else None
     if not rows:
         return fallback_extend_config(head_dim, on_cuda)
-    for bound, config in rows:
-        if bound is None or max_extend_len <= bound:
-            return config
-    return rows[-1][1]
+    return select_bucket(rows, max_extend_len)
 
 
 def extend_lengths_per_config(head_dim: int, table: ConfigTable | None = None) -> tuple[int, ...]:

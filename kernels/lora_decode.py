@@ -32,6 +32,13 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.launch_tables import (
+    check_table_keys,
+    format_bucketed_table,
+    parse_bucketed_rows,
+    select_bucket,
+)
+
 DEFAULT_TABLE_PATH = Path(__file__).with_name("lora_decode_configs.json")
 MAX_SHARDS = 3  # q/k/v
 
@@ -72,30 +79,16 @@ def parse_decode_config_table(data: dict) -> DecodeConfigTable:
 
     keyed by "in_features x out_features" (all shards). Raises ValueError naming the row.
     """
-    if set(data) - {"note", "source", "shapes"} or "shapes" not in data:
-        raise ValueError(f"LoRA decode table keys must be note, source, shapes; got {list(data)}")
+    check_table_keys(data, "shapes", "LoRA decode table")
     table: DecodeConfigTable = {}
     for key, rows in data["shapes"].items():
         try:
             in_features, out_features = (int(part) for part in key.split("x"))
         except ValueError as error:
             raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
-        parsed = []
-        for row in rows:
-            fields = dict(row)
-            if "max_tokens" not in fields:
-                raise ValueError(f"shape {key}: row without max_tokens: {row}")
-            bound = fields.pop("max_tokens")
-            if bound is not None and not isinstance(bound, int):
-                raise ValueError(f"shape {key}: max_tokens must be int or null: {row}")
-            try:
-                parsed.append((bound, LoRADecodeConfig(**fields)))
-            except TypeError as error:
-                raise ValueError(f"shape {key}: bad row {row}: {error}") from error
-        if not parsed:
-            raise ValueError(f"shape {key}: no rows")
-        parsed.sort(key=lambda item: float("inf") if item[0] is None else item[0])
-        table[(in_features, out_features)] = tuple(parsed)
+        table[(in_features, out_features)] = parse_bucketed_rows(
+            rows, "max_tokens", LoRADecodeConfig, f"shape {key}"
+        )
     return table
 
 
@@ -105,17 +98,7 @@ def config_row(max_tokens: int | None, config: LoRADecodeConfig) -> dict:
 
 def format_decode_config_table(data: dict) -> str:
     """The JSON form with one row per line (the shipped file's layout, easy to diff)."""
-    lines = ["{"] + [
-        f"  {json.dumps(k)}: {json.dumps(data[k])}," for k in ("note", "source") if k in data
-    ]
-    lines.append('  "shapes": {')
-    shapes = list(data["shapes"].items())
-    for i, (key, rows) in enumerate(shapes):
-        lines.append(f"    {json.dumps(key)}: [")
-        lines += [f"      {json.dumps(row)}," for row in rows]
-        lines[-1] = lines[-1].rstrip(",")
-        lines.append("    ]" + ("," if i + 1 < len(shapes) else ""))
-    return "\n".join(lines + ["  }", "}"]) + "\n"
+    return format_bucketed_table(data, "shapes")
 
 
 @functools.cache
@@ -147,10 +130,7 @@ def select_decode_config(
     rows = table.get((in_features, out_features))
     if not rows:
         return fallback_decode_config(in_features, out_features, on_cuda)
-    for bound, config in rows:
-        if bound is None or num_tokens <= bound:
-            return config
-    return rows[-1][1]
+    return select_bucket(rows, num_tokens)
 
 
 GROUP = 16  # rows per tile: tl.dot's minimum; a slot's rows are gathered into groups of 16
