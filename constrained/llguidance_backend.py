@@ -132,8 +132,10 @@ class LLGuidanceCompiler:
             bitmask: int32 contiguous CPU tensor [batch, ceil(vocab_size / 32)].
         """
         num_words = (self.vocab.vocab_size + 31) // 32
-        for _, row in matchers:
-            check_bitmask_row(bitmask, row, num_words)
+        rows = [row for _, row in matchers]
+        if rows:  # the lowest and highest rows stand for all (one check, not one a row)
+            check_bitmask_row(bitmask, min(rows), num_words)
+            check_bitmask_row(bitmask, max(rows), num_words)
         if bitmask.device.type != "cpu" or not bitmask.is_contiguous():
             raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
         pairs = [(matcher._matcher, row) for matcher, row in matchers]
@@ -141,7 +143,8 @@ class LLGuidanceCompiler:
             pairs, bitmask.data_ptr(), num_words * 4, bitmask.shape[0]
         )
         for matcher, row in matchers:
-            matcher.restrict_to_budget(bitmask, row)
+            if matcher._token_budget is not None:  # rows without a budget: nothing to AND
+                matcher.restrict_to_budget(bitmask, row)
 
 
 def llguidance_grammar(spec: ConstraintSpec) -> str:
@@ -273,11 +276,14 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._matcher = matcher
         self._output_ids: list[int] = []
         self._eos_ids = frozenset(grammar.vocab.eos_token_ids)
+        self._vocab_size = grammar.vocab.vocab_size
         self._eos_accepted = False
         self._token_budget: int | None = None  # tokens left, this step's included
         # _byte_states[i]: the byte-automaton state after i output tokens (None: unknown);
-        # empty until the grammar's table exists, then replayed from the output once.
+        # empty until the grammar's table exists, then replayed from the output once, and
+        # `_byte_table` that table (kept here: read per row per step).
         self._byte_states: list[int | None] = []
+        self._byte_table: ByteDistanceTable | None = None
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -294,15 +300,18 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def _table(self, *, wait: bool = False) -> ByteDistanceTable | None:
         """The grammar's table with `_byte_states` caught up with the output (None: none, or
         still building and `wait` is False)."""
+        if self._byte_table is not None:
+            return self._byte_table
         table = self.grammar.completion_table
         if table is None and wait:
             self.grammar.wait_for_budget_table()
             table = self.grammar.completion_table
-        if table is not None and not self._byte_states:
+        if table is not None:
             self._byte_states = [table.initial_state]
             for token_id in self._output_ids:
                 raw = self.grammar.vocab.token_bytes.get(token_id, b"")
                 self._byte_states.append(table.step(self._byte_states[-1], raw))
+            self._byte_table = table
         return table
 
     def restrict_to_budget(self, bitmask, row: int) -> None:
@@ -337,7 +346,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
         return table.min_tokens(table.step(self._byte_states[keep], appended))
 
     def accept_token(self, token_id: int) -> bool:
-        if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
+        if self._eos_accepted or not 0 <= token_id < self._vocab_size:
             return False
         if token_id in self._eos_ids:  # ends the output; llguidance need not see it
             self._eos_accepted = self._matcher.is_accepting()
@@ -350,7 +359,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
 
     def _append(self, token_id: int) -> None:
         self._output_ids.append(token_id)
-        table = self.grammar.completion_table if self._byte_states else None
+        table = self._byte_table
         if table is not None:  # a few bytes per token: no vocabulary-sized work
             raw = self.grammar.vocab.token_bytes.get(token_id, b"")
             self._byte_states.append(table.step(self._byte_states[-1], raw))
@@ -364,7 +373,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def find_jump_forward(self) -> JumpForward | None:
         """The tokens llguidance finds forced here (it encodes the forced bytes with the
         tokenizer and keeps only tokens no later text can merge with), or None."""
-        if self.is_terminated():
+        if self._eos_accepted or self._matcher.is_stopped():  # `is_terminated()`, inline
             return None
         forced = self._matcher.compute_ff_tokens()
         if not forced:
@@ -389,7 +398,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
             raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
         self._matcher = trial
         del self._output_ids[keep:]
-        if self._byte_states:
+        if self._byte_table is not None:
             del self._byte_states[keep + 1 :]
         for token_id in plan.append_ids:
             self._append(token_id)
