@@ -318,9 +318,11 @@ class LLGuidanceMatcher(ConstraintMatcher):
         """ANDs the budget's restriction into `bitmask[row]` (after llguidance wrote it)."""
         if self._token_budget is None:
             return
-        table = self._table()  # the hook waits for it before a budgeted request starts
+        table = self._byte_table  # per budgeted row per step: the kept table first
         if table is None:
-            return
+            table = self._table()  # the hook waits for it before a budgeted request starts
+            if table is None:
+                return
         restriction = table.budget_mask(self._byte_states[-1], self._token_budget)
         if restriction is None:
             return

@@ -172,7 +172,7 @@ class GrammarHook:
         queued on the same stream as the sampling kernel, so only sampling waits for it.
         """
         rows, matchers = [], []  # the constrained rows, and (matcher, row) pairs
-        budgeted = self.constraint_budget
+        budgeted, context_length = self.constraint_budget, self.context_length
         for row, req in enumerate(reqs):  # one pass, no per-row calls beyond the budget's
             matcher = req.grammar
             status = req.status  # `req.finished`, inline (an enum's hash is a Python call)
@@ -182,8 +182,14 @@ class GrammarHook:
             matchers.append((matcher, row))
             # A matcher's budget stays None unless enforced (both switches are fixed for a
             # request's life), so only budgeted requests are told theirs, every step.
-            if budgeted and req.sampling_params.constraint_budget:
-                matcher.set_token_budget(self.remaining_tokens(req))
+            params = req.sampling_params
+            if budgeted and params.constraint_budget:  # `remaining_tokens(req)`, inline
+                num_output = len(req.output_ids)
+                remaining = params.max_new_tokens - num_output
+                if context_length is not None:
+                    left = context_length - len(req.origin_input_ids) - num_output
+                    remaining = left if left < remaining else remaining
+                matcher.set_token_budget(remaining)
         if not rows:
             info.vocab_bitmask = info.vocab_bitmask_rows = None
             return
