@@ -162,12 +162,16 @@ class GrammarHook:
         if entry is not None:
             entry[0].cancel()
 
-    def set_vocab_mask(self, reqs: list[Req], info: SamplingBatchInfo) -> None:
+    def set_vocab_mask(
+        self, reqs: list[Req], info: SamplingBatchInfo, dropped_rows: frozenset[int] = frozenset()
+    ) -> None:
         """Fills this step's bitmask for the constrained rows (the sampler's mask hook).
 
         Rows of finished requests stay all-allowed: under the overlapped schedule a request
         that its previous step finished still has a (wasted) row here, and its matcher may
-        admit nothing more. One batched fill, one asynchronous copy, no host sync: under
+        admit nothing more. So do `dropped_rows`, whose samples the caller drops (overlap's
+        rows of requests that jumped forward after the launch: with jump-forward on, about
+        half of a constrained batch's rows at each step), so their fills would be wasted. One batched fill, one asynchronous copy, no host sync: under
         overlap this runs while the device computes the step's forward, and the copy is
         queued on the same stream as the sampling kernel, so only sampling waits for it.
         """
@@ -177,6 +181,8 @@ class GrammarHook:
             matcher = req.grammar
             status = req.status  # `req.finished`, inline (an enum's hash is a Python call)
             if matcher is None or status is ReqStatus.FINISHED or status is ReqStatus.ABORTED:
+                continue
+            if row in dropped_rows:
                 continue
             rows.append(row)
             matchers.append((matcher, row))

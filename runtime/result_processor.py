@@ -132,10 +132,17 @@ class ResultProcessor:
         recount_jumped_rows(reqs, info)
         return result
 
-    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo):
+    def sample(
+        self,
+        reqs: list[Req],
+        logits: torch.Tensor,
+        info: SamplingBatchInfo,
+        dropped_rows: frozenset[int] = frozenset(),
+    ):
         """Launches sampling (no host sync); every earlier token of `reqs` is appended (their
-        matchers advanced), as the masks and the counter-based draw need."""
-        self.grammar.set_vocab_mask(reqs, info)
+        matchers advanced), as the masks and the counter-based draw need. `dropped_rows`:
+        rows whose sample the caller drops (overlap's stale rows): they get no mask."""
+        self.grammar.set_vocab_mask(reqs, info, dropped_rows)
         set_min_token_bans(reqs, info)
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
