@@ -19,6 +19,7 @@ over steps, then medians over runs, as JSON lines and a table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -112,6 +113,8 @@ def measure(engine, workload: str, count_steps: int) -> dict:
         "mask_ms_mean": statistics.fmean(mask_ms) if mask_ms else None,
         "calls": statistics.fmean(call_counts) if call_counts else None,  # consecutive steps
         "tokens": sum(o["meta_info"]["completion_tokens"] for o in outputs),
+        # the outputs' fingerprint: a change to the step must leave it as it was
+        "outputs_sha1": hashlib.sha1(json.dumps([o["text"] for o in outputs]).encode()).hexdigest(),
         "texts": [o["text"] for o in outputs[:2]],
     }
 
