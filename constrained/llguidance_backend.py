@@ -333,6 +333,9 @@ class LLGuidanceMatcher(ConstraintMatcher):
             bitmask[row] = restricted
 
     def set_token_budget(self, remaining: int | None) -> None:
+        table = self._byte_table
+        if remaining is not None and table is not None and remaining > table.max_reach:
+            remaining = None  # no state's bound reaches it: the mask is never restricted
         self._token_budget = remaining
 
     def min_completion_tokens(self) -> int | None:
