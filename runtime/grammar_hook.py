@@ -170,10 +170,12 @@ class GrammarHook:
         Rows of finished requests stay all-allowed: under the overlapped schedule a request
         that its previous step finished still has a (wasted) row here, and its matcher may
         admit nothing more. So do `dropped_rows`, whose samples the caller drops (overlap's
-        rows of requests that jumped forward after the launch: with jump-forward on, about
-        half of a constrained batch's rows at each step), so their fills would be wasted. One batched fill, one asynchronous copy, no host sync: under
-        overlap this runs while the device computes the step's forward, and the copy is
-        queued on the same stream as the sampling kernel, so only sampling waits for it.
+        rows of requests that jumped forward after the launch: with jump-forward on, a
+        constrained row about every second step), so their fills would be wasted.
+
+        One batched fill, one asynchronous copy, no host sync: under overlap this runs while
+        the device computes the step's forward, and the copy is queued on the same stream as
+        the sampling kernel, so only sampling waits for it.
         """
         rows, matchers = [], []  # the constrained rows, and (matcher, row) pairs
         budgeted, context_length = self.constraint_budget, self.context_length
