@@ -257,6 +257,8 @@ class ByteDistanceTable:
                 break
             reach = updated
         self._reach = reach  # [num_states] int64
+        # No budget above this restricts any state's mask (`budget_mask` is None for all).
+        self.max_reach = int(reach.max()) if num_states else 0
         self._eos_ids = np.asarray(vocab.eos_token_ids, dtype=np.int64)
         self._num_words = (vocab.vocab_size + 31) // 32
         self._mask_cache: dict[tuple[int, int], object] = {}

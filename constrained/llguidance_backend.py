@@ -132,8 +132,10 @@ class LLGuidanceCompiler:
             bitmask: int32 contiguous CPU tensor [batch, ceil(vocab_size / 32)].
         """
         num_words = (self.vocab.vocab_size + 31) // 32
-        for _, row in matchers:
-            check_bitmask_row(bitmask, row, num_words)
+        rows = [row for _, row in matchers]
+        if rows:  # the lowest and highest rows stand for all (one check, not one a row)
+            check_bitmask_row(bitmask, min(rows), num_words)
+            check_bitmask_row(bitmask, max(rows), num_words)
         if bitmask.device.type != "cpu" or not bitmask.is_contiguous():
             raise ValueError("bitmask must be a contiguous CPU tensor (llguidance writes into it)")
         pairs = [(matcher._matcher, row) for matcher, row in matchers]
@@ -141,7 +143,8 @@ class LLGuidanceCompiler:
             pairs, bitmask.data_ptr(), num_words * 4, bitmask.shape[0]
         )
         for matcher, row in matchers:
-            matcher.restrict_to_budget(bitmask, row)
+            if matcher._token_budget is not None:  # rows without a budget: nothing to AND
+                matcher.restrict_to_budget(bitmask, row)
 
 
 def llguidance_grammar(spec: ConstraintSpec) -> str:
@@ -243,6 +246,8 @@ class LLGuidanceGrammar(ConstraintGrammar):
         return future is None or future.done()
 
     def wait_for_budget_table(self) -> None:
+        if self._build_table is None:  # none will be built (asked per row per step: no lock)
+            return
         future = self._table_started()
         if future is not None:
             future.exception()  # waits; a failed build means no table
@@ -271,11 +276,14 @@ class LLGuidanceMatcher(ConstraintMatcher):
         self._matcher = matcher
         self._output_ids: list[int] = []
         self._eos_ids = frozenset(grammar.vocab.eos_token_ids)
+        self._vocab_size = grammar.vocab.vocab_size
         self._eos_accepted = False
         self._token_budget: int | None = None  # tokens left, this step's included
         # _byte_states[i]: the byte-automaton state after i output tokens (None: unknown);
-        # empty until the grammar's table exists, then replayed from the output once.
+        # empty until the grammar's table exists, then replayed from the output once, and
+        # `_byte_table` that table (kept here: read per row per step).
         self._byte_states: list[int | None] = []
+        self._byte_table: ByteDistanceTable | None = None
 
     @property
     def output_ids(self) -> tuple[int, ...]:
@@ -292,23 +300,29 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def _table(self, *, wait: bool = False) -> ByteDistanceTable | None:
         """The grammar's table with `_byte_states` caught up with the output (None: none, or
         still building and `wait` is False)."""
-        if wait:
-            self.grammar.wait_for_budget_table()
+        if self._byte_table is not None:
+            return self._byte_table
         table = self.grammar.completion_table
-        if table is not None and not self._byte_states:
+        if table is None and wait:
+            self.grammar.wait_for_budget_table()
+            table = self.grammar.completion_table
+        if table is not None:
             self._byte_states = [table.initial_state]
             for token_id in self._output_ids:
                 raw = self.grammar.vocab.token_bytes.get(token_id, b"")
                 self._byte_states.append(table.step(self._byte_states[-1], raw))
+            self._byte_table = table
         return table
 
     def restrict_to_budget(self, bitmask, row: int) -> None:
         """ANDs the budget's restriction into `bitmask[row]` (after llguidance wrote it)."""
         if self._token_budget is None:
             return
-        table = self._table()  # the hook waits for it before a budgeted request starts
+        table = self._byte_table  # per budgeted row per step: the kept table first
         if table is None:
-            return
+            table = self._table()  # the hook waits for it before a budgeted request starts
+            if table is None:
+                return
         restriction = table.budget_mask(self._byte_states[-1], self._token_budget)
         if restriction is None:
             return
@@ -319,6 +333,9 @@ class LLGuidanceMatcher(ConstraintMatcher):
             bitmask[row] = restricted
 
     def set_token_budget(self, remaining: int | None) -> None:
+        table = self._byte_table
+        if remaining is not None and table is not None and remaining > table.max_reach:
+            remaining = None  # no state's bound reaches it: the mask is never restricted
         self._token_budget = remaining
 
     def min_completion_tokens(self) -> int | None:
@@ -334,7 +351,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
         return table.min_tokens(table.step(self._byte_states[keep], appended))
 
     def accept_token(self, token_id: int) -> bool:
-        if self._eos_accepted or not 0 <= token_id < self.grammar.vocab_size:
+        if self._eos_accepted or not 0 <= token_id < self._vocab_size:
             return False
         if token_id in self._eos_ids:  # ends the output; llguidance need not see it
             self._eos_accepted = self._matcher.is_accepting()
@@ -347,7 +364,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
 
     def _append(self, token_id: int) -> None:
         self._output_ids.append(token_id)
-        table = self.grammar.completion_table if self._byte_states else None
+        table = self._byte_table
         if table is not None:  # a few bytes per token: no vocabulary-sized work
             raw = self.grammar.vocab.token_bytes.get(token_id, b"")
             self._byte_states.append(table.step(self._byte_states[-1], raw))
@@ -361,7 +378,7 @@ class LLGuidanceMatcher(ConstraintMatcher):
     def find_jump_forward(self) -> JumpForward | None:
         """The tokens llguidance finds forced here (it encodes the forced bytes with the
         tokenizer and keeps only tokens no later text can merge with), or None."""
-        if self.is_terminated():
+        if self._eos_accepted or self._matcher.is_stopped():  # `is_terminated()`, inline
             return None
         forced = self._matcher.compute_ff_tokens()
         if not forced:
@@ -373,14 +390,20 @@ class LLGuidanceMatcher(ConstraintMatcher):
         keep = len(self._output_ids) - plan.retract_tokens
         if plan.retract_tokens < 0 or keep < 0:
             raise ValueError(f"plan.retract_tokens={plan.retract_tokens} is out of range")
-        trial = self._matcher.deep_copy()  # validate before changing anything
-        if plan.retract_tokens and not trial.rollback(plan.retract_tokens):
-            raise ValueError(f"cannot retract {plan.retract_tokens} tokens")
-        if trial.try_consume_tokens(list(plan.append_ids)) != len(plan.append_ids):
+        if plan.retract_tokens:
+            trial = self._matcher.deep_copy()  # validate before changing anything
+            if not trial.rollback(plan.retract_tokens):
+                raise ValueError(f"cannot retract {plan.retract_tokens} tokens")
+        else:  # llguidance's own plans: no copy (once per jump), undone on a refusal
+            trial = self._matcher
+        consumed = trial.try_consume_tokens(list(plan.append_ids))
+        if consumed != len(plan.append_ids):
+            if trial is self._matcher and consumed:
+                trial.rollback(consumed)
             raise ValueError(f"plan.append_ids {plan.append_ids} are not allowed here")
         self._matcher = trial
         del self._output_ids[keep:]
-        if self._byte_states:
+        if self._byte_table is not None:
             del self._byte_states[keep + 1 :]
         for token_id in plan.append_ids:
             self._append(token_id)
@@ -406,14 +429,46 @@ class _TokenizerAdapter:
 
 
 def _encoder(vocab: TokenVocabulary, tokenizer: Any):
-    """bytes -> token ids with `tokenizer` (no special tokens), or greedy over `vocab`."""
+    """bytes -> token ids with `tokenizer` (no special tokens), or greedy over `vocab`; short
+    texts memoised (`MemoEncoder`)."""
     from tokenizers import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
-        return lambda text: tokenizer.encode(text.decode(), add_special_tokens=False).ids
+        return MemoEncoder(
+            lambda text: tokenizer.encode(text.decode(), add_special_tokens=False).ids
+        )
     if tokenizer is not None and hasattr(tokenizer, "encode"):
-        return lambda text: list(tokenizer.encode(text.decode(), add_special_tokens=False))
+        return MemoEncoder(
+            lambda text: list(tokenizer.encode(text.decode(), add_special_tokens=False))
+        )
     return GreedyEncoder(vocab)
+
+
+class MemoEncoder:
+    """An encoder that remembers its answers for short texts.
+
+    llguidance calls the encoder from `compute_ff_tokens` for the forced bytes of every
+    jump-forward probe: with jump-forward on, once per constrained row per decode step, and
+    mostly for the same few separators (`,`, `":`, `"}`). Through a transformers tokenizer a
+    call costs ~35 µs of Python: ~1.2 ms of a 64-row step on the CPU dev machine
+    (docs/benchmarks.md); a hit costs one dict lookup. Encoding is a pure function of the text, so answers are identical.
+    Bounded: texts over `max_text_bytes` are not kept, and at most `max_entries` are.
+    """
+
+    def __init__(self, encode, *, max_text_bytes: int = 64, max_entries: int = 4096) -> None:
+        self._encode = encode
+        self._max_text_bytes = max_text_bytes
+        self._max_entries = max_entries
+        self._known: dict[bytes, tuple[int, ...]] = {}  # a GIL-atomic get/set: thread-safe
+
+    def __call__(self, text: bytes) -> list[int]:
+        known = self._known.get(text)
+        if known is not None:
+            return list(known)
+        ids = list(self._encode(text))
+        if len(text) <= self._max_text_bytes and len(self._known) < self._max_entries:
+            self._known[text] = tuple(ids)
+        return ids
 
 
 class GreedyEncoder:

@@ -88,7 +88,8 @@ class TokenVocabulary:
 
     def decode(self, token_ids: list[int]) -> bytes:
         """The bytes of a sequence of regular token ids (EOS ids add nothing)."""
-        return b"".join(self.token_bytes.get(t, b"") for t in token_ids)
+        token_bytes = self.token_bytes  # a list, not a generator: called per row per step
+        return b"".join([token_bytes.get(t, b"") for t in token_ids])
 
 
 def load_vocabulary(

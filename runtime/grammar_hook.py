@@ -162,27 +162,49 @@ class GrammarHook:
         if entry is not None:
             entry[0].cancel()
 
-    def set_vocab_mask(self, reqs: list[Req], info: SamplingBatchInfo) -> None:
+    def set_vocab_mask(
+        self, reqs: list[Req], info: SamplingBatchInfo, dropped_rows: frozenset[int] = frozenset()
+    ) -> None:
         """Fills this step's bitmask for the constrained rows (the sampler's mask hook).
 
         Rows of finished requests stay all-allowed: under the overlapped schedule a request
         that its previous step finished still has a (wasted) row here, and its matcher may
-        admit nothing more. One batched fill, one asynchronous copy, no host sync: under
-        overlap this runs while the device computes the step's forward, and the copy is
-        queued on the same stream as the sampling kernel, so only sampling waits for it.
+        admit nothing more. So do `dropped_rows`, whose samples the caller drops (overlap's
+        rows of requests that jumped forward after the launch: with jump-forward on, a
+        constrained row about every second step), so their fills would be wasted.
+
+        One batched fill, one asynchronous copy, no host sync: under overlap this runs while
+        the device computes the step's forward, and the copy is queued on the same stream as
+        the sampling kernel, so only sampling waits for it.
         """
-        rows = [row for row, req in enumerate(reqs) if req.grammar is not None and not req.finished]
+        rows, matchers = [], []  # the constrained rows, and (matcher, row) pairs
+        budgeted, context_length = self.constraint_budget, self.context_length
+        for row, req in enumerate(reqs):  # one pass, no per-row calls beyond the budget's
+            matcher = req.grammar
+            status = req.status  # `req.finished`, inline (an enum's hash is a Python call)
+            if matcher is None or status is ReqStatus.FINISHED or status is ReqStatus.ABORTED:
+                continue
+            if row in dropped_rows:
+                continue
+            rows.append(row)
+            matchers.append((matcher, row))
+            # A matcher's budget stays None unless enforced (both switches are fixed for a
+            # request's life), so only budgeted requests are told theirs, every step.
+            params = req.sampling_params
+            if budgeted and params.constraint_budget:  # `remaining_tokens(req)`, inline
+                num_output = len(req.output_ids)
+                remaining = params.max_new_tokens - num_output
+                if context_length is not None:
+                    left = context_length - len(req.origin_input_ids) - num_output
+                    remaining = left if left < remaining else remaining
+                matcher.set_token_budget(remaining)
         if not rows:
             info.vocab_bitmask = info.vocab_bitmask_rows = None
             return
         device = info.top_ps.device
         bitmask = self._host_bitmask(len(reqs), rows)  # [batch, ceil(vocab / 32)]
-        for row in rows:
-            req = reqs[row]
-            enforced = self._budget_enforced(req)
-            req.grammar.set_token_budget(self.remaining_tokens(req) if enforced else None)
         # One call for the batch: llguidance fills the rows on parallel threads.
-        self._get_backend().fill_bitmasks([(reqs[row].grammar, row) for row in rows], bitmask)
+        self._get_backend().fill_bitmasks(matchers, bitmask)
         info.vocab_bitmask = bitmask.to(device, non_blocking=True)
         if device.type == "cuda":
             self._bitmask_copied = torch.cuda.Event()
@@ -219,16 +241,6 @@ class GrammarHook:
             bitmask.numpy()[unconstrained] = -1
         return bitmask
 
-    @staticmethod
-    def accept(req: Req, token_id: int) -> None:
-        if req.grammar is not None:
-            req.grammar.accept_token(token_id)
-
-    @staticmethod
-    def is_terminated(req: Req) -> bool:
-        """The constraint is complete and admits no further token."""
-        return req.grammar is not None and req.grammar.is_terminated()
-
     def may_jump_forward(self, req: Req) -> bool:
         """Whether `try_jump_forward` may ever extend req."""
         return (
@@ -242,7 +254,10 @@ class GrammarHook:
         """Whether req may jump forward with a plan that retracts its last token: it then does
         not overlap (the step launched ahead computed that token's KV, and the jump would
         rewrite it). Plans that only append (llguidance) overlap."""
-        return self.may_jump_forward(req) and req.grammar.jump_forward_may_retract
+        grammar = req.grammar  # asked per row per step: the class attribute decides first
+        return (
+            grammar is not None and grammar.jump_forward_may_retract and self.may_jump_forward(req)
+        )
 
     def try_jump_forward(self, req: Req, context_length: int) -> bool:
         """Appends the text the constraint forces next (req is JUMPED then; it may finish
@@ -255,32 +270,35 @@ class GrammarHook:
         """
         if not self.may_jump_forward(req):
             return False
-        plan = req.grammar.find_jump_forward()
+        matcher, params = req.grammar, req.sampling_params  # per constrained row per step
+        plan = matcher.find_jump_forward()
         if plan is None or not plan.append_ids or plan.retract_tokens > 1:
             return False
         new_len = len(req.output_ids) - plan.retract_tokens + len(plan.append_ids)
-        if new_len > req.sampling_params.max_new_tokens:
+        if new_len > params.max_new_tokens:
             return False
-        if len(req.origin_input_ids) + new_len >= context_length:
+        prompt_len = len(req.origin_input_ids)
+        if prompt_len + new_len >= context_length:
             return False
         # (a budgeted request's table is built: `poll` waited for it)
-        budgeted = self._budget_enforced(req) and req.grammar.min_completion_tokens() is not None
+        budgeted = (
+            self.constraint_budget
+            and params.constraint_budget
+            and matcher.min_completion_tokens() is not None
+        )
         if budgeted:  # leave room for a complete match
-            needed = req.grammar.min_completion_tokens_after(plan)
-            left = min(
-                req.sampling_params.max_new_tokens - new_len,
-                context_length - len(req.origin_input_ids) - new_len,
-            )
+            needed = matcher.min_completion_tokens_after(plan)
+            left = min(params.max_new_tokens - new_len, context_length - prompt_len - new_len)
             if needed is None or needed > left:
                 return False
-        req.grammar.apply_jump_forward(plan)
+        matcher.apply_jump_forward(plan)
         del req.output_ids[len(req.output_ids) - plan.retract_tokens :]
         req.output_ids.extend(plan.append_ids)
-        if self.is_terminated(req):
+        if matcher.is_terminated():
             req.finish({"type": "stop", "matched": None})
             return False
-        if req.remaining_new_tokens <= 0:
-            req.finish({"type": "length", "length": req.sampling_params.max_new_tokens})
+        if new_len >= params.max_new_tokens:  # `req.remaining_new_tokens <= 0`
+            req.finish({"type": "length", "length": params.max_new_tokens})
             return False
         req.set_status(ReqStatus.JUMPED)
         return True

@@ -197,7 +197,8 @@ class OverlapDecoder:
                 if req.status is ReqStatus.JUMPED and i not in previous.stale_rows
             )
         info = running.sampling_info
-        sampled = self.results.sample(next_reqs, logits, info)
+        # A stale row's sample is dropped: its constraint's mask could not change anything.
+        sampled = self.results.sample(next_reqs, logits, info, dropped_rows=stale_rows)
         if stale_rows and info.has_penalties:
             # Counted by `sample` but dropped; and the run their jump appended is not counted.
             info.recount_rows(sorted(stale_rows), [next_reqs[row] for row in sorted(stale_rows)])

@@ -29,6 +29,10 @@ class ReqStatus(enum.Enum):
     FINISHED = "finished"  # done: stop (EOS, stop id or string, constraint) or length
     ABORTED = "aborted"  # aborted by the client, or failed (e.g. its constraint)
 
+    # Members are singletons compared by identity: hash them by identity too, in C. Enum's
+    # own `__hash__` is a Python call, and `set_status` hashes twice per request per step.
+    __hash__ = object.__hash__
+
 
 _FINAL = {ReqStatus.FINISHED, ReqStatus.ABORTED}  # reachable from every other status
 # The one place where a sequence's status may change (`Req.set_status` checks it).

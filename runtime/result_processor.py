@@ -132,10 +132,17 @@ class ResultProcessor:
         recount_jumped_rows(reqs, info)
         return result
 
-    def sample(self, reqs: list[Req], logits: torch.Tensor, info: SamplingBatchInfo):
+    def sample(
+        self,
+        reqs: list[Req],
+        logits: torch.Tensor,
+        info: SamplingBatchInfo,
+        dropped_rows: frozenset[int] = frozenset(),
+    ):
         """Launches sampling (no host sync); every earlier token of `reqs` is appended (their
-        matchers advanced), as the masks and the counter-based draw need."""
-        self.grammar.set_vocab_mask(reqs, info)
+        matchers advanced), as the masks and the counter-based draw need. `dropped_rows`:
+        rows whose sample the caller drops (overlap's stale rows): they get no mask."""
+        self.grammar.set_vocab_mask(reqs, info, dropped_rows)
         set_min_token_bans(reqs, info)
         if info.all_greedy:
             steps = None  # greedy rows draw no random number
@@ -164,18 +171,26 @@ class ResultProcessor:
                     req.set_status(ReqStatus.DECODING)  # its first token, after the prefill
                 outputs.append(make_req_output(req))
                 continue
-            self.grammar.accept(req, token_id)
+            # Constrained (or stop strings, min_new_tokens): per row per step at batch 64, so
+            # the matcher is called directly and `req.finished` is tested once, inline.
+            matcher = req.grammar
+            if matcher is not None:
+                matcher.accept_token(token_id)
             check_finished(req, [token_id], context_length)
-            if not req.finished and self.grammar.is_terminated(req):
+            status = req.status
+            finished = status is ReqStatus.FINISHED or status is ReqStatus.ABORTED
+            if not finished and matcher is not None and matcher.is_terminated():
                 req.finish({"type": "stop", "matched": None})  # the constraint is done
-            if not req.finished:
-                if req.status is not ReqStatus.DECODING:
+                finished = True
+            if not finished:
+                if status is not ReqStatus.DECODING:
                     req.set_status(ReqStatus.DECODING)  # first token, or its run is computed
                 if self.grammar.try_jump_forward(req, context_length):  # JUMPED now
                     self.counters.jump_forward_tokens += req.num_uncommitted - 1
-            if req.finished and launched_next and id(req) in launched_next:
+                finished = req.status is ReqStatus.FINISHED  # the jump may end it
+            if finished and launched_next and id(req) in launched_next:
                 self.kv.free_pending_slot(req)  # its row in the step launched after this one
-            outputs.append(self.finish(req) if req.finished else make_req_output(req))
+            outputs.append(self.finish(req) if finished else make_req_output(req))
         return result
 
     def finish(self, req: Req) -> ReqOutput:

@@ -236,3 +236,24 @@ def test_llguidance_builds_a_budget_table_only_for_requests_with_a_budget():
     assert unused.new_matcher().min_completion_tokens() >= 1
     assert unused.budget_table_ready() and unused.completion_table is not None
     backend.shutdown()
+
+
+def test_llguidance_budget_above_max_reach_never_restricts_and_at_it_does():
+    """A budget above the table's `max_reach` is dropped per step (no state's mask could be
+    restricted by it); one token less restricts some state."""
+    backend = GrammarBackend(
+        tiny_tokenizer_path(), grammar_backend="llguidance", constraint_budget=True
+    )
+    grammar = backend.compile(ConstraintSpec.regex(LONG_FREE_REGEX))
+    grammar.wait_for_budget_table()
+    table = grammar.completion_table
+    num_states = len(table.distance)
+    assert all(table.budget_mask(s, table.max_reach + 1) is None for s in range(num_states))
+    assert any(table.budget_mask(s, table.max_reach) is not None for s in range(num_states))
+    matcher = grammar.new_matcher()
+    assert matcher.min_completion_tokens() is not None  # reads the table
+    matcher.set_token_budget(table.max_reach + 1)
+    unrestricted = matcher._token_budget is None
+    matcher.set_token_budget(table.max_reach)
+    assert unrestricted and matcher._token_budget == table.max_reach
+    backend.shutdown()

@@ -268,3 +268,37 @@ def test_char_automaton_built_in_a_subprocess_matches_and_times_out_cleanly():
     matcher = too_slow.new_matcher()
     assert matcher.find_jump_forward() is None  # no jump-forward, masks unaffected
     assert matcher.accept_token(TOKENIZER.token_to_id('{"'))
+
+
+def test_llguidance_refused_plan_leaves_the_matcher_unchanged():
+    from radixgen.constrained.jump_forward import JumpForward
+
+    backend = GrammarBackend(TOKENIZER, grammar_backend="llguidance")
+    matcher = backend.compile(ConstraintSpec.regex(r"\[[0-9](,[0-9]){2}\]")).new_matcher()
+    assert matcher.accept_token(TOKENIZER.token_to_id("["))
+    before = allowed_ids(matcher)
+    digit, bracket = TOKENIZER.token_to_id("5"), TOKENIZER.token_to_id("]")
+    bad = JumpForward(retract_tokens=0, append_ids=(digit, bracket), appended_text="5]")
+    with pytest.raises(ValueError, match="not allowed"):
+        matcher.apply_jump_forward(bad)  # "5" is consumed, then "]" refused: "5" is undone
+    assert list(matcher.output_ids) == [TOKENIZER.token_to_id("[")]
+    assert np.array_equal(allowed_ids(matcher), before)
+    assert matcher.accept_token(digit) and not matcher.accept_token(bracket)
+
+
+def test_memo_encoder_answers_like_the_tokenizer_and_stays_bounded():
+    from radixgen.constrained.llguidance_backend import MemoEncoder
+
+    calls = []
+
+    def encode(text: bytes) -> list[int]:
+        calls.append(text)
+        return TOKENIZER.encode(text.decode(), add_special_tokens=False).ids
+
+    memo = MemoEncoder(encode, max_text_bytes=8, max_entries=2)
+    for text in (b'",', b'",', b'"}', b'"}', b"a long text", b"a long text", b"x", b"x"):
+        ids = memo(text)
+        assert ids == TOKENIZER.encode(text.decode()).ids
+        ids.append(-1)  # a caller's list is its own: the memo is not changed
+    # kept: the two short texts; not kept: the long one, and "x" past max_entries
+    assert calls == [b'",', b'"}', b"a long text", b"a long text", b"x", b"x"]

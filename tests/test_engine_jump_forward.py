@@ -93,14 +93,19 @@ def test_jump_forward_runs_inside_the_decode_batch(tiny_model_path):
 
 def test_jump_forward_under_overlap_drops_stale_samples(tiny_model_path):
     """A jump found while a step is in flight makes that step's sample stale (dropped, and
-    not counted by the penalties); the run goes into the next launched step."""
+    not counted by the penalties, and no mask is filled for it); the run goes into the next
+    launched step."""
     scheduler = make_jump_scheduler(tiny_model_path, enable_overlap_schedule=True)
     num_stale = 0
     while scheduler.has_work():
         scheduler.step()
         if scheduler.inflight is not None:
-            num_stale += len(scheduler.inflight.stale_rows)
+            stale = scheduler.inflight.stale_rows
+            num_stale += len(stale)
             assert_penalty_counts_follow_outputs(scheduler)
+            masked = scheduler.batches.running.sampling_info.vocab_bitmask_rows
+            masked = set() if masked is None else set(masked.tolist())
+            assert not masked & stale  # a dropped sample needs no mask
     assert num_stale > 0
     scheduler.check_integrity()
     scheduler.shutdown()
