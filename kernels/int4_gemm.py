@@ -18,15 +18,15 @@ runtime/models/int4_linear.py):
 Unpacking without integer-to-float conversions (I2F runs at 1/8 of the FP32 rate on sm_90 and
 bounded the first kernels): OR-ing a nibble's bits into the mantissa of the float 2^23 gives the
 float `2^23 + q * 16^p` exactly (p the nibble's position in the word, p <= 4 so it stays below
-2^24), and one subtraction of `2^23 + zero * 16^p` leaves `(q - zero) * 16^p` exactly. Nibbles
-0..4 are masked in place (no shift); nibbles 5..7 after one shift of the word by 20 bits. The
-16^-p factors go into the activations (exact powers of two).
+2^24), and one subtraction of `2^23 + zero * 16^p` leaves `(q - zero) * 16^p` exactly. In the
+GEMV, nibbles 0..4 are masked in place (no shift) and nibbles 5..7 after one shift of the word
+by 20 bits, the 16^-p factors going into the activations (exact powers of two); the GEMM and
+the dequantizer shift every nibble down to p = 0.
 
 Three paths, chosen by the number of tokens M (`int4_linear` dispatches; `int4_gemm_configs`
 holds the tuned per-shape table):
 - M = 1 (decode; up to GEMV_M_LIMIT tokens where the tuned table says so): `_int4_gemv_kernel`,
-  a split-K GEMV on the CUDA cores. Grid
-  `(M, cdiv(N, BLOCK_N), split_k)`; each program accumulates `[BLOCK_K / 8, BLOCK_N]` fp32
+  a split-K GEMV on the CUDA cores. Grid `(M, cdiv(N, BLOCK_N), split_k)`; each program accumulates `[BLOCK_K / 8, BLOCK_N]` fp32
   partial sums over its K range with no cross-thread traffic, applying the group's scale once
   per word, and reduces across threads once at the end. The other tokens' programs re-read the
   same words from L2.
