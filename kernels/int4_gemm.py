@@ -27,9 +27,9 @@ Three paths, chosen by the number of tokens M (`int4_linear` dispatches; `int4_g
 holds the tuned per-shape table):
 - M = 1 (decode; up to GEMV_M_LIMIT tokens where the tuned table says so): `_int4_gemv_kernel`,
   a split-K GEMV on the CUDA cores. Grid `(M, cdiv(N, BLOCK_N), split_k)`; each program
-  accumulates `[BLOCK_K / 8, BLOCK_N]` fp32 partial sums over its K range with no cross-thread traffic, applying the group's scale once
-  per word, and reduces across threads once at the end. The other tokens' programs re-read the
-  same words from L2.
+  accumulates `[BLOCK_K / 8, BLOCK_N]` fp32 partial sums over its K range with no cross-thread
+  traffic, applying the group's scale once per word, and reduces across threads once at the
+  end. The other tokens' programs re-read the same words from L2.
 - 2 to 255 tokens: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`
   of x by the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot; x and
   the words are software-pipelined by Triton; up to 16 tokens as `out^T = W^T x^T`, the tokens
