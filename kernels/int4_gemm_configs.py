@@ -123,12 +123,12 @@ def _power_of_two_at_most(value: int) -> int:
 def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> Int4GemmConfig:
     """The untuned choice.
 
-    GEMV (M <= GEMV_M_MAX): one warp per program over 128 columns (a layout with every tile row in one thread,
-    so the 1-D scale and zero loads need no shared-memory layout conversion) and 32 K rows per
-    step, two steps of words in flight while one computes (136 registers, ptxas sm_90); split-K
-    until about 16 programs per SM keep enough bytes in flight, down to 4 steps per split. GEMM: 128 x 128 weight tiles per K step, split-K up
-    to about two programs per SM (128 registers a thread at 8 warps) with at least two K
-    steps each.
+    GEMV (M <= GEMV_M_MAX): one warp per program over 128 columns (a layout with every tile row
+    in one thread, so the 1-D scale and zero loads need no shared-memory layout conversion) and
+    32 K rows per step, two steps of words in flight while one computes (136 registers, ptxas
+    sm_90); split-K until about 16 programs per SM keep enough bytes in flight, down to 4 steps
+    per split. GEMM: 128 x 128 weight tiles per K step, split-K up to about two programs per SM
+    (128 registers a thread at 8 warps) with at least two K steps each.
     """
     if m <= GEMV_M_MAX:
         block_n, block_k = 128, largest_block_k(group_size, 32)
