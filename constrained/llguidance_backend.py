@@ -451,7 +451,8 @@ class MemoEncoder:
     jump-forward probe: with jump-forward on, once per constrained row per decode step, and
     mostly for the same few separators (`,`, `":`, `"}`). Through a transformers tokenizer a
     call costs ~35 µs of Python: ~1.2 ms of a 64-row step on the CPU dev machine
-    (docs/benchmarks.md); a hit costs one dict lookup. Encoding is a pure function of the text, so answers are identical.
+    (docs/benchmarks.md); a hit costs one dict lookup. Encoding is a pure function of the text,
+    so answers are identical.
     Bounded: texts over `max_text_bytes` are not kept, and at most `max_entries` are.
     """
 

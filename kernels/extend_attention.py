@@ -84,7 +84,8 @@ def _load_prefix_kv(
     dtype: tl.constexpr,
     IS_FP8_POOL: tl.constexpr,
 ):
-    """Gathers one prefix chunk from the paged pool: K as [BLOCK_D, BLOCK_N], V [BLOCK_N, BLOCK_D]."""
+    """Gathers one prefix chunk from the paged pool: K as [BLOCK_D, BLOCK_N], V as
+    [BLOCK_N, BLOCK_D]."""
     slots = tl.load(token_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
     k = tl.load(
         k_buffer_ptr + slots[None, :] * stride_kb_slot + kv_head * stride_kb_head + offs_d[:, None],

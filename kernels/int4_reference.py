@@ -24,13 +24,15 @@ def check_int4_inputs(x, qweight, scales, zeros, group_size) -> None:
         )
     if qweight.dtype != torch.int32 or qweight.dim() != 2 or qweight.shape[0] * 8 != k:
         raise ValueError(
-            f"qweight must be [K / 8, N] int32 with K={k}, got {tuple(qweight.shape)} {qweight.dtype}"
+            f"qweight must be [K / 8, N] int32 with K={k}, "
+            f"got {tuple(qweight.shape)} {qweight.dtype}"
         )
     expected = (k // group_size, qweight.shape[1])
     for name, tensor in (("scales", scales), ("zeros", zeros)):
         if tuple(tensor.shape) != expected or not tensor.is_floating_point():
             raise ValueError(
-                f"{name} must be a float {expected} tensor, got {tuple(tensor.shape)} {tensor.dtype}"
+                f"{name} must be a float {expected} tensor, "
+                f"got {tuple(tensor.shape)} {tensor.dtype}"
             )
     for name, tensor in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
         if not tensor.is_contiguous() or tensor.device != x.device:

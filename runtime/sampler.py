@@ -133,17 +133,17 @@ class Sampler:
     def _sample_fused(
         self, logits: torch.Tensor, info: SamplingBatchInfo, steps: torch.Tensor | None
     ) -> torch.Tensor:
-        """Mask, temperature, filters and draw in one kernel launch, without a host sync.
-        The bitmask is applied to every row: its unconstrained rows are all ones."""
-        temperatures = info.temperatures.reshape(-1)  # [batch]
-        if not info.all_greedy:
-            temperatures = temperatures.masked_fill(info.greedy, 0.0)  # the kernel's greedy
+        """Mask, temperature, filters and draw in one kernel launch, without a host sync, for
+        a batch in which some row samples (all-greedy batches take argmax). The bitmask is
+        applied to every row: its unconstrained rows are all ones."""
+        # [batch]; temperature 0 is the kernel's greedy row
+        temperatures = info.temperatures.reshape(-1).masked_fill(info.greedy, 0.0)
         top_k_or_p = info.need_top_k_or_p
         return self.fused_sample(
             logits,
             temperatures=temperatures,
-            seeds=None if info.all_greedy else info.seeds,
-            steps=None if info.all_greedy else steps,
+            seeds=info.seeds,
+            steps=steps,
             top_ks=info.top_ks if top_k_or_p else None,
             top_ps=info.top_ps if top_k_or_p else None,
             min_ps=info.min_ps if info.need_min_p else None,

@@ -187,8 +187,9 @@ def warm_up(scheduler: Scheduler, plan: WarmupPlan | None = None) -> WarmupRepor
     """
     if scheduler.has_work():
         raise ValueError("warm_up needs an idle scheduler (requests are queued or running)")
-    head_dim = scheduler.runner.model_config.head_dim
-    plan = plan or WarmupPlan.for_device(scheduler.device.type, head_dim)
+    if plan is None:
+        head_dim = scheduler.runner.model_config.head_dim
+        plan = WarmupPlan.for_device(scheduler.device.type, head_dim)
     start = time.perf_counter()
     rounds = warmup_rounds(
         plan,

@@ -1,4 +1,5 @@
-"""Microbenchmark of the fused sampling kernel against the separate-launch torch path (run on a GPU).
+"""Microbenchmark of the fused sampling kernel against the separate-launch torch path (on a
+GPU).
 
     python -m radixgen.runtime.bench.sampling [--quick] [--sweep] [--json PATH]
 
