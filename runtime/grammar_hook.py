@@ -26,6 +26,12 @@ from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 
 # Our own deadline on top of the backend's, in case a compile never reports back.
 TIMEOUT_GRACE_S = 5.0
+# A jump-forward pays only for runs of 2+ forced tokens. A forced token costs a forward either
+# way (its KV must be computed), and a one-token jump turns the request's next forward into
+# a 2-token extend row, which takes the whole batch off its decode CUDA graph, and under the
+# overlapped schedule also wastes the row launched before the jump was found. A lone forced
+# token is left to the mask, which allows only it: sampled in an ordinary decode step.
+MIN_JUMP_TOKENS = 2
 
 
 class GrammarHook:
@@ -272,7 +278,9 @@ class GrammarHook:
             return False
         matcher, params = req.grammar, req.sampling_params  # per constrained row per step
         plan = matcher.find_jump_forward()
-        if plan is None or not plan.append_ids or plan.retract_tokens > 1:
+        if plan is None or plan.retract_tokens > 1:
+            return False
+        if len(plan.append_ids) - plan.retract_tokens < MIN_JUMP_TOKENS:
             return False
         new_len = len(req.output_ids) - plan.retract_tokens + len(plan.append_ids)
         if new_len > params.max_new_tokens:

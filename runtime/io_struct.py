@@ -139,6 +139,7 @@ class SchedulerStats:
     num_spec_verify_steps: int = 0
     num_spec_draft_tokens: int = 0
     num_spec_accepted_tokens: int = 0
+    num_spec_verified_reqs: int = 0  # requests in the verify forwards, summed over steps
     # Mean tokens a request gains per verify step (SGLang's accept length; 1.0 = no gain).
     spec_accept_length: float = 0.0
 
@@ -204,5 +205,6 @@ class SchedulerCounters:
             num_spec_verify_steps=self.spec_verify_steps,
             num_spec_draft_tokens=self.spec_draft_tokens,
             num_spec_accepted_tokens=self.spec_accepted_tokens,
+            num_spec_verified_reqs=self.spec_verified_reqs,
             spec_accept_length=self.spec_emitted_tokens / max(self.spec_verified_reqs, 1),
         )

@@ -137,3 +137,21 @@ def test_jump_forward_outputs_do_not_depend_on_the_schedule(tiny_model_path, opt
             assert_drained_without_leaks(engine)
         results.append([(o["output_ids"], o["meta_info"]["finish_reason"]) for o in outputs])
     assert results[1] == results[0]
+
+
+def test_lone_forced_tokens_are_sampled_not_jumped(tiny_model_path):
+    """A one-token forced run (the `,` between one-digit items) is left to the mask: jumping
+    it would save no forward and would take the batch off its decode CUDA graph. Runs of two
+    or more tokens (a key-heavy record's names) still jump."""
+    import json
+
+    from radixgen.runtime.bench.datasets import JSON_KEYS_SCHEMA, json_array_schema
+
+    array = json_array_schema(6)
+    for schema, jumps in ((array, False), (JSON_KEYS_SCHEMA, True)):
+        with make_engine(tiny_model_path, enable_jump_forward=True) as engine:
+            params = {"max_new_tokens": 120, "temperature": 0, "json_schema": schema}
+            [output] = engine.generate([QUESTIONS[0]], [params])
+            json.loads(output["text"])  # complete and valid either way
+            assert (engine.get_stats()["num_jump_forward_tokens"] > 0) == jumps
+            assert_drained_without_leaks(engine)
