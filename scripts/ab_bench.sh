@@ -86,14 +86,30 @@ stage_serving_json() {  # $1: name; more: server flags
   local name=$1
   shift
   set -- "$name" "$@"
-  log "$1: serving, json vs random-ids at 64 concurrent"
+  log "$1: serving, json vs random-ids at 64 concurrent, ${REPEATS:-2} alternating pairs"
   start_server "$1" "${@:2}" || return 1
-  for dataset in random-ids json-array random-ids json-array; do
-    PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 --dataset $dataset --num-prompts 256 \
-      --max-concurrency 64 --random-input-len 64 --random-output-len 48 --json-array-items 24 \
-      --output-json "$OUT/$1_serving_$dataset.json" \
-      | grep -E "tpot|duration" | tail -4
+  # One serving run is a few seconds and TPOT moves ~10% between runs of one server: the
+  # ratio is taken per pair (random-ids then json-array), and its median over the pairs.
+  local pair dataset
+  for pair in $(seq 1 "${REPEATS:-2}"); do
+    for dataset in random-ids json-array; do
+      PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 \
+        --dataset $dataset --num-prompts "${NUM_PROMPTS:-256}" --max-concurrency 64 \
+        --random-input-len 64 --random-output-len 48 --json-array-items 24 \
+        --output-json "$OUT/$1_serving_${dataset}_p$pair.json" | grep -E "median_tpot" | tail -1
+    done
   done
+  python3 - "$OUT" "$1" <<'PY' | tee "$OUT/$1_serving_ratio.json"
+import json, pathlib, statistics, sys
+out, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+def tpot(dataset, pair):
+    data = json.loads((out / f"{name}_serving_{dataset}_p{pair}.json").read_text())
+    return data.get("results", [data])[0]["median_tpot_ms"]
+pairs = sorted(int(p.stem.rsplit("_p", 1)[1]) for p in out.glob(f"{name}_serving_json-array_p*.json"))
+ratios = [tpot("json-array", p) / tpot("random-ids", p) for p in pairs]
+print(json.dumps({"pairs": len(ratios), "tpot_ratio_per_pair": ratios,
+                  "tpot_ratio_median": statistics.median(ratios)}))
+PY
   log "$1: time to first token, never-seen schemas vs unconstrained"
   PYTHONPATH=/tmp/client:$PYTHONPATH timeout 150 python3 scripts/bench_schema_ttft.py \
     --num 10 | tee "$OUT/$1_schema_ttft.json"
@@ -151,11 +167,12 @@ stage_gsp_offline() {
 stage_jump_forward() {  # this tree only: the json dataset with jump-forward off, then on
   [ "$1" = new ] || return 0
   local flags name
-  for flags in "" "--enable-jump-forward"; do  # the key-heavy json-keys dataset
-    name=jf$([ -n "$flags" ] && echo _on || echo _off)
+  # (on by default with llguidance since session 3: off is the explicit flag)
+  for flags in "--disable-jump-forward" "--enable-jump-forward"; do  # the key-heavy json-keys
+    name=jf$([ "$flags" = --enable-jump-forward ] && echo _on || echo _off)
     start_server "$name" $flags || return 1
     for conc in 1 64; do
-      log "jump-forward ${flags:-off}: json at concurrency $conc"
+      log "$name: json-keys at concurrency $conc"
       serve_bench --dataset json-keys --num-prompts $((conc == 1 ? 16 : 256)) --max-concurrency $conc \
         --output-json "$OUT/${name}_c$conc.json" | grep -E "output_token_throughput|tpot" | head -2
     done
@@ -204,7 +221,8 @@ out = pathlib.Path(sys.argv[1])
 keys = ("duration_s", "total_output_tokens", "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
         "median_ttft_ms", "mean_ttft_ms", "mean_e2e_latency_ms", "startup_to_healthy_s",
         "output_token_throughput", "extra_ms_median", "new_schema_ms_median",
-        "unconstrained_ms_median", "decode_ms_per_step_median", "prefill_ms")
+        "unconstrained_ms_median", "decode_ms_per_step_median", "prefill_ms",
+        "tpot_ratio_median", "tpot_ratio_per_pair")
 summary = {}
 for path in sorted(out.glob("*.json")):
     text = path.read_text().strip()

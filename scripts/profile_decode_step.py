@@ -1,14 +1,15 @@
 """Where a batch-1 decode step's time goes on the GPU (a profiling aid, not a test).
 
     python3 scripts/profile_decode_step.py --model-path /tmp/llama-3.1-8b --load-format dummy \
-        [--quantization fp8|awq] [--batch-size 1] [--out $OUT]
+        [--quantization fp8|awq] [--lora] [--batch-size 1] [--out $OUT]
 
 Runs one warm greedy `Engine.generate` (128-token prompt, 129 new tokens: 128 decode steps)
 under `torch.profiler` and prints the GPU kernels per decode step, grouped by name: count per
 step, microseconds per step, share of the step. Kernels replayed from CUDA graphs are traced
 too. "step wall" is the generate's duration over its steps; "kernels" the summed kernel time
-per step; the difference is time the GPU sat idle (launch gaps, host work, syncs). JSON to
---out/profile_decode_step[_QUANT].json.
+per step; the difference is time the GPU sat idle (launch gaps, host work, syncs). `--lora`: every
+request uses one random rank-16 adapter on all linear modules (as scripts/bench_lora.py's).
+JSON to --out/profile_decode_step[_QUANT][_lora]_bsN.json.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--load-format", default="auto")
     parser.add_argument("--quantization", default=None)
+    parser.add_argument("--lora", action="store_true", help="one random rank-16 adapter")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -38,19 +40,38 @@ def main() -> None:
     options = {"load_format": args.load_format}
     if args.quantization:
         options["quantization"] = args.quantization
+    adapter = None
+    if args.lora:
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_lora import RANK, write_random_adapter
+
+        folder = Path(tempfile.mkdtemp(prefix="radixgen-lora-")) / "adapter0"
+        num_layers = json.loads(Path(args.model_path, "config.json").read_text())
+        write_random_adapter(folder, num_layers=num_layers["num_hidden_layers"], seed=0)
+        options |= {
+            "lora_paths": [f"adapter0={folder}"],
+            "max_lora_rank": RANK,
+            "lora_target_modules": ["all"],
+        }
+        adapter = ["adapter0"] * args.batch_size
     prompts = [[1000 + (i * 31 + j) % 20000 for j in range(128)] for i in range(args.batch_size)]
     params = {"max_new_tokens": args.steps + 1, "temperature": 0.0, "ignore_eos": True}
     with Engine(model_path=args.model_path, **options) as engine:
-        engine.generate(input_ids=prompts, sampling_params=params)  # warm: graphs, kernels
+        # warm: graphs, kernels
+        engine.generate(input_ids=prompts, sampling_params=params, lora_path=adapter)
         engine.flush_cache()
         first = {**params, "max_new_tokens": 1}
         start = time.perf_counter()
-        engine.generate(input_ids=prompts, sampling_params=first)
+        engine.generate(input_ids=prompts, sampling_params=first, lora_path=adapter)
         prefill_s = time.perf_counter() - start
         engine.flush_cache()
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             start = time.perf_counter()
-            engine.generate(input_ids=prompts, sampling_params=params)
+            engine.generate(input_ids=prompts, sampling_params=params, lora_path=adapter)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             total_s = time.perf_counter() - start
@@ -71,7 +92,7 @@ def main() -> None:
     for name, (count, total) in rows[:40]:
         per_step = total / args.steps
         print(f"{name:90s} {count / args.steps:7.2f} {per_step:8.1f} {per_step / step_us:6.1%}")
-    suffix = f"_{args.quantization}" if args.quantization else ""
+    suffix = (f"_{args.quantization}" if args.quantization else "") + ("_lora" if args.lora else "")
     path = os.path.join(args.out, f"profile_decode_step{suffix}_bs{args.batch_size}.json")
     with open(path, "w") as file:
         json.dump(
