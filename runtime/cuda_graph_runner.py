@@ -18,6 +18,9 @@ How it stays correct:
 - LoRA (`model_runner.lora_manager`): each row's adapter slot lives in a static buffer (-1 for
   padding rows and base-model requests) read by the SGMV kernels on the device, one segment
   per row, so one graph serves every mix of adapters.
+- EAGLE (`model_runner.graphs_keep_hidden_states`): the graphs also write every row's last
+  hidden state into a shared `[max_batch_size, hidden]` buffer, so EAGLE's verify forwards
+  (decode rows) replay graphs too; other engines keep logits only.
 - Tree attention (`model_runner.tree_attention_enabled`): each batch size of 2 or more gets a
   second graph whose attention is `tree_decode_attention` over a static `TreeDecodePlan` of fixed
   capacities. A batch with `shared_prefixes` copies its plan into that graph's tables and replays
@@ -82,6 +85,7 @@ class _CapturedGraph:
     forward_batch: ForwardBatch  # views of the static inputs, the batch the graph ran on
     attn_metadata: object  # kept alive: the graph reads its workspaces
     logits: torch.Tensor  # [batch_size, vocab] float32: rows of the shared output buffer
+    hidden_states: torch.Tensor | None  # [batch_size, hidden]: rows of the shared buffer
 
 
 class CudaGraphRunner:
@@ -119,6 +123,8 @@ class CudaGraphRunner:
         self.tree_graphs: dict[int, _CapturedGraph] = {}  # tree attention, batch sizes >= 2
         self.memory_pool = torch.cuda.graph_pool_handle()
         self._logits: torch.Tensor | None = None  # every graph's output rows
+        self.keeps_hidden_states = model_runner.graphs_keep_hidden_states
+        self._hidden_states: torch.Tensor | None = None  # every graph's hidden-state rows
         self._capture_all()
 
     def can_run(self, forward_batch: ForwardBatch) -> bool:
@@ -127,7 +133,9 @@ class CudaGraphRunner:
             and forward_batch.batch_size <= self.max_batch_size
         )
 
-    def replay(self, forward_batch: ForwardBatch) -> torch.Tensor:
+    def replay(
+        self, forward_batch: ForwardBatch, return_hidden_states: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Runs a decode batch through the smallest captured graph that holds it.
 
         Returns:
@@ -158,7 +166,12 @@ class CudaGraphRunner:
         ):
             captured = tree_graph
         captured.graph.replay()
-        return captured.logits[:batch].clone()
+        logits = captured.logits[:batch].clone()
+        if not return_hidden_states:
+            return logits
+        if captured.hidden_states is None:
+            raise ValueError("these graphs keep no hidden states (graphs_keep_hidden_states)")
+        return logits, captured.hidden_states[:batch].clone()
 
     def _capture_all(self) -> None:
         backend = self.model_runner.attn_backend
@@ -202,13 +215,17 @@ class CudaGraphRunner:
         if self.lora_state is not None:  # the wrapped layers read the static segments
             self.lora_state.segments = forward_batch.lora_segments
         stream.wait_stream(torch.cuda.current_stream(self.device))
+        keep = self.keeps_hidden_states
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: compiles kernels, settles allocations
-                logits = model(forward_batch)
+                outputs = model(forward_batch, keep)
         torch.cuda.current_stream(self.device).wait_stream(stream)
+        logits, hidden = outputs if keep else (outputs, None)
         if self._logits is None:  # [max_batch_size, vocab], outside the graph pool
             self._logits = logits.new_empty((self.max_batch_size, logits.shape[1]))
-        del logits
+        if keep and self._hidden_states is None:  # [max_batch_size, hidden], likewise
+            self._hidden_states = hidden.new_empty((self.max_batch_size, hidden.shape[1]))
+        del outputs, logits, hidden
         batch_size = forward_batch.batch_size
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.memory_pool, stream=stream):
@@ -217,8 +234,16 @@ class CudaGraphRunner:
             # the pool for the next capture. Kept per graph, the logits of the 59 batch sizes
             # up to 1,024 at a 128,256 vocabulary held 9.5 GiB (fp32), twice with tree
             # attention: the H200 ran out of memory serving with both graph sets.
-            self._logits[:batch_size].copy_(model(forward_batch))
-        return _CapturedGraph(graph, forward_batch, metadata, self._logits[:batch_size])
+            outputs = model(forward_batch, keep)
+            logits, hidden = outputs if keep else (outputs, None)
+            self._logits[:batch_size].copy_(logits)
+            if keep:
+                self._hidden_states[:batch_size].copy_(hidden)
+        del outputs, logits, hidden
+        hidden_rows = self._hidden_states[:batch_size] if keep else None
+        return _CapturedGraph(
+            graph, forward_batch, metadata, self._logits[:batch_size], hidden_rows
+        )
 
     def _static_forward_batch(self, batch_size: int) -> ForwardBatch:
         static = self.static

@@ -31,6 +31,7 @@ from radixgen.runtime.loader import load_model
 from radixgen.runtime.lora.manager import LoRAManager
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.speculative.config import SpeculativeAlgorithm, resolve_speculative_config
 from radixgen.runtime.tiny_model import resolve_model_path
 from radixgen.runtime.tp_batch_sync import (
     broadcast_forward_batch,
@@ -151,6 +152,11 @@ class ModelRunner:
         self.tree_attention_enabled = (
             self.attn_backend_name == "triton" and server_args.enable_tree_attention
         )
+        # EAGLE drafts from the target's last hidden states: its decode graphs keep them too.
+        speculative = resolve_speculative_config(server_args)
+        self.graphs_keep_hidden_states = (
+            speculative is not None and speculative.algorithm is SpeculativeAlgorithm.EAGLE
+        )
         self.model_config = ModelConfig.from_folder(self.model_path)
         self.context_length = server_args.context_length or self.model_config.context_length
         if self.context_length > self.model_config.context_length:
@@ -214,8 +220,9 @@ class ModelRunner:
         Returns:
             float32 logits: [batch, vocab] (last token of each request), or
             [num_tokens, vocab] when `forward_batch.return_all_logits`; with
-            `return_hidden_states` (EAGLE's verify forwards; eager: the CUDA graphs keep only
-            logits), (logits, every token's last hidden state [num_tokens, hidden_size]).
+            `return_hidden_states` (EAGLE's verify forwards: from the CUDA graphs too when
+            `graphs_keep_hidden_states`), (logits, every token's last hidden state
+            [num_tokens, hidden_size]).
         """
         if self.parallel.size > 1 and self.parallel.is_leader:
             broadcast_forward_batch(self.parallel, forward_batch)  # the followers run it too
@@ -226,10 +233,10 @@ class ModelRunner:
             graph_runner = self.cuda_graph_runner
             if (
                 graph_runner is not None
-                and not return_hidden_states
+                and (graph_runner.keeps_hidden_states or not return_hidden_states)
                 and graph_runner.can_run(forward_batch)
             ):
-                return graph_runner.replay(forward_batch)
+                return graph_runner.replay(forward_batch, return_hidden_states)
             forward_batch.attn_backend.init_forward_metadata(forward_batch)
             return self.model(forward_batch, return_hidden_states)
 

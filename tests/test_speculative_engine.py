@@ -392,12 +392,16 @@ def test_gpu_greedy_outputs_are_identical_with_ngram_speculation(tiny_model_path
 
 @pytest.mark.gpu
 def test_gpu_eagle_keeps_greedy_outputs(tiny_model_path):
-    """On CUDA (Triton attention for the target and the head; eager verify forwards, which
-    return the hidden states): fp32 greedy outputs with tiny's EAGLE head equal plain
-    decoding's, and drafts are accepted."""
+    """On CUDA (Triton attention for the target and the head; verify forwards as decode rows
+    replayed from the decode CUDA graphs, which keep the hidden states for EAGLE): fp32 greedy
+    outputs with tiny's EAGLE head equal plain decoding's, and drafts are accepted."""
     results = []
     for options in ({}, {**EAGLE, "speculative_min_accept_length": 0}):
         with Engine(model_path=tiny_model_path, device="cuda", dtype="float32", **options) as e:
+            graphs = e._scheduler.runner.cuda_graph_runner
+            assert graphs.keeps_hidden_states == bool(options)
+            if options:  # a small batch's verify rows take the graphs
+                assert e._scheduler.speculative._verifies_as_decode_rows(8, 512)
             results.append(run(e))
             stats = e.get_stats()
     for row in GREEDY_ROWS:

@@ -137,14 +137,14 @@ class SpeculativeDecoder:
 
     def _verifies_as_decode_rows(self, num_rows: int, num_prefix_tokens: int) -> bool:
         """Decode rows while a CUDA graph replays them (eager launches cost more than the
-        extra prefix reads at short contexts); EAGLE's forwards return hidden states, which the
-        graphs do not keep, so they stay one eager extend."""
+        extra prefix reads at short contexts); EAGLE's forwards return hidden states, which
+        the graphs keep when the runner was built for EAGLE (`graphs_keep_hidden_states`)."""
         if self.verify_as_decode_rows is not None:
             return self.verify_as_decode_rows
         graphs = self.runner.cuda_graph_runner
         return (
             graphs is not None
-            and not self.proposer.uses_target_hidden_states
+            and (graphs.keeps_hidden_states or not self.proposer.uses_target_hidden_states)
             and num_rows <= graphs.max_batch_size
             and self.config.num_steps * num_prefix_tokens <= MAX_EXTRA_PREFIX_READS
         )
