@@ -14,8 +14,15 @@ slot, -1: the base model):
   `[BLOCK_N, R]` tile of `B[s]` once, sums the partials of slot s's rows, and adds
   `scaling[s] * h @ B.T` into the base output `y` in place (q/k/v, gate/up: one launch).
 
-Two launches per projection whatever the shard count; the grid depends only on the pool, the
-shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA graphs and
+- fused (a table row with `fused: true`): one launch, grid `(num_slots, output blocks)`.
+  Program (s, n) computes its shard's rank activations of slot s's rows over the whole `K`
+  itself (A's `R` rows of that shard, from L2 after the first program) and expands them into
+  its block. Every block recomputes the shrink, but a batch-1 decode step is latency-bound:
+  at `K` = 4096 the second launch and its graph-node gap cost more than the recompute. The
+  sweep decides per shape and batch.
+
+Two launches per projection (one fused) whatever the shard count; the grid depends only on the
+pool, the shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA graphs and
 replays read fresh `token_slots`. Partial sums are summed in a fixed order (deterministic; no
 atomics, no zeroed buffer). Launch sizes come from a per-shape table (`lora_decode_configs.json`,
 written by `scripts/bench_lora.py kernels --sweep`) or a fallback.
@@ -52,6 +59,9 @@ class LoRADecodeConfig:
     shrink_warps: int
     block_n: int  # expand: output columns per program
     expand_warps: int
+    # One launch that recomputes the shrink in every expand program (split_k and shrink_warps
+    # unused; block_k is its K step, expand_warps its warps).
+    fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_k", "block_n"):
@@ -277,6 +287,83 @@ def _lora_decode_expand_kernel(
                 tl.store(y_ptrs, (y + scaling * delta).to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
+@triton.jit
+def _lora_decode_fused_kernel(
+    x_ptr,  # [T, K]
+    a_ptr,  # [num_slots, num_shards * R, K]
+    b_ptr,  # [num_slots, N, R]
+    y_ptr,  # [T, N], updated in place
+    scaling_ptr,  # [num_slots] fp32
+    token_slot_ptr,  # [T] int32
+    T,
+    K,
+    R,
+    stride_xt,
+    stride_a_slot,
+    stride_ar,
+    stride_b_slot,
+    stride_bn,
+    stride_yt,
+    size0,  # the shards' output sizes (0 past the last shard)
+    size1,
+    size2,
+    blocks0,  # output blocks of shards 0 and 1 (the grid's second axis walks all shards)
+    blocks1,
+    SCAN: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    slot = tl.program_id(0)
+    block = tl.program_id(1)
+    in1 = (block >= blocks0).to(tl.int32)  # past shard 0
+    in2 = (block >= blocks0 + blocks1).to(tl.int32)  # past shard 1
+    shard = in1 + in2
+    local_block = block - in1 * blocks0 - in2 * blocks1
+    shard_size = size0 + in1 * (size1 - size0) + in2 * (size2 - size1)
+    offs_n = local_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < shard_size
+    cols = in1 * size0 + in2 * size1 + offs_n  # columns of y / rows of B
+    offs_r = tl.arange(0, BLOCK_R)
+    r_mask = offs_r < R
+    offs_k = tl.arange(0, BLOCK_K)
+    # This shard's R rows of the slot's stacked A: [BLOCK_R, K]
+    a_rows = a_ptr + slot.to(tl.int64) * stride_a_slot + (shard * R + offs_r)[:, None] * stride_ar
+    for m0 in range(0, T, SCAN):
+        rows, mine, rank, count = _slot_rows(token_slot_ptr, slot, m0, T, SCAN)
+        if count > 0:
+            b = tl.load(
+                b_ptr
+                + slot.to(tl.int64) * stride_b_slot
+                + cols[:, None] * stride_bn
+                + offs_r[None, :],
+                mask=n_mask[:, None] & r_mask[None, :],
+                other=0.0,
+            )  # [BLOCK_N, BLOCK_R]
+            scaling = tl.load(scaling_ptr + slot)
+            for g0 in range(0, count, GROUP):
+                group, valid = _row_group(rows, mine, rank, count, g0, GROUP)
+                x_rows = x_ptr + group[:, None] * stride_xt
+                h = tl.zeros((GROUP, BLOCK_R), dtype=tl.float32)
+                for k0 in range(0, K, BLOCK_K):
+                    k_cols = k0 + offs_k
+                    k_mask = k_cols < K
+                    x = tl.load(
+                        x_rows + k_cols[None, :], mask=valid[:, None] & k_mask[None, :], other=0.0
+                    )  # [GROUP, BLOCK_K]
+                    a = tl.load(
+                        a_rows + k_cols[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0
+                    )  # [BLOCK_R, BLOCK_K]
+                    h += tl.dot(x, tl.trans(a))
+                # Rounded to the weights' 16 bits for the tensor cores, as the split path does.
+                delta = tl.dot(h.to(b.dtype), tl.trans(b))  # [GROUP, BLOCK_N] fp32
+                y_ptrs = y_ptr + group[:, None] * stride_yt + cols[None, :]
+                out_mask = valid[:, None] & n_mask[None, :]
+                y = tl.load(y_ptrs, mask=out_mask, other=0.0).to(tl.float32)
+                tl.store(y_ptrs, (y + scaling * delta).to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
 def lora_apply_decode(
     x: torch.Tensor,  # [T, K]
     y: torch.Tensor,  # [T, N], updated in place
@@ -304,6 +391,39 @@ def lora_apply_decode(
             in_features, y.shape[1], num_tokens, on_cuda=x.device.type == "cuda"
         )
     scan = max(16, min(256, triton.next_power_of_2(num_tokens)))  # rows read per slot scan
+    sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
+    blocks = [triton.cdiv(size, config.block_n) for size in sizes]
+    block_rank = max(16, triton.next_power_of_2(max_rank))
+    if config.fused:
+        _lora_decode_fused_kernel[(num_slots, sum(blocks))](
+            x,
+            lora_a,
+            lora_b,
+            y,
+            scalings,
+            token_slots,
+            num_tokens,
+            in_features,
+            max_rank,
+            x.stride(0),
+            lora_a.stride(0),
+            lora_a.stride(1),
+            lora_b.stride(0),
+            lora_b.stride(1),
+            y.stride(0),
+            sizes[0],
+            sizes[1],
+            sizes[2],
+            blocks[0],
+            blocks[1],
+            SCAN=scan,
+            GROUP=GROUP,
+            BLOCK_N=config.block_n,
+            BLOCK_R=block_rank,
+            BLOCK_K=config.block_k,
+            num_warps=config.expand_warps,
+        )
+        return y
     k_per_split = triton.cdiv(triton.cdiv(in_features, config.split_k), config.block_k)
     k_per_split *= config.block_k
     num_splits = triton.cdiv(in_features, k_per_split)
@@ -330,9 +450,6 @@ def lora_apply_decode(
         BLOCK_K=config.block_k,
         num_warps=config.shrink_warps,
     )
-    sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
-    blocks = [triton.cdiv(size, config.block_n) for size in sizes]
-    block_rank = max(16, triton.next_power_of_2(max_rank))
     _lora_decode_expand_kernel[(num_slots, sum(blocks))](
         partials,
         lora_b,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 22 (multi-LoRA) on one H200: GPU tests of the LoRA kernels and runner, the decode-kernel
-# launch sweep (<= ~60 s) followed by the kernel microbenchmark (SGMV before / decode kernels
-# after, and the swept table's winners), then decode throughput / step time base vs 8 adapters
-# (targets in scripts/bench_lora.py). Through the device tool: carry [".whl"] (as
+# launch sweep (<= ~90 s, the one-launch variant included) followed by the kernel
+# microbenchmark (SGMV before / decode kernels after, and the swept table's winners), then
+# decode throughput / step time base vs 8 adapters (targets in scripts/bench_lora.py). Through the device tool: carry [".whl"] (as
 # scripts/h200.sh); JSON and logs go to $OUT. Stages can run alone: STAGES="tests kernels serving".
 # The sweep's table is $OUT/lora_decode_configs.json: the serving stage of the same run uses it;
 # copy it over kernels/lora_decode_configs.json in the branch.
@@ -22,7 +22,7 @@ if [[ $STAGES == *tests* ]]; then
 fi
 if [[ $STAGES == *kernels* ]]; then
   log "decode sweep, then the kernel microbenchmark"
-  timeout 170 python3 scripts/bench_lora.py kernels --sweep --out "$OUT" 2>&1 \
+  timeout 240 python3 scripts/bench_lora.py kernels --sweep --out "$OUT" 2>&1 \
     | tee "$OUT/lora_kernels.log" | tail -40
   # This machine's copy (editable install) serves with the swept table from here on.
   [[ -s $OUT/lora_decode_configs.json ]] && cp "$OUT/lora_decode_configs.json" kernels/

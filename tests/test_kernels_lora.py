@@ -111,6 +111,8 @@ DECODE_CONFIGS = [
     LoRADecodeConfig(split_k=1, block_k=32, shrink_warps=2, block_n=16, expand_warps=2),
     # 10 splits of K=160: the expand sums them in two chunks (8 + 2)
     LoRADecodeConfig(split_k=10, block_k=16, shrink_warps=1, block_n=64, expand_warps=1),
+    # one launch: every output block recomputes its shard's rank activations over all of K
+    LoRADecodeConfig(split_k=1, block_k=32, shrink_warps=1, block_n=16, expand_warps=1, fused=True),
 ]
 DECODE_CASES = [  # (output_sizes, in_features, max_rank, row slots)
     ((32, 16, 16), 64, 16, [2, 0, -1, 1, 0]),  # q/k/v in one launch; slot 3 unused
@@ -167,6 +169,11 @@ def test_decode_config_table():
     fallback = select_decode_config(14336, 4096, 1, True, table)  # shape not in the table
     assert fallback.split_k == 32 and fallback.block_n == 128
     assert select_decode_config(4096, 6144, 1, False, table).block_n == 16  # interpreter
+    assert not select_decode_config(4096, 6144, 1, True, table).fused  # two launches by default
+    fused = parse_decode_config_table(
+        {"shapes": {"4096x6144": [dict(row, max_tokens=None, fused=True)]}}
+    )
+    assert select_decode_config(4096, 6144, 1, True, fused).fused
     load_decode_config_table.cache_clear()
     assert isinstance(load_decode_config_table(), dict)  # the shipped table parses
     with pytest.raises(ValueError, match="max_tokens"):
