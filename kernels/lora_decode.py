@@ -164,6 +164,30 @@ def _row_group(rows, mine, rank, count, g0, GROUP: tl.constexpr):
 
 
 @triton.jit
+def _output_block(block, size0, size1, size2, blocks0, blocks1, BLOCK_N: tl.constexpr):
+    """Output block `block` of the grid's walk over every shard: (its shard, its columns of y /
+    rows of B [BLOCK_N], their mask)."""
+    in1 = (block >= blocks0).to(tl.int32)  # past shard 0
+    in2 = (block >= blocks0 + blocks1).to(tl.int32)  # past shard 1
+    local_block = block - in1 * blocks0 - in2 * blocks1
+    shard_size = size0 + in1 * (size1 - size0) + in2 * (size2 - size1)
+    offs_n = local_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    return in1 + in2, in1 * size0 + in2 * size1 + offs_n, offs_n < shard_size
+
+
+@triton.jit
+def _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt):
+    """y[group, cols] += scaling * h @ b.T, for h [GROUP, BLOCK_R] fp32 rank activations and
+    b [BLOCK_N, BLOCK_R] the B tile."""
+    # 16-bit weights: the rank activations are rounded to them for the tensor cores.
+    delta = tl.dot(h.to(b.dtype), tl.trans(b))  # [GROUP, BLOCK_N] fp32
+    y_ptrs = y_ptr + group[:, None] * stride_yt + cols[None, :]
+    out_mask = valid[:, None] & n_mask[None, :]
+    y = tl.load(y_ptrs, mask=out_mask, other=0.0).to(tl.float32)
+    tl.store(y_ptrs, (y + scaling * delta).to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
 def _lora_decode_shrink_kernel(
     x_ptr,  # [T, K]
     a_ptr,  # [num_slots, RR, K]
@@ -240,28 +264,18 @@ def _lora_decode_expand_kernel(
     SPLIT_CHUNK: tl.constexpr,
 ):
     slot = tl.program_id(0)
-    block = tl.program_id(1)
-    in1 = (block >= blocks0).to(tl.int32)  # past shard 0
-    in2 = (block >= blocks0 + blocks1).to(tl.int32)  # past shard 1
-    shard = in1 + in2
-    local_block = block - in1 * blocks0 - in2 * blocks1
-    shard_size = size0 + in1 * (size1 - size0) + in2 * (size2 - size1)
-    offs_n = local_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < shard_size
-    cols = in1 * size0 + in2 * size1 + offs_n  # columns of y / rows of B
+    shard, cols, n_mask = _output_block(
+        tl.program_id(1), size0, size1, size2, blocks0, blocks1, BLOCK_N
+    )
     offs_r = tl.arange(0, BLOCK_R)
     r_mask = offs_r < R
     offs_s = tl.arange(0, SPLIT_CHUNK)
     for m0 in range(0, T, SCAN):
         rows, mine, rank, count = _slot_rows(token_slot_ptr, slot, m0, T, SCAN)
         if count > 0:  # B's tile once per scan (one scan: decode batches up to SCAN rows)
+            b_tile = b_ptr + slot.to(tl.int64) * stride_b_slot + cols[:, None] * stride_bn
             b = tl.load(
-                b_ptr
-                + slot.to(tl.int64) * stride_b_slot
-                + cols[:, None] * stride_bn
-                + offs_r[None, :],
-                mask=n_mask[:, None] & r_mask[None, :],
-                other=0.0,
+                b_tile + offs_r[None, :], mask=n_mask[:, None] & r_mask[None, :], other=0.0
             )  # [BLOCK_N, BLOCK_R]
             scaling = tl.load(scaling_ptr + slot)
             for g0 in range(0, count, GROUP):
@@ -279,12 +293,7 @@ def _lora_decode_expand_kernel(
                 for s0 in range(0, num_splits, SPLIT_CHUNK):
                     chunk_mask = h_mask & ((s0 + offs_s) < num_splits)[:, None, None]
                     h += tl.sum(tl.load(h_ptrs + s0 * stride_ps, mask=chunk_mask, other=0.0), 0)
-                # 16-bit weights: the rank activations are rounded to them for the tensor cores.
-                delta = tl.dot(h.to(b.dtype), tl.trans(b))  # [GROUP, BLOCK_N] fp32
-                y_ptrs = y_ptr + group[:, None] * stride_yt + cols[None, :]
-                out_mask = valid[:, None] & n_mask[None, :]
-                y = tl.load(y_ptrs, mask=out_mask, other=0.0).to(tl.float32)
-                tl.store(y_ptrs, (y + scaling * delta).to(y_ptr.dtype.element_ty), mask=out_mask)
+                _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt)
 
 
 @triton.jit
@@ -316,15 +325,9 @@ def _lora_decode_fused_kernel(
     BLOCK_K: tl.constexpr,
 ):
     slot = tl.program_id(0)
-    block = tl.program_id(1)
-    in1 = (block >= blocks0).to(tl.int32)  # past shard 0
-    in2 = (block >= blocks0 + blocks1).to(tl.int32)  # past shard 1
-    shard = in1 + in2
-    local_block = block - in1 * blocks0 - in2 * blocks1
-    shard_size = size0 + in1 * (size1 - size0) + in2 * (size2 - size1)
-    offs_n = local_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < shard_size
-    cols = in1 * size0 + in2 * size1 + offs_n  # columns of y / rows of B
+    shard, cols, n_mask = _output_block(
+        tl.program_id(1), size0, size1, size2, blocks0, blocks1, BLOCK_N
+    )
     offs_r = tl.arange(0, BLOCK_R)
     r_mask = offs_r < R
     offs_k = tl.arange(0, BLOCK_K)
@@ -333,13 +336,9 @@ def _lora_decode_fused_kernel(
     for m0 in range(0, T, SCAN):
         rows, mine, rank, count = _slot_rows(token_slot_ptr, slot, m0, T, SCAN)
         if count > 0:
+            b_tile = b_ptr + slot.to(tl.int64) * stride_b_slot + cols[:, None] * stride_bn
             b = tl.load(
-                b_ptr
-                + slot.to(tl.int64) * stride_b_slot
-                + cols[:, None] * stride_bn
-                + offs_r[None, :],
-                mask=n_mask[:, None] & r_mask[None, :],
-                other=0.0,
+                b_tile + offs_r[None, :], mask=n_mask[:, None] & r_mask[None, :], other=0.0
             )  # [BLOCK_N, BLOCK_R]
             scaling = tl.load(scaling_ptr + slot)
             for g0 in range(0, count, GROUP):
@@ -356,12 +355,7 @@ def _lora_decode_fused_kernel(
                         a_rows + k_cols[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0
                     )  # [BLOCK_R, BLOCK_K]
                     h += tl.dot(x, tl.trans(a))
-                # Rounded to the weights' 16 bits for the tensor cores, as the split path does.
-                delta = tl.dot(h.to(b.dtype), tl.trans(b))  # [GROUP, BLOCK_N] fp32
-                y_ptrs = y_ptr + group[:, None] * stride_yt + cols[None, :]
-                out_mask = valid[:, None] & n_mask[None, :]
-                y = tl.load(y_ptrs, mask=out_mask, other=0.0).to(tl.float32)
-                tl.store(y_ptrs, (y + scaling * delta).to(y_ptr.dtype.element_ty), mask=out_mask)
+                _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt)
 
 
 def lora_apply_decode(
