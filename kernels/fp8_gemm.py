@@ -17,7 +17,10 @@ Two GEMMs, chosen by the number of tokens M (`fp8_linear` dispatches):
   cuBLASLt (`torch._scaled_mm`) is slower than bf16 at these shapes (measured on the H200).
 - large M (prefill): `torch._scaled_mm` (cuBLASLt FP8) with row-wise scales.
 
-Activations are quantized by one Triton kernel per call (`quantize_fp8_per_token`). On the CPU
+Activations are quantized by one Triton kernel per call (`quantize_fp8_per_token`), unless
+they arrive quantized already (`Fp8Activations`: the RMSNorm or SiLU-and-mul kernel before the
+linear wrote e4m3 values and per-token scales in its own pass, `rms_norm.py`, `activation.py`):
+at decode, that saves the quantize launch of three of a layer's four linears. On the CPU
 `fp8_linear` runs `fp8_linear_ref`: the same quantization in torch (float8_e4m3fn exists on the
 CPU), then the product of the dequantized operands in float32 (emulated FP8).
 """
@@ -25,6 +28,7 @@ CPU), then the product of the dequantized operands in float32 (emulated FP8).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -33,10 +37,36 @@ import triton.language as tl
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
 # amax floor: an all-zero row gets a tiny positive scale instead of a division by zero.
-_MIN_AMAX = 1e-12
+FP8_MIN_AMAX = 1e-12
 # Tokens up to which the Triton skinny GEMM beats cuBLASLt FP8 (issue 19's H200 figures:
 # `_scaled_mm` loses to bf16 at M <= 64 and wins from M = 256).
 SMALL_M_MAX = 64
+
+
+@dataclass(frozen=True)
+class Fp8Activations:
+    """Activations quantized per token by the kernel that produced them: `values * scales[:,
+    None]` approximates them, exactly as `quantize_fp8_per_token` of the unquantized tensor
+    would (the producers round to `dtype` first, then quantize the same way)."""
+
+    values: torch.Tensor  # [M, K] e4m3
+    scales: torch.Tensor  # [M] fp32
+    dtype: torch.dtype  # the unquantized activations' dtype: the linear's output dtype
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+
+@triton.jit
+def store_fp8_row(y, mask, out_row_ptr, scale_ptr, offs, FP8_MAX_VALUE, MIN_AMAX):
+    """Stores the fp32 row `y` ([BLOCK], zero where masked) as e4m3 with its per-row scale
+    `amax / FP8_MAX_VALUE` (the one per-token quantization of every kernel here)."""
+    amax = tl.maximum(tl.max(tl.abs(y), 0), MIN_AMAX)
+    scale = amax / FP8_MAX_VALUE
+    yq = tl.clamp(y / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
+    tl.store(out_row_ptr + offs, yq.to(out_row_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr, scale)
 
 
 @triton.jit
@@ -55,11 +85,7 @@ def _quantize_per_token_kernel(
     offs = tl.arange(0, BLOCK_K)
     mask = offs < K
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(x), 0), MIN_AMAX)
-    scale = amax / FP8_MAX_VALUE
-    xq = tl.clamp(x / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
-    tl.store(xq_ptr + row * stride_xq + offs, xq.to(xq_ptr.dtype.element_ty), mask=mask)
-    tl.store(scale_ptr + row, scale)
+    store_fp8_row(x, mask, xq_ptr + row * stride_xq, scale_ptr + row, offs, FP8_MAX_VALUE, MIN_AMAX)
 
 
 @triton.jit
@@ -172,6 +198,15 @@ def quantize_fp8_per_token(
         raise ValueError(f"x must be a [M, K] tensor contiguous in K, got {tuple(x.shape)}")
     if not x.is_cuda:
         return quantize_fp8_per_token_ref(x)
+    return quantize_fp8_per_token_triton(x)
+
+
+def quantize_fp8_per_token_triton(
+    x: torch.Tensor,  # [M, K] float, contiguous in K
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([M, K] e4m3, [M] fp32)
+    """The Triton kernel of `quantize_fp8_per_token` on x's device (on the CPU only under the
+    interpreter: the tests compare the fused producers with it there, whose e4m3 rounding of
+    values just below a power of two differs from torch's)."""
     m, k = x.shape
     xq = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
     scale = torch.empty((m,), dtype=torch.float32, device=x.device)
@@ -186,18 +221,24 @@ def quantize_fp8_per_token(
         x.stride(0),
         xq.stride(0),
         FP8_MAX_VALUE=FP8_MAX,
-        MIN_AMAX=_MIN_AMAX,
+        MIN_AMAX=FP8_MIN_AMAX,
         BLOCK_K=block_k,
         num_warps=min(16, max(1, block_k // 512)),
     )
     return xq, scale
 
 
+def quantize_fp8_activations(x: torch.Tensor) -> Fp8Activations:  # x: [M, K]
+    """`quantize_fp8_per_token(x)` as `Fp8Activations` (the producers' fallback path)."""
+    values, scales = quantize_fp8_per_token(x)
+    return Fp8Activations(values, scales, x.dtype)
+
+
 def quantize_fp8_per_token_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain-torch reference of `quantize_fp8_per_token` (also the per-channel weight
     quantizer: a weight's output channels are its rows)."""
     x = x.float()
-    scale = x.abs().amax(dim=-1).clamp(min=_MIN_AMAX) / FP8_MAX  # [M]
+    scale = x.abs().amax(dim=-1).clamp(min=FP8_MIN_AMAX) / FP8_MAX  # [M]
     xq = (x / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return xq, scale
 
@@ -321,7 +362,7 @@ def fp8_scaled_mm(
 
 
 def fp8_linear(
-    x: torch.Tensor,  # [..., K] bf16/fp16/fp32
+    x: torch.Tensor | Fp8Activations,  # [..., K] bf16/fp16/fp32, or [M, K] quantized
     weight: torch.Tensor,  # [N, K] e4m3
     weight_scale: torch.Tensor,  # [N] fp32
     bias: torch.Tensor | None = None,  # [N]
@@ -330,39 +371,47 @@ def fp8_linear(
 
     CUDA: the Triton skinny GEMM for M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the
     Triton GEMM too where cuBLASLt's rules fail: fp16/fp32 output, K or N not a multiple of
-    16). Elsewhere: `fp8_linear_ref`.
+    16). Elsewhere: `fp8_linear_ref`. `Fp8Activations` skip the quantization.
     """
-    if not x.is_cuda:
+    if not weight.is_cuda:
         return fp8_linear_ref(x, weight, weight_scale, bias)
-    leading = x.shape[:-1]
-    x2d = x.reshape(-1, x.shape[-1])
-    if x2d.stride(1) != 1:
-        x2d = x2d.contiguous()
-    xq, x_scale = quantize_fp8_per_token(x2d)
-    m, k = x2d.shape
+    if isinstance(x, Fp8Activations):
+        xq, x_scale, dtype = x.values, x.scales, x.dtype
+        leading = xq.shape[:-1]
+    else:
+        leading, dtype = x.shape[:-1], x.dtype
+        x2d = x.reshape(-1, x.shape[-1])
+        if x2d.stride(1) != 1:
+            x2d = x2d.contiguous()
+        xq, x_scale = quantize_fp8_per_token(x2d)
+    m, k = xq.shape
     n = weight.shape[0]
     # cuBLASLt row-wise scaling: bf16 output, K and N multiples of 16.
-    use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and x.dtype == torch.bfloat16
+    use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and dtype == torch.bfloat16
     if use_cublas:
-        out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, x.dtype)
+        out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, dtype)
     else:
-        out = fp8_gemm(xq, x_scale, weight, weight_scale, x.dtype)
+        out = fp8_gemm(xq, x_scale, weight, weight_scale, dtype)
     if bias is not None:
         out = out + bias
     return out.reshape(*leading, n)
 
 
 def fp8_linear_ref(
-    x: torch.Tensor,  # [..., K]
+    x: torch.Tensor | Fp8Activations,  # [..., K], or [M, K] quantized
     weight: torch.Tensor,  # [N, K] e4m3
     weight_scale: torch.Tensor,  # [N] fp32
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Emulated FP8 linear (plain torch, any device): the activations are quantized exactly as
     on the GPU, then both operands are dequantized and multiplied in float32."""
-    leading = x.shape[:-1]
-    xq, x_scale = quantize_fp8_per_token_ref(x.reshape(-1, x.shape[-1]))
+    if isinstance(x, Fp8Activations):
+        xq, x_scale, dtype = x.values, x.scales, x.dtype
+        leading = xq.shape[:-1]
+    else:
+        leading, dtype = x.shape[:-1], x.dtype
+        xq, x_scale = quantize_fp8_per_token_ref(x.reshape(-1, x.shape[-1]))
     out = (xq.float() @ weight.float().t()) * x_scale[:, None] * weight_scale.float()[None, :]
     if bias is not None:
         out = out + bias.float()
-    return out.to(x.dtype).reshape(*leading, weight.shape[0])
+    return out.to(dtype).reshape(*leading, weight.shape[0])

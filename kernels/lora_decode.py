@@ -17,13 +17,13 @@ slot, -1: the base model):
 - fused (a table row with `fused: true`): one launch, grid `(num_slots, output blocks)`.
   Program (s, n) computes its shard's rank activations of slot s's rows over the whole `K`
   itself (A's `R` rows of that shard, from L2 after the first program) and expands them into
-  its block. Every block recomputes the shrink, but a batch-1 decode step is latency-bound:
-  at `K` = 4096 the second launch and its graph-node gap cost more than the recompute. The
-  sweep decides per shape and batch.
+  its block. Every block recomputes the shrink, which pays only where a decode step is
+  latency-bound (batch 1) and the second launch with its graph-node gap costs more than the
+  recompute: the sweep measures it per shape and batch.
 
 Two launches per projection (one fused) whatever the shard count; the grid depends only on the
-pool, the shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA graphs and
-replays read fresh `token_slots`. Partial sums are summed in a fixed order (deterministic; no
+pool, the shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA
+graphs and replays read fresh `token_slots`. Partial sums are summed in a fixed order (deterministic; no
 atomics, no zeroed buffer). Launch sizes come from a per-shape table (`lora_decode_configs.json`,
 written by `scripts/bench_lora.py kernels --sweep`) or a fallback.
 """

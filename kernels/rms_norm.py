@@ -10,6 +10,11 @@ and reduction launches; at decode batch sizes those launches, not bytes, are the
 The fused variant rounds the sum to the storage dtype before normalising it, exactly as
 `x + residual` in torch would, so it changes no value; it saves the add's launch and one
 write and read of the row.
+
+`quantize_fp8=True` (both functions; for the FP8 linear that follows, `fp8_gemm.py`): the row
+is rounded to the input dtype as the unfused output would be, then stored as e4m3 with its
+per-token scale (`Fp8Activations`), the very values `quantize_fp8_per_token` would make of the
+unfused output, without its launch or the bf16 row's round trip through memory.
 """
 
 from __future__ import annotations
@@ -18,33 +23,68 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.fp8_gemm import (
+    FP8_DTYPE,
+    FP8_MAX,
+    FP8_MIN_AMAX,
+    Fp8Activations,
+    store_fp8_row,
+)
+
 
 @triton.jit
-def _store_normed(h, weight_ptr, out_row_ptr, rounding_ptr, offs, mask, hidden, eps):
+def _store_normed(
+    h,
+    weight_ptr,
+    out_row_ptr,
+    scale_ptr,
+    rounding_ptr,
+    offs,
+    mask,
+    hidden,
+    eps,
+    QUANT: tl.constexpr,
+    FP8_MAX_VALUE: tl.constexpr,
+    MIN_AMAX: tl.constexpr,
+):
     """Stores `h * rsqrt(mean(h^2) + eps) * weight` (h: [BLOCK] fp32 row), the normalised row
-    rounded to `rounding_ptr`'s dtype before the weight multiplies it, as torch's RMSNorm."""
+    rounded to `rounding_ptr`'s dtype before the weight multiplies it, as torch's RMSNorm.
+    QUANT: the product rounded to that dtype too (the unfused output), then e4m3 values into
+    `out_row_ptr` and the row's scale into `scale_ptr`."""
     rstd = tl.math.rsqrt(tl.sum(h * h, 0) / hidden + eps)
     normed = (h * rstd).to(rounding_ptr.dtype.element_ty).to(tl.float32)
     weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_row_ptr + offs, (normed * weight).to(out_row_ptr.dtype.element_ty), mask=mask)
+    if QUANT:
+        y = (normed * weight).to(rounding_ptr.dtype.element_ty).to(tl.float32)
+        store_fp8_row(y, mask, out_row_ptr, scale_ptr, offs, FP8_MAX_VALUE, MIN_AMAX)
+    else:
+        tl.store(out_row_ptr + offs, (normed * weight).to(out_row_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr,  # [num_rows, hidden]
     weight_ptr,  # [hidden]
-    out_ptr,  # [num_rows, hidden]
+    out_ptr,  # [num_rows, hidden]: promote(x, weight), or e4m3 when QUANT
+    scale_ptr,  # [num_rows] fp32 when QUANT (else unused)
     stride_x_row,
     stride_out_row,
     hidden,
     eps,
     BLOCK: tl.constexpr,
+    QUANT: tl.constexpr,
+    FP8_MAX_VALUE: tl.constexpr,
+    MIN_AMAX: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < hidden
     x = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
-    _store_normed(x, weight_ptr, out_ptr + row * stride_out_row, x_ptr, offs, mask, hidden, eps)
+    out_row = out_ptr + row * stride_out_row
+    _store_normed(
+        x, weight_ptr, out_row, scale_ptr + row, x_ptr, offs, mask, hidden, eps,
+        QUANT, FP8_MAX_VALUE, MIN_AMAX,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -52,8 +92,9 @@ def _fused_add_rms_norm_kernel(
     x_ptr,  # [num_rows, hidden]
     residual_ptr,  # [num_rows, hidden]
     weight_ptr,  # [hidden]
-    out_ptr,  # [num_rows, hidden]
+    out_ptr,  # [num_rows, hidden]: promote(x, weight), or e4m3 when QUANT
     sum_ptr,  # [num_rows, hidden]: x + residual, the next residual
+    scale_ptr,  # [num_rows] fp32 when QUANT (else unused)
     stride_x_row,
     stride_residual_row,
     stride_out_row,
@@ -61,6 +102,9 @@ def _fused_add_rms_norm_kernel(
     hidden,
     eps,
     BLOCK: tl.constexpr,
+    QUANT: tl.constexpr,
+    FP8_MAX_VALUE: tl.constexpr,
+    MIN_AMAX: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -71,7 +115,11 @@ def _fused_add_rms_norm_kernel(
     summed = (x + residual.to(tl.float32)).to(sum_ptr.dtype.element_ty)
     tl.store(sum_ptr + row * stride_sum_row + offs, summed, mask=mask)
     h = summed.to(tl.float32)
-    _store_normed(h, weight_ptr, out_ptr + row * stride_out_row, sum_ptr, offs, mask, hidden, eps)
+    out_row = out_ptr + row * stride_out_row
+    _store_normed(
+        h, weight_ptr, out_row, scale_ptr + row, sum_ptr, offs, mask, hidden, eps,
+        QUANT, FP8_MAX_VALUE, MIN_AMAX,
+    )  # fmt: skip
 
 
 def _check_norm_inputs(x: torch.Tensor, weight: torch.Tensor) -> int:
@@ -93,29 +141,60 @@ def _rows(x: torch.Tensor, hidden: int) -> torch.Tensor:  # [num_rows, hidden], 
     return rows if rows.stride(-1) == 1 else rows.contiguous()
 
 
-def _launch_options(hidden: int) -> dict:
+def _launch_options(hidden: int, quantize_fp8: bool) -> dict:
     block = triton.next_power_of_2(hidden)
-    return {"BLOCK": block, "num_warps": min(16, max(1, block // 256))}
+    return {
+        "BLOCK": block,
+        "num_warps": min(16, max(1, block // 256)),
+        "QUANT": quantize_fp8,
+        "FP8_MAX_VALUE": FP8_MAX,
+        "MIN_AMAX": FP8_MIN_AMAX,
+    }
+
+
+def _outputs(rows: torch.Tensor, weight: torch.Tensor, quantize_fp8: bool):
+    """The normed rows' buffer ([num_rows, hidden]: promote(x, weight), or e4m3) and the
+    per-row scales ([num_rows] fp32 when quantizing; else a 1-element placeholder)."""
+    if not quantize_fp8:
+        dtype = torch.promote_types(rows.dtype, weight.dtype)
+        return torch.empty(rows.shape, dtype=dtype, device=rows.device), rows.new_empty(1)
+    if weight.dtype != rows.dtype:
+        raise ValueError(
+            f"quantize_fp8 needs weight in x's dtype {rows.dtype} (the unfused output's), "
+            f"got {weight.dtype}"
+        )
+    scales = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+    return torch.empty(rows.shape, dtype=FP8_DTYPE, device=rows.device), scales
+
+
+def _normed(out: torch.Tensor, scales: torch.Tensor, x: torch.Tensor, quantize_fp8: bool):
+    """The caller's view of the normed rows: shaped like x, or its `Fp8Activations`."""
+    if quantize_fp8:
+        return Fp8Activations(out, scales, x.dtype)
+    return out.view(x.shape)
 
 
 def rms_norm(
     x: torch.Tensor,  # [..., hidden]
     weight: torch.Tensor,  # [hidden]
     eps: float,
-) -> torch.Tensor:  # [..., hidden], dtype promote(x, weight)
-    """RMS-normalises the last dimension of x and scales it by weight.
+    quantize_fp8: bool = False,
+) -> torch.Tensor | Fp8Activations:  # [..., hidden], dtype promote(x, weight)
+    """RMS-normalises the last dimension of x and scales it by weight; with `quantize_fp8`,
+    returns the result quantized per row (`Fp8Activations` of [num_rows, hidden]).
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes or dtypes.
     """
     hidden = _check_norm_inputs(x, weight)
     rows = _rows(x, hidden)
-    out = torch.empty(rows.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    out, scales = _outputs(rows, weight, quantize_fp8)
     if rows.shape[0] > 0:
         _rms_norm_kernel[(rows.shape[0],)](
-            rows, weight, out, rows.stride(0), out.stride(0), hidden, eps, **_launch_options(hidden)
-        )
-    return out.view(x.shape)
+            rows, weight, out, scales, rows.stride(0), out.stride(0), hidden, eps,
+            **_launch_options(hidden, quantize_fp8),
+        )  # fmt: skip
+    return _normed(out, scales, x, quantize_fp8)
 
 
 def fused_add_rms_norm(
@@ -123,12 +202,14 @@ def fused_add_rms_norm(
     residual: torch.Tensor,  # [..., hidden], same shape and dtype as x
     weight: torch.Tensor,  # [hidden]
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`h = x + residual` and `rms_norm(h, weight, eps)` in one pass over the rows.
+    quantize_fp8: bool = False,
+) -> tuple[torch.Tensor | Fp8Activations, torch.Tensor]:
+    """`h = x + residual` and `rms_norm(h, weight, eps, quantize_fp8)` in one pass over the
+    rows.
 
     Returns:
-        (normed [..., hidden] in promote(x, weight), h [..., hidden] in x's dtype: the next
-        layer's residual).
+        (normed [..., hidden] in promote(x, weight), or its `Fp8Activations` with
+        `quantize_fp8`; h [..., hidden] in x's dtype: the next layer's residual).
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes or dtypes.
@@ -140,15 +221,15 @@ def fused_add_rms_norm(
             f"{tuple(residual.shape)} {residual.dtype}"
         )
     rows, residual_rows = _rows(x, hidden), _rows(residual, hidden)
-    out = torch.empty(rows.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    out, scales = _outputs(rows, weight, quantize_fp8)
     summed = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     if rows.shape[0] > 0:
         _fused_add_rms_norm_kernel[(rows.shape[0],)](
-            rows, residual_rows, weight, out, summed,
+            rows, residual_rows, weight, out, summed, scales,
             rows.stride(0), residual_rows.stride(0), out.stride(0), summed.stride(0),
-            hidden, eps, **_launch_options(hidden),
+            hidden, eps, **_launch_options(hidden, quantize_fp8),
         )  # fmt: skip
-    return out.view(x.shape), summed.view(x.shape)
+    return _normed(out, scales, x, quantize_fp8), summed.view(x.shape)
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -8,6 +8,12 @@ import pytest
 import torch
 
 from radixgen.kernels.activation import silu_and_mul, silu_and_mul_ref
+from radixgen.kernels.fp8_gemm import (
+    fp8_linear,
+    quantize_fp8_activations,
+    quantize_fp8_per_token_ref,
+    quantize_fp8_per_token_triton,
+)
 from radixgen.kernels.rms_norm import (
     fused_add_rms_norm,
     fused_add_rms_norm_ref,
@@ -91,6 +97,78 @@ def test_silu_and_mul_matches_reference(shape, dtype):
 def test_silu_and_mul_rejects_odd_width():
     with pytest.raises(ValueError, match="even"):
         silu_and_mul(torch.zeros(2, 7))
+
+
+def assert_same_fp8(fused, unfused):
+    """Fused quantization equals the quantize kernel's of the unfused output, bit for bit (both
+    under the interpreter, which rounds some e4m3 values unlike torch; the GPU tests check the
+    kernels against torch)."""
+    values, scales = quantize_fp8_per_token_triton(unfused.reshape(-1, unfused.shape[-1]))
+    assert fused.dtype == unfused.dtype and fused.values.dtype == torch.float8_e4m3fn
+    assert torch.equal(fused.values.view(torch.uint8), values.view(torch.uint8))
+    assert torch.equal(fused.scales, scales)
+
+
+@pytest.mark.parametrize("shape", [(5, 256), (2, 3, 96), (1, 1000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_norms_quantize_fp8_as_the_unfused_path(shape, dtype):
+    """The norms' FP8 outputs (for an FP8 linear) are the unfused output quantized per token."""
+    x, residual = randn(*shape, dtype=dtype) * 3, randn(*shape, dtype=dtype, seed=1)
+    weight = (randn(shape[-1], dtype=torch.float32, seed=2) + 1).to(dtype)
+    x[0, ..., :3] = 0  # a row's zeros and its amax
+    assert_same_fp8(rms_norm(x, weight, 1e-6, quantize_fp8=True), rms_norm(x, weight, 1e-6))
+    fused, summed = fused_add_rms_norm(x, residual, weight, 1e-6, quantize_fp8=True)
+    normed, expected_sum = fused_add_rms_norm(x, residual, weight, 1e-6)
+    assert_same_fp8(fused, normed)
+    assert torch.equal(summed, expected_sum)
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(x, weight.float() if dtype != torch.float32 else weight.half(), 1e-6, True)
+
+
+@pytest.mark.parametrize("shape", [(4, 200), (1, 1376), (3, 6)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_silu_and_mul_quantizes_fp8_as_the_unfused_path(shape, dtype):
+    x = randn(*shape, dtype=dtype) * 4
+    assert_same_fp8(silu_and_mul(x, quantize_fp8=True), silu_and_mul(x))
+
+
+def test_fp8_linear_takes_quantized_activations():
+    """An FP8 linear given `Fp8Activations` computes what it computes from the unquantized
+    tensor (CPU: the emulated path; the GPU test covers the Triton and cuBLAS GEMMs)."""
+    x = randn(3, 64, dtype=torch.float32)
+    weight, weight_scale = quantize_fp8_per_token_ref(randn(48, 64, dtype=torch.float32, seed=1))
+    bias = randn(48, dtype=torch.float32, seed=2)
+    expected = fp8_linear(x, weight, weight_scale, bias)
+    quantized = quantize_fp8_activations(x)
+    assert torch.equal(fp8_linear(quantized, weight, weight_scale, bias), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens", [1, 64, 300])
+def test_gpu_fp8_producers_and_linear_in_bf16(num_tokens):
+    """On the GPU, bf16 at Llama-3.1-8B widths: the norms' and SiLU-and-mul's FP8 outputs equal
+    `quantize_fp8_per_token` of their unfused outputs bit for bit, and an FP8 linear given them
+    (the Triton GEMM up to 64 tokens, cuBLASLt above) returns what it returns from the tensor."""
+    from radixgen.kernels.fp8_gemm import quantize_fp8_per_token
+
+    def same(fused, unfused):
+        values, scales = quantize_fp8_per_token(unfused)
+        assert torch.equal(fused.values.view(torch.uint8), values.view(torch.uint8))
+        assert torch.equal(fused.scales, scales)
+
+    bf16 = torch.bfloat16
+    x = randn(num_tokens, 4096, dtype=bf16, device="cuda")
+    residual = randn(num_tokens, 4096, dtype=bf16, seed=1, device="cuda")
+    weight = randn(4096, dtype=bf16, seed=2, device="cuda") + 1
+    same(rms_norm(x, weight, 1e-5, quantize_fp8=True), rms_norm(x, weight, 1e-5))
+    fused, _ = fused_add_rms_norm(x, residual, weight, 1e-5, quantize_fp8=True)
+    same(fused, fused_add_rms_norm(x, residual, weight, 1e-5)[0])
+    gate_up = randn(num_tokens, 2 * 14336, dtype=bf16, seed=3, device="cuda") * 3
+    same(silu_and_mul(gate_up, quantize_fp8=True), silu_and_mul(gate_up))
+    w, w_scale = quantize_fp8_per_token(randn(1024, 4096, dtype=bf16, seed=4, device="cuda"))
+    normed = rms_norm(x, weight, 1e-5)
+    quantized = rms_norm(x, weight, 1e-5, quantize_fp8=True)
+    assert torch.equal(fp8_linear(quantized, w, w_scale), fp8_linear(normed, w, w_scale))
 
 
 def rope_tables(max_positions, head_dim):

@@ -80,6 +80,37 @@ def test_load_time_fp8_logits_close_to_full_precision(case, tmp_path):
     assert not torch.equal(both, weights_fp8)  # the FP8 KV cache is really read back
 
 
+def test_fp8_layers_take_activations_quantized_by_the_kernel_before_them(llama_folder, monkeypatch):
+    """qkv, gate_up and down get `Fp8Activations` from the norm / SiLU-and-mul (o_proj's input,
+    the attention output, is quantized by the layer), and the logits are those of quantizing
+    inside every layer: the producers quantize the very values the layer would."""
+    from radixgen.kernels.fp8_gemm import Fp8Activations
+    from radixgen.runtime.models.linear import LinearBase
+
+    runner = _runner(llama_folder, dtype="float32", quantization="fp8")
+    layer = runner.model.model.layers[0]
+    seen = {}
+    for name, linear in [
+        ("qkv", layer.self_attn.qkv_proj),
+        ("o", layer.self_attn.o_proj),
+        ("gate_up", layer.mlp.gate_up_proj),
+        ("down", layer.mlp.down_proj),
+    ]:
+        linear.register_forward_pre_hook(lambda _, args, name=name: seen.update({name: args[0]}))
+    fused = _prefill_logits(runner, PROMPT)
+    assert {name for name, x in seen.items() if isinstance(x, Fp8Activations)} == {
+        "qkv",
+        "gate_up",
+        "down",
+    }
+    # The same model with the producers' quantization turned off: each layer quantizes.
+    monkeypatch.setattr(LinearBase, "takes_fp8_activations", property(lambda self: False))
+    seen.clear()
+    unfused = _prefill_logits(runner, PROMPT)
+    assert not any(isinstance(x, Fp8Activations) for x in seen.values())
+    assert torch.equal(fused, unfused)
+
+
 def _compressed_tensors_checkpoint(source: Path, folder: Path, strategy: str) -> None:
     """Quantizes `source` with compressed-tensors (float8, per `strategy`) and saves it."""
     from compressed_tensors import ModelCompressor

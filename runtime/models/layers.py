@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from radixgen.kernels.fp8_gemm import Fp8Activations, quantize_fp8_activations
 from radixgen.kernels.rms_norm import fused_add_rms_norm, rms_norm
 from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_and_store_kv
 from radixgen.runtime.model_config import RopeConfig
@@ -20,25 +21,32 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., hidden_size]
+    def forward(
+        self, x: torch.Tensor, quantize_fp8: bool = False
+    ) -> torch.Tensor | Fp8Activations:  # [..., hidden_size]
+        """The normed x; with `quantize_fp8` (an FP8 linear reads it), quantized per token
+        (in the same kernel on CUDA; x must then be [num_tokens, hidden_size])."""
         if x.is_cuda:  # one Triton kernel instead of eight launches, same rounding
-            return rms_norm(x, self.weight, self.eps)
+            return rms_norm(x, self.weight, self.eps, quantize_fp8)
         input_dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(input_dtype)
+        normed = self.weight * x.to(input_dtype)
+        return quantize_fp8_activations(normed) if quantize_fp8 else normed
 
     def add_and_norm(
         self,
         x: torch.Tensor,  # [..., hidden_size]
         residual: torch.Tensor,  # [..., hidden_size]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`h = x + residual`; returns `(self(h), h)`: the residual add before each norm of a
-        decoder layer, in one kernel on CUDA (same values: the sum is rounded as torch does)."""
+        quantize_fp8: bool = False,
+    ) -> tuple[torch.Tensor | Fp8Activations, torch.Tensor]:
+        """`h = x + residual`; returns `(self(h, quantize_fp8), h)`: the residual add before
+        each norm of a decoder layer, in one kernel on CUDA (same values: the sum is rounded
+        as torch does)."""
         if x.is_cuda:
-            return fused_add_rms_norm(x, residual, self.weight, self.eps)
+            return fused_add_rms_norm(x, residual, self.weight, self.eps, quantize_fp8)
         summed = x + residual
-        return self(summed), summed
+        return self(summed, quantize_fp8), summed
 
 
 def rope_inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:

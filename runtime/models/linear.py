@@ -22,7 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixgen.kernels.fp8_gemm import FP8_DTYPE, fp8_linear, quantize_fp8_per_token_ref
+from radixgen.kernels.fp8_gemm import (
+    FP8_DTYPE,
+    Fp8Activations,
+    fp8_linear,
+    quantize_fp8_per_token_ref,
+)
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,7 @@ class Fp8LinearMethod(LinearMethod):
         layer.weight = nn.Parameter(quantized.contiguous(), requires_grad=False)
         layer.weight_scale = nn.Parameter(scale.float().contiguous(), requires_grad=False)
 
-    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+    def apply(self, layer: LinearBase, x: torch.Tensor | Fp8Activations) -> torch.Tensor:
         return fp8_linear(x, layer.weight, layer.weight_scale, layer.bias)
 
 
@@ -240,7 +245,13 @@ class LinearBase(nn.Module):
     def num_shards(self) -> int:
         return len(self.output_sizes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., input_size]
+    @property
+    def takes_fp8_activations(self) -> bool:
+        """Whether `forward` also takes `Fp8Activations` (an FP8 layer: the kernel before it
+        may quantize its output in its own pass instead of the layer doing it)."""
+        return isinstance(self.method, Fp8LinearMethod)
+
+    def forward(self, x: torch.Tensor | Fp8Activations) -> torch.Tensor:  # [..., input_size]
         return self.method.apply(self, x)
 
     def load_weight(self, name: str, tensor: torch.Tensor, shard: int = 0) -> None:

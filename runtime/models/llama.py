@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixgen.kernels.activation import silu_and_mul
+from radixgen.kernels.fp8_gemm import Fp8Activations, quantize_fp8_activations
 from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
@@ -101,7 +102,7 @@ class LlamaAttention(nn.Module):
 
     def forward(
         self,
-        hidden_states: torch.Tensor,  # [num_tokens, hidden_size]
+        hidden_states: torch.Tensor | Fp8Activations,  # [num_tokens, hidden_size]
         forward_batch: ForwardBatch,
         rotary_emb: RotaryEmbedding,
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
@@ -161,12 +162,19 @@ class LlamaMLP(nn.Module):
             checkpoint_slice=row_slice(parallel, start, full),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [num_tokens, hidden_size]
-        if x.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
-            activated = silu_and_mul(self.gate_up_proj(x))
+    def forward(
+        self, x: torch.Tensor | Fp8Activations
+    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
+        # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
+        quantize = self.down_proj.takes_fp8_activations
+        if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
+            activated = silu_and_mul(gate_up, quantize)
         else:
-            gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+            gate, up = gate_up.split(self.intermediate_size, dim=-1)
             activated = F.silu(gate) * up
+            if quantize:
+                activated = quantize_fp8_activations(activated)
         return self.parallel.all_reduce(self.down_proj(activated))  # row parallel: summed
 
 
@@ -193,13 +201,19 @@ class LlamaDecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:  # (MLP output, residual), both not yet summed
         # Each residual add is fused into the norm that follows it; the last layer's add is
         # done by the final norm (`LlamaModel.forward`).
+        # FP8 qkv / gate_up projections take their input quantized by the norm's kernel.
+        quantize_qkv = self.self_attn.qkv_proj.takes_fp8_activations
         if residual is None:
             residual = hidden_states
-            normed = self.input_layernorm(hidden_states)
+            normed = self.input_layernorm(hidden_states, quantize_qkv)
         else:
-            normed, residual = self.input_layernorm.add_and_norm(hidden_states, residual)
+            normed, residual = self.input_layernorm.add_and_norm(
+                hidden_states, residual, quantize_qkv
+            )
         attn_output = self.self_attn(normed, forward_batch, rotary_emb)
-        normed, residual = self.post_attention_layernorm.add_and_norm(attn_output, residual)
+        normed, residual = self.post_attention_layernorm.add_and_norm(
+            attn_output, residual, self.mlp.gate_up_proj.takes_fp8_activations
+        )
         return self.mlp(normed), residual
 
 
