@@ -26,6 +26,7 @@ from radixgen.kernels.rotary import (
     rotary_embedding_and_store_kv_ref,
     rotary_embedding_ref,
 )
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def randn(*shape, dtype, seed=0, device="cpu"):
@@ -169,6 +170,33 @@ def test_gpu_fp8_producers_and_linear_in_bf16(num_tokens):
     normed = rms_norm(x, weight, 1e-5)
     quantized = rms_norm(x, weight, 1e-5, quantize_fp8=True)
     assert torch.equal(fp8_linear(quantized, w, w_scale), fp8_linear(normed, w, w_scale))
+
+
+def test_fp8_producers_compile_for_sm90_without_spills():
+    """The norms (plain and FP8 output) and SiLU-and-mul's FP8 variant at Llama-3.1-8B widths,
+    bf16, through Triton's compiler and ptxas for sm_90: no GPU needed."""
+    quant = {"FP8_MAX_VALUE": 448.0, "MIN_AMAX": 1e-12}
+    rows = {"stride_x_row": "i32", "stride_out_row": "i32"}
+    kernels = []
+    for fp8 in (False, True):
+        out = "*fp8e4nv" if fp8 else "*bf16"
+        constexprs = {"BLOCK": 4096, "QUANT": fp8, **quant}
+        kernels += [
+            ("radixgen.kernels.rms_norm", "_rms_norm_kernel",
+             {"x_ptr": "*bf16", "weight_ptr": "*bf16", "out_ptr": out, "scale_ptr": "*fp32",
+              **rows, "hidden": "i32", "eps": "fp32"}, constexprs, 16),
+            ("radixgen.kernels.rms_norm", "_fused_add_rms_norm_kernel",
+             {"x_ptr": "*bf16", "residual_ptr": "*bf16", "weight_ptr": "*bf16", "out_ptr": out,
+              "sum_ptr": "*bf16", "scale_ptr": "*fp32", "stride_x_row": "i32",
+              "stride_residual_row": "i32", "stride_out_row": "i32", "stride_sum_row": "i32",
+              "hidden": "i32", "eps": "fp32"}, constexprs, 16),
+        ]  # fmt: skip
+    kernels.append(
+        ("radixgen.kernels.activation", "_silu_and_mul_fp8_kernel",
+         {"x_ptr": "*bf16", "out_ptr": "*fp8e4nv", "scale_ptr": "*fp32", **rows, "n": "i32"},
+         {"BLOCK": 16384, **quant}, 16)
+    )  # fmt: skip
+    assert_compile_for_sm90_without_spills(kernels)
 
 
 def rope_tables(max_positions, head_dim):

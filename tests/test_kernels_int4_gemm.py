@@ -4,10 +4,6 @@ row packing, and input checks."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -23,6 +19,7 @@ from radixgen.kernels.int4_gemm import (
     split_k_counter_slots,
     unpack_int4_rows,
 )
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def relative_error(out, ref):
@@ -166,57 +163,29 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         assert not counters.any()
 
 
-# Run in a subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into interpreted functions.
-_COMPILE_FOR_SM90 = """
-import glob, os, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from radixgen.kernels.int4_gemm import (
-    _dequantize_int4_kernel, _int4_gemm_kernel, _int4_gemv_kernel
-)
-
-pointers = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
-            "out_ptr": "*bf16", "partial_ptr": "*fp32", "counters_ptr": "*i32"}
-sizes = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
-gemm_pointers = {**pointers, "M": "i32"}
-kernels = [  # the fallback configs at M = 1 and M = 64, and the GEMV's rows-over-warps tile
-    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
-    (_int4_gemv_kernel, {**pointers, **sizes, "float_2p23_bits": "i32"}, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
-    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
-     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2,
-      "SWAP_AB": False}, 8),
-    (_int4_gemm_kernel, {**gemm_pointers, **sizes},
-     {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_MODE": 2,
-      "SWAP_AB": True}, 8),
-    (_dequantize_int4_kernel, {"qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
-                               "out_ptr": "*bf16", "N": "i32", "K": "i32"},
-     {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4),
-]
-binaries = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))
-ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that reads Triton's PTX
-for kernel, signature, constexprs, num_warps in kernels:
-    source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
-    options = {"num_warps": num_warps, "num_stages": 3}
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
-        ptx.write(compiled.asm["ptx"])
-        ptx.flush()
-        done = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
-                              capture_output=True, text=True)
-    print(done.returncode, done.stderr.replace(chr(10), " "))
-"""
+_INT4 = "radixgen.kernels.int4_gemm"
+_POINTERS = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
+             "out_ptr": "*bf16", "partial_ptr": "*fp32", "counters_ptr": "*i32"}  # fmt: skip
+_SIZES = dict.fromkeys(("N", "K", "k_per_split", "stride_xm", "stride_split"), "i32")
+_GEMV = {**_POINTERS, **_SIZES, "float_2p23_bits": "i32"}
+_GEMM = {**_POINTERS, "M": "i32", **_SIZES}
 
 
 def test_kernels_compile_for_sm90_without_spills():
-    """The fallback GEMV, GEMM and dequantizer configs through Triton's compiler and ptxas for sm_90 (H100 /
-    H200), no GPU needed: a kernel that does not compile, or spills registers, fails here."""
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    reports = done.stdout.strip().splitlines()
-    assert len(reports) == 5, done.stdout
-    for report in reports:
-        assert report.startswith("0 ") and "0 bytes spill stores" in report, report
+    """The fallback GEMV, GEMM and dequantizer configs (at M = 1 and M = 64, and the GEMV's
+    rows-over-warps tile) through Triton's compiler and ptxas for sm_90 (H100 / H200), no GPU
+    needed: a kernel that does not compile, or spills registers, fails here."""
+    assert_compile_for_sm90_without_spills([
+        (_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32,
+                                              "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
+        (_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128,
+                                              "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
+        (_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128,
+                                              "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False}, 8),
+        (_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128,
+                                              "BLOCK_K": 64, "SPLIT_MODE": 2, "SWAP_AB": True}, 8),
+        (_INT4, "_dequantize_int4_kernel", {"qweight_ptr": "*i32", "scales_ptr": "*bf16",
+                                            "zeros_ptr": "*bf16", "out_ptr": "*bf16", "N": "i32",
+                                            "K": "i32"},
+         {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4),
+    ])  # fmt: skip

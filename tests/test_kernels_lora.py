@@ -16,6 +16,7 @@ from radixgen.kernels.lora_decode import (
     parse_decode_config_table,
     select_decode_config,
 )
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def random_pool(num_slots, output_sizes, in_features, max_rank, ranks, dtype, device, seed=0):
@@ -184,6 +185,20 @@ def test_decode_config_table():
         parse_decode_config_table({"shapes": {"8x8": [dict(row, max_tokens=1, block_n=100)]}})
     with pytest.raises(ValueError, match="keys"):
         parse_decode_config_table({"shapes": {}, "extra": 1})
+
+
+def test_one_launch_decode_kernel_compiles_for_sm90_without_spills():
+    """The one-launch decode kernel at the sweep's tiles (bf16, rank 16) through Triton's
+    compiler and ptxas for sm_90: no GPU needed."""
+    sizes = ("T", "K", "R", "stride_xt", "stride_a_slot", "stride_ar", "stride_b_slot",
+             "stride_bn", "stride_yt", "size0", "size1", "size2", "blocks0", "blocks1")  # fmt: skip
+    signature = {"x_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16",
+                 "scaling_ptr": "*fp32", "token_slot_ptr": "*i32", **dict.fromkeys(sizes, "i32")}  # fmt: skip
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.lora_decode", "_lora_decode_fused_kernel", signature,
+         {"SCAN": 16, "GROUP": 16, "BLOCK_N": block_n, "BLOCK_R": 16, "BLOCK_K": block_k}, warps)
+        for block_n, block_k, warps in ((64, 64, 4), (256, 128, 4), (256, 128, 8))
+    ])  # fmt: skip
 
 
 def test_segments_and_refusals():
