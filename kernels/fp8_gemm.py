@@ -11,9 +11,11 @@ Two GEMMs, chosen by the number of tokens M (`fp8_linear` dispatches):
   cdiv(N, BLOCK_N), split_k)`: each program multiplies a `[BLOCK_M, K / split_k]` slice of the
   activations by a `[K / split_k, BLOCK_N]` slice of the weight on the fp8 tensor cores (M is
   padded to 16 rows with masked loads), so every weight byte is read exactly once and the grid
-  still fills the GPU when N / BLOCK_N alone would not. Splits write scaled fp32 partials that a
-  second small kernel sums in a fixed order and casts (deterministic, unlike atomics); with one
-  split the GEMM stores the output itself.
+  still fills the GPU when N / BLOCK_N alone would not. Splits write scaled fp32 partials that
+  are summed in a fixed order (deterministic, unlike atomics): in the same launch by each
+  tile's last program when the caller passes `split_k_counters` (the FP8 layers keep theirs),
+  else by a second small kernel (`split_k.py`); with one split the GEMM stores the output
+  itself.
   cuBLASLt (`torch._scaled_mm`) is slower than bf16 at these shapes (measured on the H200).
 - large M (prefill): `torch._scaled_mm` (cuBLASLt FP8) with row-wise scales.
 
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from radixgen.kernels.split_k import reduce_splits_kernel, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
@@ -94,7 +98,9 @@ def _fp8_gemm_kernel(
     w_ptr,  # [N, K] fp8 e4m3
     x_scale_ptr,  # [M] fp32
     w_scale_ptr,  # [N] fp32
-    out_ptr,  # one split: [M, N] output dtype; else [splits, M, N] fp32 partials
+    out_ptr,  # [M, N] output dtype
+    partial_ptr,  # [splits, M, N] fp32 partials (SPLIT_MODE > 0)
+    counters_ptr,  # [>= tiles] int32 zeros (SPLIT_MODE == 2)
     M,
     N,
     K,
@@ -106,6 +112,7 @@ def _fp8_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # 0: one split; 1: partials, a reduce launch; 2: summed in-kernel
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -116,7 +123,7 @@ def _fp8_gemm_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < N
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
-    w_cols = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wn
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
@@ -125,36 +132,21 @@ def _fp8_gemm_kernel(
         ks = k + offs_k
         mask_k = ks < k_end
         x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        # [BLOCK_K, BLOCK_N]: the weight is [N, K] row-major, so this reads it transposed.
-        w = tl.load(w_cols + ks[:, None], mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        acc = tl.dot(x, w, acc)
+        # [BLOCK_N, BLOCK_K] rows of the [N, K] row-major weight, contiguous in K (the K-major
+        # operand FP8 tensor-core instructions read), transposed for the product.
+        w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
 
     x_scale = tl.load(x_scale_ptr + offs_m, mask=mask_m, other=0.0)
     w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
     acc = acc * x_scale[:, None] * w_scale[None, :]
-    out_ptrs = (
-        out_ptr
-        + pid_k.to(tl.int64) * stride_split
-        + offs_m.to(tl.int64)[:, None] * stride_om
-        + offs_n[None, :]
-    )
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit
-def _split_k_reduce_kernel(
-    partial_ptr,  # [SPLIT_K, M * N] fp32
-    out_ptr,  # [M * N] output dtype
-    numel,
-    SPLIT_K: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < numel
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for split in tl.static_range(SPLIT_K):
-        acc += tl.load(partial_ptr + split * numel + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    offsets = offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
+    tile = pid_m * tl.num_programs(1) + pid_n
+    store_split(
+        acc, out_ptr, partial_ptr, counters_ptr + tile, offsets,
+        mask_m[:, None] & mask_n[None, :], pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+        WIDE_REDUCE=False,
+    )  # fmt: skip
 
 
 @functools.cache
@@ -256,10 +248,13 @@ def fp8_gemm(
     split_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    split_k_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [M, N] out_dtype
     """The Triton W8A8 GEMM: `(xq @ weight.T) * x_scale[:, None] * weight_scale[None, :]`.
 
-    Tuning overrides (benchmarks) default to `default_gemm_config`.
+    Tuning overrides (benchmarks) default to `default_gemm_config`. `split_k_counters`: int32
+    zeros on xq's device, at least one per output tile (`fp8_split_k_counter_slots(N)` covers
+    every M <= SMALL_M_MAX), left zeros: split-K partials are then summed in the same launch.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
@@ -283,17 +278,25 @@ def fp8_gemm(
     out = torch.empty((m, n), dtype=out_dtype, device=xq.device)
     if m == 0:
         return out
-    # Splits write fp32 partials that one more launch sums in a fixed order (deterministic).
-    partial = (
-        out if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
-    )
     grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
+    # Splits write fp32 partials, summed in a fixed order (deterministic): in-kernel by each
+    # tile's last program when counters cover the tiles, else by one more launch.
+    split_mode, partial, counters = 0, out, out
+    if splits > 1:
+        partial = torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
+        counters = split_k_counters
+        if counters is not None and (counters.dtype != torch.int32 or counters.device != xq.device):
+            raise ValueError(f"split_k_counters must be int32 on {xq.device}")
+        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
+        split_mode, counters = (2, counters) if in_kernel else (1, out)
     _fp8_gemm_kernel[grid](
         xq,
         weight,
         x_scale,
         weight_scale,
+        out,
         partial,
+        counters,
         m,
         n,
         k,
@@ -305,15 +308,23 @@ def fp8_gemm(
         BLOCK_M=config["block_m"],
         BLOCK_N=config["block_n"],
         BLOCK_K=block_k,
+        SPLIT_MODE=split_mode,
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
     )
-    if splits > 1:
+    if split_mode == 1:
         block = 1024
-        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
             partial, out, m * n, SPLIT_K=splits, BLOCK=block
         )
     return out
+
+
+def fp8_split_k_counter_slots(n: int) -> int:
+    """Counters that let every `fp8_gemm` of an N-column weight up to SMALL_M_MAX tokens sum
+    its splits in-kernel: one per output tile of the smallest tiles `default_gemm_config`
+    picks (16 x 16)."""
+    return triton.cdiv(SMALL_M_MAX, 16) * triton.cdiv(n, 16)
 
 
 def _check_gemm_inputs(xq, x_scale, weight, weight_scale) -> None:
@@ -366,6 +377,7 @@ def fp8_linear(
     weight: torch.Tensor,  # [N, K] e4m3
     weight_scale: torch.Tensor,  # [N] fp32
     bias: torch.Tensor | None = None,  # [N]
+    split_k_counters: torch.Tensor | None = None,  # int32 zeros (`fp8_gemm`)
 ) -> torch.Tensor:  # [..., N], x.dtype
     """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
 
@@ -391,7 +403,7 @@ def fp8_linear(
     if use_cublas:
         out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, dtype)
     else:
-        out = fp8_gemm(xq, x_scale, weight, weight_scale, dtype)
+        out = fp8_gemm(xq, x_scale, weight, weight_scale, dtype, split_k_counters=split_k_counters)
     if bias is not None:
         out = out + bias
     return out.reshape(*leading, n)

@@ -51,8 +51,6 @@ import torch
 import triton
 import triton.language as tl
 
-# The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
-from radixgen.kernels.fp8_gemm import _split_k_reduce_kernel
 from radixgen.kernels.int4_gemm_configs import (
     GEMV_M_LIMIT,
     GEMV_M_MAX,
@@ -67,6 +65,9 @@ from radixgen.kernels.int4_reference import (
     pack_int4_rows,
     unpack_int4_rows,
 )
+
+# The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
+from radixgen.kernels.split_k import reduce_splits_kernel, store_split
 
 __all__ = [
     "DEQUANTIZE_M_MIN",
@@ -134,72 +135,6 @@ def _dequantize_tile(words, zero):
 
 
 @triton.jit
-def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, num_splits):
-    """`total` plus splits `first..first+3`'s fp32 partial sums at `offsets`, added in split
-    order after the four loads are issued (splits past the last add 0), read from L2: other SMs
-    wrote them."""
-    parts = partial_ptr + offsets
-    last = num_splits - 1  # a split past it reads the last one again, then adds 0 for it
-    p0 = tl.load(parts + tl.minimum(first, last) * stride_split, mask=mask, cache_modifier=".cg")
-    p1 = tl.load(
-        parts + tl.minimum(first + 1, last) * stride_split, mask=mask, cache_modifier=".cg"
-    )
-    p2 = tl.load(
-        parts + tl.minimum(first + 2, last) * stride_split, mask=mask, cache_modifier=".cg"
-    )
-    p3 = tl.load(
-        parts + tl.minimum(first + 3, last) * stride_split, mask=mask, cache_modifier=".cg"
-    )
-    total += tl.where(first <= last, p0, 0.0)
-    total += tl.where(first + 1 <= last, p1, 0.0)
-    total += tl.where(first + 2 <= last, p2, 0.0)
-    return total + tl.where(first + 3 <= last, p3, 0.0)
-
-
-@triton.jit
-def _store_split(
-    acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
-    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr,
-):  # fmt: skip
-    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
-
-    SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
-    `partial_ptr` (a reduce launch follows). 2: store the partial, then count the tile's arrived
-    splits on `counter_ptr`; the last one sums the partials in split order (deterministic),
-    writes out and resets the counter to 0 for the next call (no second launch).
-    """
-    if SPLIT_MODE == 0:
-        tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
-        if SPLIT_MODE == 2:
-            # Every thread's partial is stored before the release of the (one-thread) atomic.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_splits - 1:
-                tl.debug_barrier()  # the acquire above orders every thread's loads below
-                total = tl.zeros_like(acc)
-                if WIDE_REDUCE:  # few values a thread (GEMV): eight splits' loads in flight
-                    for base in range(0, num_splits, 8):
-                        total = _add_four_partials(
-                            total, partial_ptr, offsets, base, stride_split, mask, num_splits
-                        )
-                        total = _add_four_partials(
-                            total, partial_ptr, offsets, base + 4, stride_split, mask, num_splits
-                        )
-                else:  # a GEMM tile: one split at a time (registers)
-                    for split in range(0, num_splits):
-                        total += tl.load(
-                            partial_ptr + split * stride_split + offsets,
-                            mask=mask,
-                            other=0.0,
-                            cache_modifier=".cg",  # from L2: other SMs wrote them
-                        )
-                tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
-                tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
 def _int4_gemv_kernel(
     x_ptr,  # [M, K]
     qweight_ptr,  # [K / 8, N] int32
@@ -217,7 +152,7 @@ def _int4_gemv_kernel(
     GROUP_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLIT_MODE: tl.constexpr,  # see _store_split
+    SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -267,7 +202,7 @@ def _int4_gemv_kernel(
         else:
             words, scale, zero = next_words, next_scale, next_zero
     tile = row * tl.num_programs(1) + tl.program_id(1)
-    _store_split(
+    store_split(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
     )  # fmt: skip
@@ -292,7 +227,7 @@ def _int4_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLIT_MODE: tl.constexpr,  # see _store_split
+    SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     SWAP_AB: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -320,7 +255,7 @@ def _int4_gemm_kernel(
             acc = tl.dot(x, w, acc)
     tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-    _store_split(
+    store_split(
         acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask_m[:, None] & mask_n[None, :],
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=False,
     )  # fmt: skip
@@ -436,7 +371,7 @@ def int4_gemm(
         )  # fmt: skip
     if split_mode == 1:  # one launch sums the partials in a fixed order and casts
         block = 256  # a few outputs per program: N / 256 programs read the partials
-        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
+        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
             partial, out, m * n, SPLIT_K=splits, BLOCK=block
         )
     return out

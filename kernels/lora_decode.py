@@ -23,9 +23,9 @@ slot, -1: the base model):
 
 Two launches per projection (one fused) whatever the shard count; the grid depends only on the
 pool, the shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA
-graphs and replays read fresh `token_slots`. Partial sums are summed in a fixed order (deterministic; no
-atomics, no zeroed buffer). Launch sizes come from a per-shape table (`lora_decode_configs.json`,
-written by `scripts/bench_lora.py kernels --sweep`) or a fallback.
+graphs and replays read fresh `token_slots`. Partial sums are summed in a fixed order
+(deterministic; no atomics, no zeroed buffer). Launch sizes come from a per-shape table
+(`lora_decode_configs.json`, written by `scripts/bench_lora.py kernels --sweep`) or a fallback.
 """
 
 from __future__ import annotations

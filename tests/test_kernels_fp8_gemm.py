@@ -14,9 +14,11 @@ from radixgen.kernels.fp8_gemm import (
     fp8_linear,
     fp8_linear_ref,
     fp8_scaled_mm,
+    fp8_split_k_counter_slots,
     quantize_fp8_per_token,
     quantize_fp8_per_token_ref,
 )
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def relative_error(out, ref):
@@ -64,6 +66,43 @@ def test_triton_gemm_matches_reference(m, n, k, split_k):
     out = fp8_gemm(x_q, x_scale, weight_q, weight_scale, torch.float32, block_k=32, split_k=split_k)
     reference = fp8_linear_ref(x, weight_q, weight_scale)
     assert relative_error(out, reference) < 1e-5
+
+
+@pytest.mark.parametrize("m,n,k,split_k", [(1, 70, 300, 3), (5, 33, 512, 4)])
+def test_triton_gemm_sums_splits_in_kernel_with_counters(m, n, k, split_k):
+    """With the layer's counters each tile's last split program sums the partials in split
+    order: the same output as the reduce launch, bit for bit, and the counters left zero for
+    the next call (five calls in a row)."""
+    generator = torch.Generator().manual_seed(m + n)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x_q, x_scale = quantize_fp8_per_token_ref(torch.randn(m, k, generator=generator).to(device))
+    weight = quantize_fp8_per_token_ref(torch.randn(n, k, generator=generator).to(device))
+    options = {"block_m": 16, "block_n": 16, "block_k": 32, "split_k": split_k}
+    reduced = fp8_gemm(x_q, x_scale, *weight, torch.float32, **options)
+    counters = torch.zeros(fp8_split_k_counter_slots(n), dtype=torch.int32, device=device)
+    for _ in range(5):
+        out = fp8_gemm(x_q, x_scale, *weight, torch.float32, **options, split_k_counters=counters)
+        assert torch.equal(out, reduced)
+        assert not counters.any()
+    with pytest.raises(ValueError, match="split_k_counters"):
+        fp8_gemm(x_q, x_scale, *weight, torch.float32, **options, split_k_counters=counters.long())
+
+
+def test_gemm_compiles_for_sm90_without_spills():
+    """The skinny GEMM's decode tile (one split, partials for a reduce launch, summed
+    in-kernel) through Triton's compiler and ptxas for sm_90: no GPU needed. At 8 warps: the
+    default's 4 warps use all 255 registers and spill a few bytes (16-20 here, 56 before the
+    weight tile was loaded K-major), which the H200 sweep (`bench_fp8_gemm.py --sweep`) is to
+    weigh against the wider tile."""
+    sizes = ("M", "N", "K", "k_per_split", "stride_xm", "stride_wn", "stride_om", "stride_split")
+    signature = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "x_scale_ptr": "*fp32",
+                 "w_scale_ptr": "*fp32", "out_ptr": "*bf16", "partial_ptr": "*fp32",
+                 "counters_ptr": "*i32", **dict.fromkeys(sizes, "i32")}  # fmt: skip
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.fp8_gemm", "_fp8_gemm_kernel", signature,
+         {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_MODE": mode}, 8)
+        for mode in (0, 1, 2)
+    ])  # fmt: skip
 
 
 def test_gemm_rejects_bad_inputs():

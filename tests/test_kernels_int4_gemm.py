@@ -175,17 +175,26 @@ def test_kernels_compile_for_sm90_without_spills():
     """The fallback GEMV, GEMM and dequantizer configs (at M = 1 and M = 64, and the GEMV's
     rows-over-warps tile) through Triton's compiler and ptxas for sm_90 (H100 / H200), no GPU
     needed: a kernel that does not compile, or spills registers, fails here."""
-    assert_compile_for_sm90_without_spills([
-        (_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 32,
-                                              "SPLIT_MODE": 2, "PREFETCH": 2}, 1),
-        (_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 128,
-                                              "SPLIT_MODE": 0, "PREFETCH": 1}, 4),
-        (_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128,
-                                              "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False}, 8),
-        (_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 128,
-                                              "BLOCK_K": 64, "SPLIT_MODE": 2, "SWAP_AB": True}, 8),
-        (_INT4, "_dequantize_int4_kernel", {"qweight_ptr": "*i32", "scales_ptr": "*bf16",
-                                            "zeros_ptr": "*bf16", "out_ptr": "*bf16", "N": "i32",
-                                            "K": "i32"},
-         {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4),
-    ])  # fmt: skip
+    gemv = [
+        {"BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2},
+        {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1},
+    ]
+    gemm = [
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_MODE": 2, "SWAP_AB": True},
+    ]
+    dequantize = {
+        "qweight_ptr": "*i32",
+        "scales_ptr": "*bf16",
+        "zeros_ptr": "*bf16",
+        "out_ptr": "*bf16",
+        "N": "i32",
+        "K": "i32",
+    }
+    assert_compile_for_sm90_without_spills(
+        [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c}, w)
+         for c, w in zip(gemv, (1, 4), strict=True)]
+        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, **c}, 8) for c in gemm]
+        + [(_INT4, "_dequantize_int4_kernel", dequantize,
+            {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4)]
+    )  # fmt: skip

@@ -193,7 +193,8 @@ def test_one_launch_decode_kernel_compiles_for_sm90_without_spills():
     sizes = ("T", "K", "R", "stride_xt", "stride_a_slot", "stride_ar", "stride_b_slot",
              "stride_bn", "stride_yt", "size0", "size1", "size2", "blocks0", "blocks1")  # fmt: skip
     signature = {"x_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16",
-                 "scaling_ptr": "*fp32", "token_slot_ptr": "*i32", **dict.fromkeys(sizes, "i32")}  # fmt: skip
+                 "scaling_ptr": "*fp32", "token_slot_ptr": "*i32",
+                 **dict.fromkeys(sizes, "i32")}  # fmt: skip
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.lora_decode", "_lora_decode_fused_kernel", signature,
          {"SCAN": 16, "GROUP": 16, "BLOCK_N": block_n, "BLOCK_R": 16, "BLOCK_K": block_k}, warps)

@@ -26,6 +26,7 @@ from radixgen.kernels.fp8_gemm import (
     FP8_DTYPE,
     Fp8Activations,
     fp8_linear,
+    fp8_split_k_counter_slots,
     quantize_fp8_per_token_ref,
 )
 
@@ -196,9 +197,15 @@ class Fp8LinearMethod(LinearMethod):
             del layer.weight_scale_inv
         layer.weight = nn.Parameter(quantized.contiguous(), requires_grad=False)
         layer.weight_scale = nn.Parameter(scale.float().contiguous(), requires_grad=False)
+        # The skinny GEMM's split-K partials are summed in its own launch with these (zeros
+        # between calls; one per output tile at decode sizes).
+        slots = fp8_split_k_counter_slots(quantized.shape[0])
+        counters = torch.zeros(slots, dtype=torch.int32, device=quantized.device)
+        layer.register_buffer("split_k_counters", counters, persistent=False)
 
     def apply(self, layer: LinearBase, x: torch.Tensor | Fp8Activations) -> torch.Tensor:
-        return fp8_linear(x, layer.weight, layer.weight_scale, layer.bias)
+        counters = layer.split_k_counters
+        return fp8_linear(x, layer.weight, layer.weight_scale, layer.bias, counters)
 
 
 class LinearBase(nn.Module):

@@ -1,0 +1,98 @@
+"""Split-K epilogues shared by the skinny GEMMs (`int4_gemm.py`, `fp8_gemm.py`).
+
+A split-K program multiplies one K slice of an output tile and stores fp32 partial sums. They
+are summed in split order (deterministic, unlike atomics) either by one more launch, or in the
+same launch by the tile's last program to arrive: each program counts itself on the tile's
+int32 counter (acquire-release), and the one that completes the count reads every split's
+partials from L2, writes the output and resets the counter to 0 for the next call. At decode a
+launch costs ~2 us in a CUDA graph, so the in-kernel sum saves one per linear per layer. The
+caller owns the counters (zeros, one per output tile, kept by the layer so that a CUDA graph
+reads the same buffer each replay).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, num_splits):
+    """`total` plus splits `first..first+3`'s fp32 partial sums at `offsets`, added in split
+    order after the four loads are issued (splits past the last add 0), read from L2: other SMs
+    wrote them."""
+    parts = partial_ptr + offsets
+    last = num_splits - 1  # a split past it reads the last one again, then adds 0 for it
+    p0 = tl.load(parts + tl.minimum(first, last) * stride_split, mask=mask, cache_modifier=".cg")
+    p1 = tl.load(
+        parts + tl.minimum(first + 1, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p2 = tl.load(
+        parts + tl.minimum(first + 2, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    p3 = tl.load(
+        parts + tl.minimum(first + 3, last) * stride_split, mask=mask, cache_modifier=".cg"
+    )
+    total += tl.where(first <= last, p0, 0.0)
+    total += tl.where(first + 1 <= last, p1, 0.0)
+    total += tl.where(first + 2 <= last, p2, 0.0)
+    return total + tl.where(first + 3 <= last, p3, 0.0)
+
+
+@triton.jit
+def store_split(
+    acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
+    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr,
+):  # fmt: skip
+    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
+
+    SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
+    `partial_ptr` (a reduce launch follows). 2: store the partial, then count the tile's arrived
+    splits on `counter_ptr`; the last one sums the partials in split order (deterministic),
+    writes out and resets the counter to 0 for the next call (no second launch).
+    """
+    if SPLIT_MODE == 0:
+        tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
+        if SPLIT_MODE == 2:
+            # Every thread's partial is stored before the release of the (one-thread) atomic.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                tl.debug_barrier()  # the acquire above orders every thread's loads below
+                total = tl.zeros_like(acc)
+                if WIDE_REDUCE:  # few values a thread (GEMV): eight splits' loads in flight
+                    for base in range(0, num_splits, 8):
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base, stride_split, mask, num_splits
+                        )
+                        total = _add_four_partials(
+                            total, partial_ptr, offsets, base + 4, stride_split, mask, num_splits
+                        )
+                else:  # a GEMM tile: one split at a time (registers)
+                    for split in range(0, num_splits):
+                        total += tl.load(
+                            partial_ptr + split * stride_split + offsets,
+                            mask=mask,
+                            other=0.0,
+                            cache_modifier=".cg",  # from L2: other SMs wrote them
+                        )
+                tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
+                tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def reduce_splits_kernel(
+    partial_ptr,  # [SPLIT_K, M * N] fp32
+    out_ptr,  # [M * N] output dtype
+    numel,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for split in tl.static_range(SPLIT_K):
+        acc += tl.load(partial_ptr + split * numel + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
