@@ -4,7 +4,8 @@
 #   git archive --prefix=.base/ MAIN_SHA | tar -x        (and `/.base/` in .git/info/exclude)
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
-# Stages: offline (1000 x 200/200), latency (batch 1, 128/256), gpu-tests (this tree only),
+# Stages: offline (1000 x 200/200), latency (batch 1, 128/256), latency-fp8 (FP8 weights, batch
+# 1 and 64), gpu-tests (this tree only),
 # jump-forward (this tree: the key-heavy json-keys dataset, jump-forward off vs on, at 1 and 64),
 # serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
@@ -64,6 +65,12 @@ stage_latency() {
   log "$1: bench latency batch 1, 128/256"
   bench latency --model-path $MODEL --load-format dummy --batch-sizes 1 --input-len 128 \
     --output-len 256 --output-json "$OUT/$1_latency.json" | grep '^{' | tail -2
+}
+
+stage_latency_fp8() {  # [8/14]: FP8 weights, batch 1 and 64 (the launches per layer)
+  log "$1: bench latency --quantization fp8, batch 1 and 64, 128/256"
+  bench latency --model-path $MODEL --load-format dummy --batch-sizes 1 64 --input-len 128 \
+    --output-len 256 --quantization fp8 --output-json "$OUT/$1_latency_fp8.json" | grep '^{' | tail -3
 }
 
 stage_gpu_tests() {

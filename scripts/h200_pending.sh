@@ -2,8 +2,13 @@
 # The H200 runs still pending after the fourth session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" for no-regress); JSON and logs go to $OUT.
+#   gpu-tests   every GPU test (`pytest -m gpu`): session 4 changed the FP8 path (quantization
+#               in the norms / SiLU, in-kernel split-K sums), the LoRA decode kernels, EAGLE's
+#               graphs; none of it has run on a GPU yet
 #   lora        [11/14] the decode-kernel sweep (now with the one-launch variant), then serving
 #               with its table (batch 1 was 1.25x base; target <= 1.15x)
+#   fp8-bs1     [8/14] FP8 latency batch 1 / 64, main before session 4's FP8 changes (.base at
+#               757c0e1, stripped as for no-regress) vs this tree, then the FP8 GEMM sweep
 #   int4        [9/14] GPU tests, the launch sweep, then batch-1/64 latency with its table
 #   no-regress  [13/14] item 5: bench latency batch 1 and offline 1000 x 200/200, main before
 #               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`; strip
@@ -21,6 +26,13 @@ bash scripts/h200.sh setup >/dev/null 2>&1
 MODEL=/tmp/llama-3.1-8b
 for stage in "$@"; do
   case "$stage" in
+    gpu-tests)
+      timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
+        | tee "$OUT/gpu_tests.log" | tail -15 ;;
+    fp8-bs1)
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/fp8_ab bash scripts/ab_bench.sh .base latency-fp8
+      STAGE_TIMEOUT=200 OUT=$OUT/fp8_sweep bash scripts/h200.sh fp8-gemm-sweep ;;
     spec)
       OUT=$OUT bash scripts/gpu_speculative.sh verify-cost tokens
       python3 scripts/bench_speculative.py oracle --batch-sizes 1 32 --alphas 0.5 0.9 \
