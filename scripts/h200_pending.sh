@@ -9,6 +9,8 @@
 #               with its table (batch 1 was 1.25x base; target <= 1.15x)
 #   fp8-bs1     [8/14] FP8 latency batch 1 / 64, main before session 4's FP8 changes (.base at
 #               757c0e1, stripped as for no-regress) vs this tree, then the FP8 GEMM sweep
+#   gemv        [7/14] item 4: bf16 batch-1 latency with cuBLAS (the empty GEMV table), the
+#               split-K GEMV sweep (kernels/gemv.py), then batch-1 latency with its table
 #   int4        [9/14] GPU tests, the launch sweep, then batch-1/64 latency with its table
 #   no-regress  [13/14] item 5: bench latency batch 1 and offline 1000 x 200/200, main before
 #               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`; strip
@@ -37,6 +39,17 @@ for stage in "$@"; do
       OUT=$OUT bash scripts/gpu_speculative.sh verify-cost tokens
       python3 scripts/bench_speculative.py oracle --batch-sizes 1 32 --alphas 0.5 0.9 \
         --speculative-max-batch-size 32 --out "$OUT/oracle_alphas.json" 2>&1 | tail -6 ;;
+    gemv)
+      mkdir -p "$OUT/gemv"
+      for when in before after; do
+        if [ $when = after ]; then
+          timeout 300 python3 scripts/bench_gemv.py --sweep --out "$OUT/gemv" 2>&1 | tail -5
+          [ -s "$OUT/gemv/gemv_configs.json" ] && cp "$OUT/gemv/gemv_configs.json" kernels/
+        fi
+        python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
+          --batch-sizes 1 --input-len 128 --output-len 256 \
+          --output-json "$OUT/gemv/latency_$when.json" 2>&1 | grep '^{' | tail -1
+      done ;;
     int4)
       STAGE_TIMEOUT=300 bash scripts/h200.sh int4-tests int4-gemm-sweep
       [ -s "$OUT/int4_gemm_configs.json" ] && cp "$OUT/int4_gemm_configs.json" kernels/

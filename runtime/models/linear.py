@@ -29,6 +29,7 @@ from radixgen.kernels.fp8_gemm import (
     fp8_split_k_counter_slots,
     quantize_fp8_per_token_ref,
 )
+from radixgen.kernels.gemv import gemv, gemv_counter_slots, select_gemv_config
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,37 @@ class LinearMethod(abc.ABC):
 
 
 class UnquantizedLinearMethod(LinearMethod):
-    """Weights in the model dtype, one `F.linear`."""
+    """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
+    counts where the GPU's table (`kernels/gemv_configs.json`) has it faster."""
 
     def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
+        layer.gemv_configs = {}  # tokens -> GemvConfig, filled once the weight is loaded
         return {"weight": ParamLayout(layer.output_sizes, (layer.input_size,))}
 
-    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, layer.weight, layer.bias)
+    def process_weights_after_loading(self, layer: LinearBase) -> None:
+        # Resolved once: the table's configs for this shape, by token count (none: F.linear).
+        if layer.weight.is_cuda:
+            for tokens in range(1, GEMV_MAX_TOKENS + 1):
+                config = select_gemv_config(layer.input_size, layer.output_size, tokens)
+                if config is not None:
+                    layer.gemv_configs[tokens] = config
+        if layer.gemv_configs:  # the GEMV sums its K splits in-kernel with these (zeros)
+            slots = gemv_counter_slots(layer.output_size, GEMV_MAX_TOKENS)
+            counters = torch.zeros(slots, dtype=torch.int32, device=layer.weight.device)
+            layer.register_buffer("split_k_counters", counters, persistent=False)
 
+    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        configs = layer.gemv_configs
+        config = configs.get(x.numel() // x.shape[-1]) if configs else None
+        if config is None or x.stride(-1) != 1:
+            return F.linear(x, layer.weight, layer.bias)
+        out = gemv(x.reshape(-1, x.shape[-1]), layer.weight, config, layer.split_k_counters)
+        out = out.reshape(*x.shape[:-1], layer.output_size)
+        return out if layer.bias is None else out + layer.bias
+
+
+# The most tokens a linear layer's GEMV takes (decode at small batch; the table decides).
+GEMV_MAX_TOKENS = 4
 
 # FP8 checkpoint layouts (runtime/models/quantization.py picks one from config.json).
 FP8_FROM_HIGH_PRECISION = "high_precision"  # bf16/fp16/fp32 weights, quantized at load time

@@ -1,0 +1,215 @@
+"""A split-K GEMV for 16-bit weights at decode batch 1: `out = x @ W.T`, W `[N, K]` row-major.
+
+At batch 1 every linear layer streams its weight once, and cuBLAS reaches ~3.1 TB/s on the
+q/k/v and o shapes of Llama-3.1-8B and ~4 TB/s on gate/up and down (H200, 2026-12-01), with a
+second `splitKreduce` launch for o and down. This kernel reads the weight with 16-byte loads
+along K (its rows are contiguous), keeps `[BLOCK_N, BLOCK_K]` fp32 partial products per thread
+(one cross-thread reduction per program, after the loop), loads the next K step while it
+computes one (Triton pipelines only loads that feed `tl.dot`), and sums the split-K partials in
+the same launch (`split_k.py`: the layer owns the counters).
+
+Grid `(M, cdiv(N, BLOCK_N), split_k)`: one program per token, output block and K slice (M is 1
+to a few tokens: each re-reads the weight from L2).
+
+It is used only where the per-shape table (`gemv_configs.json`, written by
+`scripts/bench_gemv.py --sweep` on the GPU, which keeps a shape only if the kernel beats
+`F.linear` there) has a row; otherwise, and on the CPU, `F.linear`. The shipped table is empty
+until that sweep has run. Products are summed in fp32 in another order than cuBLAS: outputs
+agree within bf16 rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from radixgen.kernels.launch_tables import (
+    check_table_keys,
+    format_bucketed_table,
+    parse_bucketed_rows,
+    select_bucket,
+)
+from radixgen.kernels.split_k import reduce_splits_kernel, store_split
+
+DEFAULT_TABLE_PATH = Path(__file__).with_name("gemv_configs.json")
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """Launch sizes of one `gemv`."""
+
+    block_n: int  # output rows (weight rows) per program
+    block_k: int  # K columns per loop step
+    split_k: int  # programs sharing one output block's K range
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_k"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if not 1 <= self.split_k <= 256:
+            raise ValueError(f"split_k must be in 1..256, got {self.split_k}")
+        if self.block_k < 16:
+            raise ValueError(f"block_k must be >= 16, got {self.block_k}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+
+
+# {(in_features K, out_features N): ((max_tokens or None, config), ...)}, max_tokens ascending.
+GemvTable = dict[tuple[int, int], tuple[tuple[int | None, GemvConfig], ...]]
+
+
+def parse_gemv_table(data: dict) -> GemvTable:
+    """Validates the JSON form:
+
+        {"note": ..., "source": ..., "shapes": {"4096x6144": [
+            {"max_tokens": 1, "block_n": 16, "block_k": 256, "split_k": 4, "num_warps": 4}]}}
+
+    keyed by "in_features x out_features"; a launch with more tokens than every row's bound
+    takes `F.linear`. Raises ValueError naming the row.
+    """
+    check_table_keys(data, "shapes", "GEMV table")
+    table: GemvTable = {}
+    for key, rows in data["shapes"].items():
+        try:
+            in_features, out_features = (int(part) for part in key.split("x"))
+        except ValueError as error:
+            raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
+        parsed = parse_bucketed_rows(rows, "max_tokens", GemvConfig, f"shape {key}")
+        if parsed[-1][0] is None:
+            raise ValueError(f"shape {key}: every row needs a max_tokens (GEMV sizes only)")
+        table[(in_features, out_features)] = parsed
+    return table
+
+
+def format_gemv_table(data: dict) -> str:
+    """The JSON form with one row per line (the shipped file's layout)."""
+    return format_bucketed_table(data, "shapes")
+
+
+@functools.cache
+def load_gemv_table(path: Path = DEFAULT_TABLE_PATH) -> GemvTable:
+    """The parsed table (read once per path); empty when the file does not exist."""
+    if not Path(path).is_file():
+        return {}
+    return parse_gemv_table(json.loads(Path(path).read_text()))
+
+
+def select_gemv_config(
+    in_features: int, out_features: int, num_tokens: int, table: GemvTable | None = None
+) -> GemvConfig | None:
+    """The table's config for this shape and token count, or None (use `F.linear`)."""
+    rows = (load_gemv_table() if table is None else table).get((in_features, out_features))
+    if not rows or num_tokens > rows[-1][0]:
+        return None
+    return select_bucket(rows, num_tokens)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [N, K], rows contiguous
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
+    N,
+    K,
+    k_per_split,  # a multiple of BLOCK_K
+    stride_xm,
+    stride_wn,
+    stride_split,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see split_k.store_split
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_k = tl.program_id(2)
+    mask_n = offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + row * stride_xm
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    # Per-thread partial products over the K range: one cross-thread reduction, after the loop.
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    ks = k_start + offs_k
+    w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & (ks < k_end)[None, :], other=0.0)
+    for k in range(k_start, k_end, BLOCK_K):
+        # The next step's tile is in flight while this one computes (past k_end: masked off).
+        next_ks = k + BLOCK_K + offs_k
+        next_w = tl.load(
+            w_rows + next_ks[None, :], mask=mask_n[:, None] & (next_ks < k_end)[None, :], other=0.0
+        )  # [BLOCK_N, BLOCK_K]
+        cols = k + offs_k
+        x = tl.load(x_row + cols, mask=cols < k_end, other=0.0).to(tl.float32)  # [BLOCK_K]
+        acc += w.to(tl.float32) * x[None, :]
+        w = next_w
+    tile = row * tl.num_programs(1) + tl.program_id(1)
+    store_split(
+        tl.sum(acc, axis=1), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+    )  # fmt: skip
+
+
+def gemv_counter_slots(out_features: int, max_tokens: int = 4) -> int:
+    """Counters that let every `gemv` of an N-row weight up to `max_tokens` tokens sum its
+    splits in-kernel (one per output block of the narrowest tile, 16 rows)."""
+    return max_tokens * triton.cdiv(out_features, 16)
+
+
+def gemv(
+    x: torch.Tensor,  # [M, K] bf16/fp16/fp32, contiguous in K
+    weight: torch.Tensor,  # [N, K], x's dtype, contiguous in K
+    config: GemvConfig,
+    split_k_counters: torch.Tensor | None = None,  # int32 zeros, >= M * cdiv(N, block_n)
+) -> torch.Tensor:  # [M, N] x's dtype
+    """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
+    CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
+
+    Raises:
+        ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
+    """
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"x must be [M, K] and weight [N, K] with the same K, got {tuple(x.shape)} and "
+            f"{tuple(weight.shape)}"
+        )
+    if x.dtype != weight.dtype:
+        raise TypeError(f"weight must be x's dtype {x.dtype}, got {weight.dtype}")
+    if x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError("x and weight must be contiguous in K")
+    m, k = x.shape
+    n = weight.shape[0]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+    splits = triton.cdiv(k, k_per_split)  # no empty splits
+    grid = (m, triton.cdiv(n, config.block_n), splits)
+    split_mode, partial, counters = 0, out, out
+    if splits > 1:
+        partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        counters = split_k_counters
+        if counters is not None and (counters.dtype != torch.int32 or counters.device != x.device):
+            raise ValueError(f"split_k_counters must be int32 on {x.device}")
+        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
+        split_mode, counters = (2, counters) if in_kernel else (1, out)
+    _gemv_kernel[grid](
+        x, weight, out, partial, counters, n, k, k_per_split, x.stride(0), weight.stride(0),
+        m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
+        num_warps=config.num_warps,
+    )  # fmt: skip
+    if split_mode == 1:
+        block = 1024
+        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
+            partial, out, m * n, SPLIT_K=splits, BLOCK=block
+        )
+    return out

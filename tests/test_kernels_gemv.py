@@ -1,0 +1,122 @@
+"""The split-K GEMV (kernels/gemv.py) against `F.linear` (interpreter: fp32/fp16, ragged shapes,
+split-K reduced by a second launch and in-kernel), its launch table, its sm_90 compile, and on
+the GPU the linear layer's dispatch to it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixgen.kernels.gemv import (
+    GemvConfig,
+    gemv,
+    gemv_counter_slots,
+    load_gemv_table,
+    parse_gemv_table,
+    select_gemv_config,
+)
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
+
+
+def operands(m, n, k, dtype, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(dtype).to(device)
+    weight = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(device)
+    return x, weight
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "m,n,k,config",
+    [
+        (1, 70, 300, GemvConfig(block_n=16, block_k=32, split_k=3, num_warps=1)),
+        (2, 33, 128, GemvConfig(block_n=8, block_k=64, split_k=1, num_warps=2)),
+        (1, 64, 520, GemvConfig(block_n=32, block_k=16, split_k=8, num_warps=1)),
+    ],
+)
+def test_gemv_matches_linear(m, n, k, config, dtype):
+    """Ragged N and K against the blocks; one split, and splits summed by a second launch and
+    in-kernel (bit-identical to each other: the same order), the counters left zero."""
+    x, weight = operands(m, n, k, dtype, seed=m + n)
+    expected = torch.nn.functional.linear(x.float(), weight.float())
+    reduced = gemv(x, weight, config)
+    tol = 1e-4 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(reduced.float(), expected, atol=tol, rtol=tol)
+    counters = torch.zeros(gemv_counter_slots(n, m), dtype=torch.int32)
+    for _ in range(3):
+        assert torch.equal(gemv(x, weight, config, counters), reduced)
+        assert not counters.any()
+
+
+def test_gemv_rejects_bad_inputs():
+    x, weight = operands(1, 8, 32, torch.float32)
+    config = GemvConfig(block_n=8, block_k=16, split_k=2, num_warps=1)
+    with pytest.raises(ValueError, match="same K"):
+        gemv(x, weight[:, :16], config)
+    with pytest.raises(TypeError, match="dtype"):
+        gemv(x, weight.half(), config)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv(x, weight.t().contiguous().t(), config)
+    with pytest.raises(ValueError, match="split_k_counters"):
+        gemv(x, weight, config, torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="power of two"):
+        GemvConfig(block_n=24, block_k=16, split_k=1, num_warps=1)
+
+
+def test_gemv_table():
+    row = {"block_n": 16, "block_k": 256, "split_k": 4, "num_warps": 4}
+    table = parse_gemv_table(
+        {"source": "test", "shapes": {"4096x6144": [dict(row, max_tokens=1),
+                                                    dict(row, max_tokens=4, split_k=2)]}}
+    )  # fmt: skip
+    assert select_gemv_config(4096, 6144, 1, table).split_k == 4
+    assert select_gemv_config(4096, 6144, 3, table).split_k == 2
+    assert select_gemv_config(4096, 6144, 5, table) is None  # past every bound: F.linear
+    assert select_gemv_config(4096, 4096, 1, table) is None  # shape not in the table
+    load_gemv_table.cache_clear()
+    assert load_gemv_table() == {}  # the shipped table: empty until the H200 sweep
+    with pytest.raises(ValueError, match="max_tokens"):
+        parse_gemv_table({"shapes": {"8x8": [dict(row, max_tokens=None)]}})
+    with pytest.raises(ValueError, match="INxOUT"):
+        parse_gemv_table({"shapes": {"8": [dict(row, max_tokens=1)]}})
+
+
+def test_gemv_compiles_for_sm90_without_spills():
+    """The kernel at the sweep's tiles, bf16, all three split modes: no GPU needed."""
+    sizes = ("N", "K", "k_per_split", "stride_xm", "stride_wn", "stride_split")
+    signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "partial_ptr": "*fp32",
+                 "counters_ptr": "*i32", **dict.fromkeys(sizes, "i32")}  # fmt: skip
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature,
+         {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": mode}, warps)
+        for block_n, block_k, warps, mode in ((16, 256, 4, 2), (32, 512, 8, 2), (8, 512, 4, 0),
+                                              (32, 128, 4, 1))
+    ])  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_gpu_linear_layer_takes_the_gemv_from_the_table(monkeypatch):
+    """A bf16 layer whose shape the table lists runs the GEMV at 1 token (matching F.linear
+    within bf16 rounding, also inside a CUDA graph) and F.linear at 8."""
+    from radixgen.kernels import gemv as gemv_module
+    from radixgen.runtime.models.linear import RowLinear
+
+    row = {"max_tokens": 1, "block_n": 16, "block_k": 256, "split_k": 4, "num_warps": 4}
+    table = parse_gemv_table({"shapes": {"4096x1024": [row]}})
+    monkeypatch.setattr(gemv_module, "load_gemv_table", lambda: table)
+    layer = RowLinear(4096, 1024, bias=False)
+    x, weight = operands(8, 1024, 4096, torch.bfloat16, device="cuda")
+    layer.load_weight("weight", weight)
+    assert layer.gemv_configs == {1: GemvConfig(16, 256, 4, 4)}
+    expected = torch.nn.functional.linear(x, weight)
+    torch.testing.assert_close(layer(x[:1]), expected[:1], atol=2e-2, rtol=2e-2)
+    assert torch.equal(layer(x), expected)  # 8 tokens: F.linear
+    static = x[:1].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer(static)
+    for i in range(3):
+        static.copy_(x[i : i + 1])
+        graph.replay()
+        torch.testing.assert_close(out, expected[i : i + 1], atol=2e-2, rtol=2e-2)
+    assert not layer.split_k_counters.any()
