@@ -1,6 +1,6 @@
 """Decode attention: one query token per request over its whole paged history (flash-decoding).
 
-Algorithm, two launches:
+Algorithm, two launches (one with `merge_counters`):
 
 1. Stage 1, grid `(batch, num_kv_heads, num_kv_splits)`. The request's history `[0, seq_len)` is
    cut into `num_kv_splits` contiguous ranges (each a multiple of BLOCK_N long). One program takes
@@ -10,7 +10,12 @@ Algorithm, two launches:
    normalised partial output `[head_dim]` and its log-sum-exp (base 2) per query head and split.
    Empty ranges (short requests) write lse = -inf.
 2. Stage 2, grid `(batch, num_heads)`: merges the splits, weighting each partial output by
-   `exp2(lse_s - max_s lse)`.
+   `exp2(lse_s - max_s lse)`. With `merge_counters` (int32 zeros, one per request and KV head,
+   kept by the attention backend's metadata) stage 1 merges instead: each program counts
+   itself on its (request, KV head)'s counter after storing its partials (acquire-release),
+   and the one that completes the count merges the group's heads over every split, writes the
+   output and resets the counter to 0 for the next layer. At decode batch 1 that saves one
+   launch per layer (32 a step of the 8B model, ~2 us each in a CUDA graph).
 
 FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded; the per-tensor
 `k_scale` is folded into the softmax scale and `v_scale` into each split's normalised output,
@@ -102,6 +107,8 @@ def decode_split_kernel(
     kv_starts_ptr,  # [batch] int32, first position attended (read only if HAS_KV_STARTS)
     partial_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
     partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
+    o_ptr,  # [batch, num_heads, head_dim] (MERGE only)
+    merge_counters_ptr,  # [batch * num_kv_heads] int32 zeros (MERGE only)
     qk_scale,  # softmax scale * log2(e) * k_scale
     v_scale,
     stride_q_batch,
@@ -111,8 +118,11 @@ def decode_split_kernel(
     stride_vb_slot,
     stride_vb_head,
     stride_req_row,
+    stride_o_batch,
+    stride_o_head,
     num_kv_splits,  # runtime: tuning it does not recompile
     HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
+    MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -173,6 +183,51 @@ def decode_split_kernel(
         mask=mask_h[:, None] & mask_d[None, :],
     )
     tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
+    if MERGE:
+        # Every thread's partials are stored before the release of the (one-thread) atomic.
+        tl.debug_barrier()
+        counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
+        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_kv_splits - 1:
+            tl.debug_barrier()  # the acquire above orders every thread's loads below
+            out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head
+            _merge_group(
+                partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits,
+                out_ptrs + offs_d[None, :], mask_h, offs_d, mask_d, HEAD_DIM, BLOCK_H, BLOCK_D,
+            )  # fmt: skip
+            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _merge_group(
+    partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, out_ptrs, mask_h, offs_d,
+    mask_d, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Merges every split of the GQA group's heads (`partial_row`: [BLOCK_H] rows) into
+    `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them)."""
+    lse_rows = partial_lse_ptr + partial_row * num_kv_splits
+    lse_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    for s in range(0, num_kv_splits):
+        lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
+        lse_max = tl.maximum(lse_max, lse)
+    # Split 0 is never empty for seq_len >= 1: finite for every real head (padding: 0).
+    lse_max = tl.where(mask_h, lse_max, 0.0)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    weight_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
+    out_rows = partial_out_ptr + (partial_row * num_kv_splits)[:, None] * HEAD_DIM
+    for s in range(0, num_kv_splits):
+        lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
+        weight = tl.math.exp2(lse - lse_max)  # [BLOCK_H]
+        partial = tl.load(
+            out_rows + s * HEAD_DIM + offs_d[None, :],
+            mask=mask_h[:, None] & mask_d[None, :],
+            other=0.0,
+            cache_modifier=".cg",
+        )  # [BLOCK_H, BLOCK_D]
+        acc += partial * weight[:, None]
+        weight_sum += weight
+    out = acc / tl.where(mask_h, weight_sum, 1.0)[:, None]
+    tl.store(out_ptrs, out.to(out_ptrs.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
 
 @triton.jit
@@ -303,6 +358,7 @@ def decode_attention(
     num_stages: int | None = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    merge_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -317,6 +373,8 @@ def decode_attention(
             head_dim]` and `[batch, num_heads, num_kv_splits]` (CUDA graphs keep them static).
         block_n, num_warps, num_stages: tuning overrides (benchmarks).
         k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale).
+        merge_counters: int32 zeros, at least `batch * num_kv_heads`, left zeros: the splits
+            are then merged in the same launch (one per call; callers keep one per batch).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -346,6 +404,15 @@ def decode_attention(
     if partial_lse.shape != partial_shape[:3] or not partial_lse.is_contiguous():
         raise ValueError(f"partial_lse must be contiguous {partial_shape[:3]}")
 
+    merge = merge_counters is not None
+    if merge and (
+        merge_counters.dtype != torch.int32
+        or merge_counters.device != q.device
+        or merge_counters.numel() < batch * num_kv_heads
+    ):
+        raise ValueError(
+            f"merge_counters must be int32 on {q.device} with >= {batch * num_kv_heads} entries"
+        )
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
     default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
@@ -359,6 +426,8 @@ def decode_attention(
         seq_lens,  # kv_starts: unused (HAS_KV_STARTS=False)
         partial_out,
         partial_lse,
+        out,
+        merge_counters if merge else seq_lens,  # unused without MERGE
         scaling * LOG2_E * k_scale,
         v_scale,
         q.stride(0),
@@ -368,8 +437,11 @@ def decode_attention(
         v_buffer.stride(0),
         v_buffer.stride(1),
         req_to_token.stride(0),
+        out.stride(0),
+        out.stride(1),
         num_kv_splits,
         HAS_KV_STARTS=False,
+        MERGE=merge,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
@@ -378,6 +450,8 @@ def decode_attention(
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
     )
+    if merge:
+        return out
     _decode_merge_kernel[(batch, num_heads)](
         partial_out,
         partial_lse,

@@ -333,11 +333,16 @@ def tree_decode_attention(
         plan.suffix_starts,
         workspace.suffix_out,
         workspace.suffix_lse,
+        out,  # o_ptr and merge counters: unused (MERGE=False: the tree merge follows)
+        seq_lens,
         qk_scale,
         1.0,  # v_scale: applied once, by the merge
         *strides,
+        out.stride(0),
+        out.stride(1),
         num_kv_splits,
         HAS_KV_STARTS=True,
+        MERGE=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def make_decode_case(*, seq_lens, num_heads, num_kv_heads, head_dim, dtype, device="cpu", seed=0):
@@ -62,11 +63,18 @@ def test_decode_attention_matches_reference(
         dtype=dtype,
         seed=head_dim + len(seq_lens),
     )
-    out = torch.full_like(args["q"], float("nan"))  # every element must be written
-    decode_attention(**args, out=out, num_kv_splits=num_kv_splits)
     ref = decode_attention_ref(**args)
-    assert not out.isnan().any()
-    assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
+    counters = torch.zeros(len(seq_lens) * num_kv_heads, dtype=torch.int32)
+    # Merged by a second launch, then in the split kernel by each group's last split program
+    # (twice: the counters are left zero for the next call).
+    for merge_counters in (None, counters, counters):
+        out = torch.full_like(args["q"], float("nan"))  # every element must be written
+        decode_attention(
+            **args, out=out, num_kv_splits=num_kv_splits, merge_counters=merge_counters
+        )
+        assert not out.isnan().any()
+        assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
+        assert not counters.any()
 
 
 def test_decode_attention_reads_only_history():
@@ -92,6 +100,47 @@ def test_decode_attention_rejects_bad_inputs():
         decode_attention(**{**args, "seq_lens": args["seq_lens"].float()})
     with pytest.raises(ValueError, match="k_buffer"):
         decode_attention(**{**args, "k_buffer": args["k_buffer"][:, :, :32]})
+    with pytest.raises(ValueError, match="merge_counters"):
+        decode_attention(**args, merge_counters=torch.zeros(1, dtype=torch.int64))
+
+
+def test_split_kernel_compiles_for_sm90_without_spills():
+    """The split kernel at Llama-3.1-8B's GQA (4 query heads per KV head, head dim 128), bf16,
+    with and without the in-kernel merge, through Triton's compiler and ptxas for sm_90."""
+    strides = (
+        "stride_q_batch",
+        "stride_q_head",
+        "stride_kb_slot",
+        "stride_kb_head",
+        "stride_vb_slot",
+        "stride_vb_head",
+        "stride_req_row",
+        "stride_o_batch",
+        "stride_o_head",
+        "num_kv_splits",
+    )
+    signature = {
+        "q_ptr": "*bf16",
+        "k_buffer_ptr": "*bf16",
+        "v_buffer_ptr": "*bf16",
+        "req_to_token_ptr": "*i32",
+        "req_pool_indices_ptr": "*i64",
+        "seq_lens_ptr": "*i64",
+        "kv_starts_ptr": "*i32",
+        "partial_out_ptr": "*fp32",
+        "partial_lse_ptr": "*fp32",
+        "o_ptr": "*bf16",
+        "merge_counters_ptr": "*i32",
+        "qk_scale": "fp32",
+        "v_scale": "fp32",
+        **dict.fromkeys(strides, "i32"),
+    }
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature,
+         {"HAS_KV_STARTS": False, "MERGE": merge, "GROUP_SIZE": 4, "HEAD_DIM": 128,
+          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64}, 4)
+        for merge in (False, True)
+    ])  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -107,6 +156,11 @@ def test_decode_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
         device="cuda",
     )
     ref = decode_attention_ref(**args)
+    counters = torch.zeros(5 * num_kv_heads, dtype=torch.int32, device="cuda")
     for num_kv_splits in (None, 1, 7, 32):
-        out = decode_attention(**args, num_kv_splits=num_kv_splits)
-        assert relative_error(out, ref) < 1e-2
+        for merge_counters in (None, counters, counters):
+            out = decode_attention(
+                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters
+            )
+            assert relative_error(out, ref) < 1e-2
+            assert not counters.any()

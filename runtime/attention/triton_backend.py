@@ -52,6 +52,9 @@ class TritonDecodeMetadata:
     num_kv_splits: int
     partial_out: torch.Tensor  # [batch, num_heads, num_kv_splits, head_dim] fp32 workspace
     partial_lse: torch.Tensor  # [batch, num_heads, num_kv_splits] fp32 workspace
+    # [batch * num_kv_heads] int32 zeros: the splits merge inside the split kernel (each
+    # layer's call leaves them zero for the next; one batch's layers run one after another).
+    merge_counters: torch.Tensor
 
 
 @dataclass
@@ -103,6 +106,9 @@ class TritonAttentionBackend(AttentionBackend):
                 num_kv_splits=num_kv_splits,
                 partial_out=torch.empty(shape, dtype=torch.float32, device=self.device),
                 partial_lse=torch.empty(shape[:3], dtype=torch.float32, device=self.device),
+                merge_counters=torch.zeros(
+                    batch * self.num_kv_heads, dtype=torch.int32, device=self.device
+                ),
             )
         extend_lens = forward_batch.extend_lens
         return TritonExtendMetadata(
@@ -247,6 +253,7 @@ class TritonAttentionBackend(AttentionBackend):
                 partial_lse=metadata.partial_lse,
                 k_scale=k_scale,
                 v_scale=v_scale,
+                merge_counters=metadata.merge_counters,
             )
         # An FP8 pool takes the new tokens' K/V unquantized (in q's dtype).
         new_dtype = q.dtype if pool.is_fp8 else k_buffer.dtype
