@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.split_k import reduce_splits_kernel, store_split
+from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
@@ -281,14 +281,7 @@ def fp8_gemm(
     grid = (triton.cdiv(m, config["block_m"]), triton.cdiv(n, config["block_n"]), splits)
     # Splits write fp32 partials, summed in a fixed order (deterministic): in-kernel by each
     # tile's last program when counters cover the tiles, else by one more launch.
-    split_mode, partial, counters = 0, out, out
-    if splits > 1:
-        partial = torch.empty((splits, m, n), dtype=torch.float32, device=xq.device)
-        counters = split_k_counters
-        if counters is not None and (counters.dtype != torch.int32 or counters.device != xq.device):
-            raise ValueError(f"split_k_counters must be int32 on {xq.device}")
-        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
-        split_mode, counters = (2, counters) if in_kernel else (1, out)
+    split_mode, partial, counters = split_buffers(out, splits, grid[0] * grid[1], split_k_counters)
     _fp8_gemm_kernel[grid](
         xq,
         weight,
@@ -312,12 +305,7 @@ def fp8_gemm(
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
     )
-    if split_mode == 1:
-        block = 1024
-        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
-            partial, out, m * n, SPLIT_K=splits, BLOCK=block
-        )
-    return out
+    return finish_splits(split_mode, partial, out)
 
 
 def fp8_split_k_counter_slots(n: int) -> int:

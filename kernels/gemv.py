@@ -35,7 +35,7 @@ from radixgen.kernels.launch_tables import (
     parse_bucketed_rows,
     select_bucket,
 )
-from radixgen.kernels.split_k import reduce_splits_kernel, store_split
+from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("gemv_configs.json")
 
@@ -194,22 +194,10 @@ def gemv(
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     grid = (m, triton.cdiv(n, config.block_n), splits)
-    split_mode, partial, counters = 0, out, out
-    if splits > 1:
-        partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-        counters = split_k_counters
-        if counters is not None and (counters.dtype != torch.int32 or counters.device != x.device):
-            raise ValueError(f"split_k_counters must be int32 on {x.device}")
-        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
-        split_mode, counters = (2, counters) if in_kernel else (1, out)
+    split_mode, partial, counters = split_buffers(out, splits, m * grid[1], split_k_counters)
     _gemv_kernel[grid](
         x, weight, out, partial, counters, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
         num_warps=config.num_warps,
     )  # fmt: skip
-    if split_mode == 1:
-        block = 1024
-        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
-            partial, out, m * n, SPLIT_K=splits, BLOCK=block
-        )
-    return out
+    return finish_splits(split_mode, partial, out)

@@ -66,8 +66,8 @@ from radixgen.kernels.int4_reference import (
     unpack_int4_rows,
 )
 
-# The FP8 GEMM's split-K epilogue, shared: [SPLIT_K, M * N] fp32 partials -> [M * N] output.
-from radixgen.kernels.split_k import reduce_splits_kernel, store_split
+# The split-K epilogues and buffers shared with the FP8 GEMM and the bf16 GEMV.
+from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 __all__ = [
     "DEQUANTIZE_M_MIN",
@@ -345,16 +345,7 @@ def int4_gemm(
         triton.cdiv(n, config.block_n),
         splits,
     )
-    counters = split_k_counters
-    if splits == 1:
-        split_mode, partial, counters = 0, out, out
-    else:
-        partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-        in_kernel = counters is not None and counters.numel() >= grid[0] * grid[1]
-        if counters is not None and (counters.dtype != torch.int32 or counters.device != x.device):
-            raise ValueError(f"split_k_counters must be int32 on {x.device}")
-        split_mode = 2 if in_kernel else 1
-        counters = counters if in_kernel else out
+    split_mode, partial, counters = split_buffers(out, splits, grid[0] * grid[1], split_k_counters)
     common = dict(
         GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
     )
@@ -369,12 +360,8 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
         )  # fmt: skip
-    if split_mode == 1:  # one launch sums the partials in a fixed order and casts
-        block = 256  # a few outputs per program: N / 256 programs read the partials
-        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
-            partial, out, m * n, SPLIT_K=splits, BLOCK=block
-        )
-    return out
+    # A few outputs per reduce program: N / 256 programs read the partials.
+    return finish_splits(split_mode, partial, out, block=256)
 
 
 def dequantize_int4(

@@ -12,6 +12,7 @@ reads the same buffer each replay).
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -96,3 +97,40 @@ def reduce_splits_kernel(
     for split in tl.static_range(SPLIT_K):
         acc += tl.load(partial_ptr + split * numel + offs, mask=mask, other=0.0)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def split_buffers(
+    out: torch.Tensor,  # [M, N], the GEMM's output
+    splits: int,
+    tiles: int,  # output tiles of the launch grid (its first two axes)
+    split_k_counters: torch.Tensor | None,
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(SPLIT_MODE, partials, counters) of a launch with `splits` K splits: 0 with one split
+    (`out` stands in for both buffers), 2 when the caller's counters cover the tiles, else 1
+    (`finish_splits` then sums the partials).
+
+    Raises:
+        ValueError: counters that are not int32 on out's device.
+    """
+    if splits == 1:
+        return 0, out, out
+    m, n = out.shape
+    partial = torch.empty((splits, m, n), dtype=torch.float32, device=out.device)
+    counters = split_k_counters
+    if counters is not None and (counters.dtype != torch.int32 or counters.device != out.device):
+        raise ValueError(f"split_k_counters must be int32 on {out.device}")
+    if counters is not None and counters.numel() >= tiles:
+        return 2, partial, counters
+    return 1, partial, out
+
+
+def finish_splits(
+    split_mode: int, partial: torch.Tensor, out: torch.Tensor, block: int = 1024
+) -> torch.Tensor:
+    """`out` once its partials are summed: one reduce launch in SPLIT_MODE 1, nothing else."""
+    if split_mode == 1:
+        splits, m, n = partial.shape
+        reduce_splits_kernel[(triton.cdiv(m * n, block),)](
+            partial, out, m * n, SPLIT_K=splits, BLOCK=block
+        )
+    return out
