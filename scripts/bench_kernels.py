@@ -62,8 +62,13 @@ def decode_case(batch: int, context: int, shuffled: bool):
 def bench_decode(
     batch: int, context: int, shuffled: bool = False, graph: bool = False, **tuning
 ) -> tuple[float, float]:
-    """(us, TB/s); graph=True times CUDA-graph replays (no launch overhead, as in serving)."""
+    """(us, TB/s); graph=True times CUDA-graph replays (no launch overhead, as in serving).
+    `merge_counters=True` merges the splits in the split kernel (the engine's path)."""
     args = decode_case(batch, context, shuffled)
+    if tuning.pop("merge_counters", False):
+        tuning["merge_counters"] = torch.zeros(
+            batch * NUM_KV_HEADS, dtype=torch.int32, device="cuda"
+        )
 
     def run():
         return decode_attention(**args, **tuning)
@@ -144,15 +149,19 @@ def main() -> None:
     print("\n## decode attention (32 q / 8 kv heads, d=128, bf16): us, TB/s of K/V read")
     batches = (1, 16, 64, 256) if not args.quick else (1, 64)
     contexts = (1024, 4096, 16384) if not args.quick else (4096,)
-    print("batch | context | splits | us | TB/s | % of 4.3 TB/s | graph us | graph TB/s")
+    print(
+        "batch | context | splits | us | TB/s | % of 4.3 TB/s | graph us | graph TB/s "
+        "| graph us, merged in-kernel"
+    )
     for batch in batches:
         for context in contexts:
             splits = default_num_kv_splits(batch, NUM_KV_HEADS, torch.device("cuda"))
             us, tbs = bench_decode(batch, context)
             graph_us, graph_tbs = bench_decode(batch, context, graph=True)
+            merged_us, _ = bench_decode(batch, context, graph=True, merge_counters=True)
             print(
                 f"{batch} | {context} | {splits} | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}% "
-                f"| {graph_us:.1f} | {graph_tbs:.2f}"
+                f"| {graph_us:.1f} | {graph_tbs:.2f} | {merged_us:.1f}"
             )
     us, tbs = bench_decode(64, 4096, shuffled=True)
     print(f"64 | 4096 shuffled slots | - | {us:.1f} | {tbs:.2f} | {100 * tbs / 4.3:.0f}%")
