@@ -161,8 +161,9 @@ def _gemv_kernel(
 
 def gemv_counter_slots(out_features: int, max_tokens: int = 4) -> int:
     """Counters that let every `gemv` of an N-row weight up to `max_tokens` tokens sum its
-    splits in-kernel (one per output block of the narrowest tile, 16 rows)."""
-    return max_tokens * triton.cdiv(out_features, 16)
+    splits in-kernel (one per output block of the narrowest tile the sweep tries, 8 rows; a
+    launch whose tiles outnumber them sums with a second launch instead)."""
+    return max_tokens * triton.cdiv(out_features, 8)
 
 
 def gemv(

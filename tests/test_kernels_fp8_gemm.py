@@ -69,10 +69,17 @@ def test_triton_gemm_matches_reference(m, n, k, split_k):
 
 
 @pytest.mark.parametrize("m,n,k,split_k", [(1, 70, 300, 3), (5, 33, 512, 4)])
-def test_triton_gemm_sums_splits_in_kernel_with_counters(m, n, k, split_k):
+def test_triton_gemm_sums_splits_in_kernel_with_counters(m, n, k, split_k, monkeypatch):
     """With the layer's counters each tile's last split program sums the partials in split
     order: the same output as the reduce launch, bit for bit, and the counters left zero for
     the next call (five calls in a row)."""
+    from radixgen.kernels import fp8_gemm as fp8_module
+
+    modes = []
+    finish = fp8_module.finish_splits
+    monkeypatch.setattr(
+        fp8_module, "finish_splits", lambda mode, *a: modes.append(mode) or finish(mode, *a)
+    )
     generator = torch.Generator().manual_seed(m + n)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x_q, x_scale = quantize_fp8_per_token_ref(torch.randn(m, k, generator=generator).to(device))
@@ -84,6 +91,7 @@ def test_triton_gemm_sums_splits_in_kernel_with_counters(m, n, k, split_k):
         out = fp8_gemm(x_q, x_scale, *weight, torch.float32, **options, split_k_counters=counters)
         assert torch.equal(out, reduced)
         assert not counters.any()
+    assert modes == [1] + [2] * 5  # a reduce launch without counters, in-kernel with them
     with pytest.raises(ValueError, match="split_k_counters"):
         fp8_gemm(x_q, x_scale, *weight, torch.float32, **options, split_k_counters=counters.long())
 

@@ -34,9 +34,16 @@ def operands(m, n, k, dtype, seed=0, device="cpu"):
         (1, 64, 520, GemvConfig(block_n=32, block_k=16, split_k=8, num_warps=1)),
     ],
 )
-def test_gemv_matches_linear(m, n, k, config, dtype):
+def test_gemv_matches_linear(m, n, k, config, dtype, monkeypatch):
     """Ragged N and K against the blocks; one split, and splits summed by a second launch and
     in-kernel (bit-identical to each other: the same order), the counters left zero."""
+    from radixgen.kernels import gemv as gemv_module
+
+    modes = []
+    finish = gemv_module.finish_splits
+    monkeypatch.setattr(
+        gemv_module, "finish_splits", lambda mode, *a: modes.append(mode) or finish(mode, *a)
+    )
     x, weight = operands(m, n, k, dtype, seed=m + n)
     expected = torch.nn.functional.linear(x.float(), weight.float())
     reduced = gemv(x, weight, config)
@@ -46,6 +53,8 @@ def test_gemv_matches_linear(m, n, k, config, dtype):
     for _ in range(3):
         assert torch.equal(gemv(x, weight, config, counters), reduced)
         assert not counters.any()
+    split = config.split_k > 1  # the second launch without counters, in-kernel with them
+    assert modes == ([1, 2, 2, 2] if split else [0, 0, 0, 0])
 
 
 def test_gemv_rejects_bad_inputs():
