@@ -34,6 +34,7 @@ from radixgen.runtime.forward_batch import ForwardMode, build_forward_batch
 from radixgen.runtime.loader import load_eagle_head
 from radixgen.runtime.models.llama_eagle import LlamaEagleHead, read_eagle_config
 from radixgen.runtime.req import Req
+from radixgen.runtime.speculative.draft_rows import DraftRows
 from radixgen.runtime.tiny_model import resolve_model_path
 
 # The head's KV slots at most (Llama-3.1-8B: 2 GiB, one layer; tiny: 256 MiB): tokens since
@@ -95,7 +96,7 @@ class EagleProposer:
         self.max_total_num_tokens = num_slots - 1
         # A backend of the target's kind (same heads), with its own per-batch metadata.
         self.attn_backend = type(target_runner.attn_backend)(target_runner)
-        self.states: dict[int, EagleState] = {}
+        self.rows: DraftRows[EagleState] = DraftRows(self.req_to_token_pool, self.slot_allocator)
         self._step_seqlens: dict[int, int] = {}  # id(req) -> seqlen when this step proposed
 
     @classmethod
@@ -119,13 +120,13 @@ class EagleProposer:
         self.release(reqs)
         self._step_seqlens = {id(req): req.seqlen for req in reqs}
         for req in reqs:
-            state = self.states.get(id(req))
+            state = self.rows.states.get(id(req))
             if state is not None and not state.lines_up():
-                self._free(state)  # it decoded plainly since: start over
+                self.rows.free(state)  # it decoded plainly since: start over
         active = [
-            (self.states[id(req)], limit)
+            (self.rows.states[id(req)], limit)
             for req, limit in zip(reqs, limits, strict=True)
-            if limit > 0 and id(req) in self.states and self.states[id(req)].pending
+            if limit > 0 and id(req) in self.rows.states and self.rows.states[id(req)].pending
         ]
         needed = sum(state.num_pending + limit - 1 for state, limit in active)
         drafts: dict[int, list[int]] = {id(req): [] for req in reqs}
@@ -144,13 +145,13 @@ class EagleProposer:
         for req, draft in zip(reqs, drafts, strict=True):
             rows = hidden_states[first_row : first_row + 1 + len(draft)]
             first_row += 1 + len(draft)
-            state = self.states.get(id(req))
+            state = self.rows.states.get(id(req))
             if state is not None:
-                self._truncate(state, state.committed_len)
+                self.rows.truncate(state, state.committed_len)
             appended = req.seqlen - self._step_seqlens[id(req)]
             if req.finished or not 0 < appended <= len(rows):
                 if state is not None:
-                    self._free(state)  # finished, or more tokens than rows (a forced run)
+                    self.rows.free(state)  # finished, or more tokens than rows (a forced run)
                 continue
             if state is None:
                 row = self.req_to_token_pool.alloc(1)
@@ -158,7 +159,7 @@ class EagleProposer:
                     continue
                 # The features start at the step's first verify position, n - 1.
                 start = self._step_seqlens[id(req)] - 1
-                state = self.states[id(req)] = EagleState(req=req, row=row[0], start=start)
+                state = self.rows.states[id(req)] = EagleState(req=req, row=row[0], start=start)
             state.pending.append(rows[:appended])
 
     def after_prefill(self, reqs: list[Req], forward_batch, hidden_states: torch.Tensor) -> None:
@@ -172,37 +173,30 @@ class EagleProposer:
         ):
             rows = hidden_states[first_row : first_row + count]
             first_row += count
-            state = self.states.get(id(req))
+            state = self.rows.states.get(id(req))
             if state is not None and (
                 state.req is not req
                 or state.start + state.committed_len + state.num_pending != prefix
             ):
-                self._free(state)
+                self.rows.free(state)
                 state = None
             if state is None:
                 row = self.req_to_token_pool.alloc(1)
                 if row is None:
                     continue
-                state = self.states[id(req)] = EagleState(req=req, row=row[0], start=prefix)
+                state = self.rows.states[id(req)] = EagleState(req=req, row=row[0], start=prefix)
             state.pending.append(rows)
+
+    def release(self, reqs: list[Req]) -> None:
+        self.rows.release(reqs)
 
     def check_integrity(self) -> None:
         """Every head slot is free or held by exactly one tracked request."""
-        held = sum(state.written_len for state in self.states.values())
+        held = self.rows.held_slots()
         free = self.slot_allocator.available_size()
         assert free + held == self.max_total_num_tokens, (
             f"EAGLE KV leak: free {free} + held {held} != {self.max_total_num_tokens}"
         )
-
-    def release(self, reqs: list[Req]) -> None:
-        """Frees the state of requests no longer running, and the drafts of a step the decoder
-        declined after proposing."""
-        present = {id(req): req for req in reqs}
-        for key, state in list(self.states.items()):
-            if present.get(key) is not state.req:
-                self._free(state)
-            else:
-                self._truncate(state, state.committed_len)
 
     # ---- drafting --------------------------------------------------------------------------
 
@@ -263,18 +257,3 @@ class EagleProposer:
         with torch.no_grad():
             self.attn_backend.init_forward_metadata(batch)
             return self.head(batch, features)
-
-    # ---- head memory -----------------------------------------------------------------------
-
-    def _truncate(self, state: EagleState, length: int) -> None:
-        """Keeps entries [0, length) of state's row, frees the rest."""
-        length = min(length, state.written_len)
-        row_slots = self.req_to_token_pool.req_to_token[state.row]
-        if length < state.written_len:
-            self.slot_allocator.free(row_slots[length : state.written_len].to(torch.int64))
-        state.committed_len = state.written_len = length
-
-    def _free(self, state: EagleState) -> None:
-        self._truncate(state, 0)
-        self.req_to_token_pool.free(state.row)
-        del self.states[id(state.req)]

@@ -21,6 +21,7 @@ import torch
 
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.req import Req
+from radixgen.runtime.speculative.draft_rows import DraftRows
 
 
 @dataclass
@@ -50,7 +51,9 @@ class DraftModelProposer:
                 f"{draft_runner.vocab_size} tokens, the target's {target_vocab_size}"
             )
         self.runner = draft_runner
-        self.states: dict[int, DraftKV] = {}
+        self.rows: DraftRows[DraftKV] = DraftRows(
+            self.runner.req_to_token_pool, self.runner.slot_allocator
+        )
 
     @classmethod
     def from_target(cls, target_runner, draft_model_path: str) -> DraftModelProposer:
@@ -94,11 +97,11 @@ class DraftModelProposer:
         """Keeps the draft KV of the inputs that turned out right: the old tokens, the last
         token and the accepted drafts the draft model was fed (all but its last draft)."""
         for req, draft in zip(reqs, drafts, strict=True):
-            state = self.states.get(id(req))
+            state = self.rows.states.get(id(req))
             if state is None or not draft:
                 continue
             if req.finished:
-                self._free(state)
+                self.rows.free(state)
                 continue
             first_draft_pos = state.written_len - (len(draft) - 1)  # position of d_1
             # d_i sits at first_draft_pos + i - 1 in both sequences: compare what followed.
@@ -106,11 +109,14 @@ class DraftModelProposer:
             matched = 0
             while matched < len(fill) and fill[matched] == draft[matched]:
                 matched += 1
-            self._truncate(state, first_draft_pos + matched)
+            self.rows.truncate(state, first_draft_pos + matched)
+
+    def release(self, reqs: list[Req]) -> None:
+        self.rows.release(reqs)
 
     def check_integrity(self) -> None:
         """Every draft slot is free or held by exactly one tracked request."""
-        held = sum(state.written_len for state in self.states.values())
+        held = self.rows.held_slots()
         free = self.runner.slot_allocator.available_size()
         assert free + held == self.runner.max_total_num_tokens, (
             f"draft KV leak: free {free} + held {held} != {self.runner.max_total_num_tokens}"
@@ -118,34 +124,23 @@ class DraftModelProposer:
 
     # ---- draft memory ----------------------------------------------------------------------
 
-    def release(self, reqs: list[Req]) -> None:
-        """Frees the state of requests no longer running (finished, aborted, retracted: a
-        retracted request rebuilds its draft KV if it speculates again), and the drafts of a
-        step the decoder declined after proposing (its verification never ran)."""
-        present = {id(req): req for req in reqs}
-        for key, state in list(self.states.items()):
-            if present.get(key) is not state.req:
-                self._free(state)
-            else:
-                self._truncate(state, state.committed_len)
-
     def _reserve(self, active: list[tuple[Req, int]]) -> bool:
         """Rows for new requests, and False when the draft pool cannot take this step."""
         needed = 0
         for req, limit in active:
-            state = self.states.get(id(req))
+            state = self.rows.states.get(id(req))
             if state is None:
                 rows = self.runner.req_to_token_pool.alloc(1)
                 if rows is None:
                     return False
-                state = self.states[id(req)] = DraftKV(req=req, row=rows[0])
+                state = self.rows.states[id(req)] = DraftKV(req=req, row=rows[0])
             needed += req.seqlen - state.committed_len + limit - 1
         return self.runner.slot_allocator.available_size() >= needed
 
     def _draft(self, active: list[tuple[Req, int]]) -> dict[int, list[int]]:
         """Greedy drafts: a catch-up extend giving d_1, then decode steps for d_2..d_limit,
         each request only while its limit lasts."""
-        states = [self.states[id(req)] for req, _ in active]
+        states = [self.rows.states[id(req)] for req, _ in active]
         catch_up = [
             req.fill_slice(state.committed_len, req.seqlen)
             for (req, _), state in zip(active, states, strict=True)
@@ -185,16 +180,3 @@ class DraftModelProposer:
             for state in states:
                 state.committed_len = state.written_len  # the real tokens (catch-up)
         return self.runner.forward(batch).argmax(dim=-1)
-
-    def _truncate(self, state: DraftKV, length: int) -> None:
-        """Keeps positions [0, length) of state's draft KV, frees the rest."""
-        length = min(length, state.written_len)
-        row_slots = self.runner.req_to_token_pool.req_to_token[state.row]
-        if length < state.written_len:
-            self.runner.slot_allocator.free(row_slots[length : state.written_len].to(torch.int64))
-        state.committed_len = state.written_len = length
-
-    def _free(self, state: DraftKV) -> None:
-        self._truncate(state, 0)
-        self.runner.req_to_token_pool.free(state.row)
-        del self.states[id(state.req)]
