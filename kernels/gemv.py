@@ -30,9 +30,8 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
-    check_table_keys,
     format_bucketed_table,
-    parse_bucketed_rows,
+    parse_shape_rows,
     select_bucket,
 )
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
@@ -75,17 +74,11 @@ def parse_gemv_table(data: dict) -> GemvTable:
     keyed by "in_features x out_features"; a launch with more tokens than every row's bound
     takes `F.linear`. Raises ValueError naming the row.
     """
-    check_table_keys(data, "shapes", "GEMV table")
-    table: GemvTable = {}
-    for key, rows in data["shapes"].items():
-        try:
-            in_features, out_features = (int(part) for part in key.split("x"))
-        except ValueError as error:
-            raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
-        parsed = parse_bucketed_rows(rows, "max_tokens", GemvConfig, f"shape {key}")
-        if parsed[-1][0] is None:
-            raise ValueError(f"shape {key}: every row needs a max_tokens (GEMV sizes only)")
-        table[(in_features, out_features)] = parsed
+    table = parse_shape_rows(data, GemvConfig, "GEMV table")
+    for (in_features, out_features), rows in table.items():
+        if rows[-1][0] is None:
+            shape = f"{in_features}x{out_features}"
+            raise ValueError(f"shape {shape}: every row needs a max_tokens (GEMV sizes only)")
     return table
 
 

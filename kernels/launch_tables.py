@@ -41,6 +41,25 @@ def parse_bucketed_rows(
     return tuple(parsed)
 
 
+def parse_shape_rows(
+    data: dict, make_config: Callable[..., Config], what: str
+) -> dict[tuple[int, int], BucketRows]:
+    """A table keyed by projection shape, `{"shapes": {"INxOUT": [rows bucketed by
+    max_tokens]}}` (the LoRA decode and GEMV tables): `{(in, out): rows}`. Raises ValueError
+    naming the key or row."""
+    check_table_keys(data, "shapes", what)
+    table = {}
+    for key, rows in data["shapes"].items():
+        try:
+            in_features, out_features = (int(part) for part in key.split("x"))
+        except ValueError as error:
+            raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
+        table[(in_features, out_features)] = parse_bucketed_rows(
+            rows, "max_tokens", make_config, f"shape {key}"
+        )
+    return table
+
+
 def select_bucket(rows: BucketRows, size: int) -> Config:
     """The first row whose bound is >= size (or open), else the last row."""
     for bound, config in rows:

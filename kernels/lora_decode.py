@@ -40,9 +40,8 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
-    check_table_keys,
     format_bucketed_table,
-    parse_bucketed_rows,
+    parse_shape_rows,
     select_bucket,
 )
 
@@ -89,17 +88,7 @@ def parse_decode_config_table(data: dict) -> DecodeConfigTable:
 
     keyed by "in_features x out_features" (all shards). Raises ValueError naming the row.
     """
-    check_table_keys(data, "shapes", "LoRA decode table")
-    table: DecodeConfigTable = {}
-    for key, rows in data["shapes"].items():
-        try:
-            in_features, out_features = (int(part) for part in key.split("x"))
-        except ValueError as error:
-            raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
-        table[(in_features, out_features)] = parse_bucketed_rows(
-            rows, "max_tokens", LoRADecodeConfig, f"shape {key}"
-        )
-    return table
+    return parse_shape_rows(data, LoRADecodeConfig, "LoRA decode table")
 
 
 def config_row(max_tokens: int | None, config: LoRADecodeConfig) -> dict:

@@ -14,6 +14,7 @@ kernels/gemv_configs.json) keeps a shape only where the best config beats `F.lin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -73,7 +74,7 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
             best = (config, ms)
     if best is not None:
         row |= {
-            "gemv_best": best[0].__dict__,
+            "gemv_best": dataclasses.asdict(best[0]),
             "gemv_ms": best[1],
             "gemv_tb_per_s": 2 * n * k / best[1] / 1e9,
             "speedup": linear_ms / best[1],
