@@ -15,7 +15,8 @@ Two GEMMs, chosen by the number of tokens M (`fp8_linear` dispatches):
   are summed in a fixed order (deterministic, unlike atomics): in the same launch by each
   tile's last program when the caller passes `split_k_counters` (the FP8 layers keep theirs),
   else by a second small kernel (`split_k.py`); with one split the GEMM stores the output
-  itself.
+  itself. Launch sizes: `fp8_gemm_configs.json` per shape and token count where the H200
+  sweep (`scripts/bench_fp8_gemm.py --sweep`) filled it, else a heuristic.
   cuBLASLt (`torch._scaled_mm`) is slower than bf16 at these shapes (measured on the H200).
 - large M (prefill): `torch._scaled_mm` (cuBLASLt FP8) with row-wise scales.
 
@@ -29,13 +30,22 @@ CPU), then the product of the dequantized operands in float32 (emulated FP8).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.launch_tables import (
+    BucketRows,
+    format_bucketed_table,
+    load_json_table,
+    parse_shape_rows,
+    select_bounded_bucket,
+)
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -154,12 +164,75 @@ def _multiprocessor_count(device_index: int | None) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@dataclass(frozen=True)
+class Fp8GemmLaunch:
+    """A table row's launch sizes for `fp8_gemm` (BLOCK_M and BLOCK_K stay the heuristic's)."""
+
+    block_n: int  # output columns (weight rows) per program
+    split_k: int  # programs sharing one output tile's K range
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
+        if not 1 <= self.split_k <= 64:
+            raise ValueError(f"split_k must be in 1..64, got {self.split_k}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+
+
+# {(K, N): ((max_tokens, launch), ...)}, max_tokens ascending, all <= SMALL_M_MAX.
+Fp8GemmTable = dict[tuple[int, int], BucketRows]
+DEFAULT_TABLE_PATH = Path(__file__).with_name("fp8_gemm_configs.json")
+
+
+def parse_fp8_gemm_table(data: dict) -> Fp8GemmTable:
+    """Validates the JSON form (written by `scripts/bench_fp8_gemm.py --sweep`):
+
+        {"note": ..., "source": ..., "shapes": {"4096x6144": [
+            {"max_tokens": 1, "block_n": 64, "split_k": 4, "num_warps": 4}]}}
+
+    keyed by "in_features x out_features" (K x N); a GEMM with more tokens than every row's
+    bound takes the heuristic. Raises ValueError naming the row."""
+    table = parse_shape_rows(data, Fp8GemmLaunch, "FP8 GEMM table", bounded=True)
+    for (k, n), rows in table.items():
+        if rows[-1][0] > SMALL_M_MAX:
+            raise ValueError(f"shape {k}x{n}: max_tokens above SMALL_M_MAX ({SMALL_M_MAX})")
+    return table
+
+
+def format_fp8_gemm_table(data: dict) -> str:
+    """The JSON form with one row per line (the shipped file's layout)."""
+    return format_bucketed_table(data, "shapes")
+
+
+@functools.cache
+def load_fp8_gemm_table(path: Path = DEFAULT_TABLE_PATH) -> Fp8GemmTable:
+    """The parsed table (read once per path); empty when the file does not exist."""
+    return load_json_table(path, parse_fp8_gemm_table)
+
+
+def gemm_config(
+    m: int, n: int, k: int, device: torch.device, table: Fp8GemmTable | None = None
+) -> dict[str, int]:
+    """`fp8_gemm`'s launch for an `[m, k] x [k, n]` product: the GPU's table row for this
+    shape and token count where it has one (`fp8_gemm_configs.json`, swept on the H200), over
+    `default_gemm_config`."""
+    config = default_gemm_config(m, n, k, device)
+    rows = (load_fp8_gemm_table() if table is None else table).get((k, n))
+    launch = select_bounded_bucket(rows, m)
+    if launch is not None:
+        config.update(dataclasses.asdict(launch))
+    return config
+
+
 def default_gemm_config(m: int, n: int, k: int, device: torch.device) -> dict[str, int]:
-    """Block sizes and split-K of `fp8_gemm` for an `[m, k] x [k, n]` product.
+    """The heuristic block sizes and split-K of `fp8_gemm` for an `[m, k] x [k, n]` product.
 
     BLOCK_M covers M (16..64: the fp8 tensor-core minimum is 16 rows); split-K is chosen so that
     the grid has about four programs per SM, each with at least two BLOCK_K steps, and the fp32
-    partials cost at most a quarter of the weight's bytes.
+    partials cost at most a quarter of the weight's bytes. (The H200 sweep found this splits
+    too finely at the 8B shapes: 69 against 83 us a layer at M = 1; the table overrides it.)
     """
     block_m = min(64, max(16, triton.next_power_of_2(m)))
     block_n, block_k = 64, 128
@@ -252,7 +325,7 @@ def fp8_gemm(
 ) -> torch.Tensor:  # [M, N] out_dtype
     """The Triton W8A8 GEMM: `(xq @ weight.T) * x_scale[:, None] * weight_scale[None, :]`.
 
-    Tuning overrides (benchmarks) default to `default_gemm_config`. `split_k_counters`: int32
+    Tuning overrides (benchmarks) default to `gemm_config` (the table, else the heuristic). `split_k_counters`: int32
     zeros on xq's device, at least one per output tile (`fp8_split_k_counter_slots(N)` covers
     every M <= SMALL_M_MAX), left zeros: split-K partials are then summed in the same launch.
 
@@ -262,7 +335,7 @@ def fp8_gemm(
     _check_gemm_inputs(xq, x_scale, weight, weight_scale)
     m, k = xq.shape
     n = weight.shape[0]
-    config = default_gemm_config(m, n, k, xq.device)
+    config = gemm_config(m, n, k, xq.device)
     overrides = {
         "block_m": block_m,
         "block_n": block_n,
@@ -310,8 +383,8 @@ def fp8_gemm(
 
 def fp8_split_k_counter_slots(n: int) -> int:
     """Counters that let every `fp8_gemm` of an N-column weight up to SMALL_M_MAX tokens sum
-    its splits in-kernel: one per output tile of the smallest tiles `default_gemm_config`
-    picks (16 x 16)."""
+    its splits in-kernel: one per output tile of the smallest tiles a launch uses (16 x 16:
+    the heuristic's and the table's `block_n` are >= 16)."""
     return triton.cdiv(SMALL_M_MAX, 16) * triton.cdiv(n, 16)
 
 

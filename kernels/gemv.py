@@ -21,7 +21,6 @@ agree within bf16 rounding.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +30,9 @@ import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
     format_bucketed_table,
+    load_json_table,
     parse_shape_rows,
-    select_bucket,
+    select_bounded_bucket,
 )
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
@@ -74,12 +74,7 @@ def parse_gemv_table(data: dict) -> GemvTable:
     keyed by "in_features x out_features"; a launch with more tokens than every row's bound
     takes `F.linear`. Raises ValueError naming the row.
     """
-    table = parse_shape_rows(data, GemvConfig, "GEMV table")
-    for (in_features, out_features), rows in table.items():
-        if rows[-1][0] is None:
-            shape = f"{in_features}x{out_features}"
-            raise ValueError(f"shape {shape}: every row needs a max_tokens (GEMV sizes only)")
-    return table
+    return parse_shape_rows(data, GemvConfig, "GEMV table", bounded=True)
 
 
 def format_gemv_table(data: dict) -> str:
@@ -90,9 +85,7 @@ def format_gemv_table(data: dict) -> str:
 @functools.cache
 def load_gemv_table(path: Path = DEFAULT_TABLE_PATH) -> GemvTable:
     """The parsed table (read once per path); empty when the file does not exist."""
-    if not Path(path).is_file():
-        return {}
-    return parse_gemv_table(json.loads(Path(path).read_text()))
+    return load_json_table(path, parse_gemv_table)
 
 
 def select_gemv_config(
@@ -100,9 +93,7 @@ def select_gemv_config(
 ) -> GemvConfig | None:
     """The table's config for this shape and token count, or None (use `F.linear`)."""
     rows = (load_gemv_table() if table is None else table).get((in_features, out_features))
-    if not rows or num_tokens > rows[-1][0]:
-        return None
-    return select_bucket(rows, num_tokens)
+    return select_bounded_bucket(rows, num_tokens)
 
 
 @triton.jit

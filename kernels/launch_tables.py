@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 Config = TypeVar("Config")
@@ -42,11 +43,12 @@ def parse_bucketed_rows(
 
 
 def parse_shape_rows(
-    data: dict, make_config: Callable[..., Config], what: str
+    data: dict, make_config: Callable[..., Config], what: str, *, bounded: bool = False
 ) -> dict[tuple[int, int], BucketRows]:
     """A table keyed by projection shape, `{"shapes": {"INxOUT": [rows bucketed by
-    max_tokens]}}` (the LoRA decode and GEMV tables): `{(in, out): rows}`. Raises ValueError
-    naming the key or row."""
+    max_tokens]}}` (the LoRA decode, GEMV and FP8 GEMM tables): `{(in, out): rows}`.
+    `bounded`: every row needs a max_tokens (a table that serves small token counts only,
+    read through `select_bounded_bucket`). Raises ValueError naming the key or row."""
     check_table_keys(data, "shapes", what)
     table = {}
     for key, rows in data["shapes"].items():
@@ -54,10 +56,18 @@ def parse_shape_rows(
             in_features, out_features = (int(part) for part in key.split("x"))
         except ValueError as error:
             raise ValueError(f"shape key must be 'INxOUT', got {key!r}") from error
-        table[(in_features, out_features)] = parse_bucketed_rows(
-            rows, "max_tokens", make_config, f"shape {key}"
-        )
+        parsed = parse_bucketed_rows(rows, "max_tokens", make_config, f"shape {key}")
+        if bounded and parsed[-1][0] is None:
+            raise ValueError(f"shape {key}: every row of the {what} needs a max_tokens")
+        table[(in_features, out_features)] = parsed
     return table
+
+
+def load_json_table(path: Path, parse: Callable[[dict], dict]) -> dict:
+    """`parse` of the JSON file at `path`, or {} when there is no such file."""
+    if not Path(path).is_file():
+        return {}
+    return parse(json.loads(Path(path).read_text()))
 
 
 def select_bucket(rows: BucketRows, size: int) -> Config:
@@ -66,6 +76,14 @@ def select_bucket(rows: BucketRows, size: int) -> Config:
         if bound is None or size <= bound:
             return config
     return rows[-1][1]
+
+
+def select_bounded_bucket(rows: BucketRows | None, size: int) -> Config | None:
+    """Like `select_bucket`, but None past the last row's bound (or without rows): the caller
+    then takes its untabled path."""
+    if not rows or size > rows[-1][0]:
+        return None
+    return select_bucket(rows, size)
 
 
 def check_table_keys(data: dict, section: str, what: str) -> None:

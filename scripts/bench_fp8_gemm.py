@@ -6,15 +6,19 @@ For M (tokens) in 1, 64, 256, 8192 and the qkv, o, gate_up and down projections,
 CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
 - bf16: `F.linear` (cuBLAS), the baseline;
 - fp8_linear: what the model runs (per-token activation quantization + the GEMM chosen by M);
-- triton: `fp8_gemm` alone (default config), and with --sweep the best of a block/split-K grid
-  for M <= 256;
+- triton: `fp8_gemm` alone (its launch table, else the heuristic), and with --sweep the best of
+  a block/split-K/warps grid for M <= 256;
 - scaled_mm: `torch._scaled_mm` alone, row-wise scales (and with use_fast_accum);
 - quantize: `quantize_fp8_per_token` alone.
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM, not L2, as in a real forward pass. TFLOP/s = 2*M*N*K / time; TB/s = bytes of
 weight + activations + output / time (against 1,980 dense FP8 TFLOP/s and 4.8 TB/s peak).
-It also sums the four shapes at M = 1 over 32 layers: the weight-streaming time of one decode
-token.
+Every FP8 GEMM gets split-K counters as the model's layers do (splits summed in the same
+launch). It also sums the four shapes at M = 1 over 32 layers: the weight-streaming time of one
+decode token. With --sweep it writes `fp8_gemm_configs.json` beside its JSON after every shape
+(a run stopped by its time budget keeps the rows so far): for M <= SMALL_M_MAX, the best launch
+where it beats the heuristic (`default_gemm_config`) by 3% or more; copy it over
+kernels/fp8_gemm_configs.json.
 """
 
 from __future__ import annotations
@@ -30,10 +34,14 @@ import torch.nn.functional as F
 import triton
 
 from radixgen.kernels.fp8_gemm import (
+    SMALL_M_MAX,
     default_gemm_config,
+    format_fp8_gemm_table,
     fp8_gemm,
     fp8_linear,
     fp8_scaled_mm,
+    fp8_split_k_counter_slots,
+    gemm_config,
     quantize_fp8_per_token,
     quantize_fp8_per_token_ref,
 )
@@ -42,6 +50,7 @@ SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "dow
 NUM_LAYERS = 32
 TOKENS = (1, 64, 256, 8192)
 STREAM_BYTES = 512 << 20
+MIN_GAIN = 0.97  # a table row needs the swept launch at <= 97% of the heuristic's time
 
 
 def median_ms(fn, copies: int) -> float:
@@ -60,6 +69,7 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
     quantized = [quantize_fp8_per_token_ref(w) for w in weights_bf16]
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     x_q, x_scale = quantize_fp8_per_token(x)
+    counters = torch.zeros(fp8_split_k_counter_slots(n), dtype=torch.int32, device="cuda")
     flops = 2 * m * n * k
     bytes_fp8 = n * k + m * k + 2 * m * n
     bytes_bf16 = 2 * n * k + 2 * m * k + 2 * m * n
@@ -71,11 +81,18 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
     results["bf16"] = median_ms(run_all(lambda i: F.linear(x, weights_bf16[i])), copies)
     weights_bf16.clear()  # frees the bf16 copies before the FP8 runs
     torch.cuda.empty_cache()
-    results["fp8_linear"] = median_ms(run_all(lambda i: fp8_linear(x, *quantized[i])), copies)
+    results["fp8_linear"] = median_ms(
+        run_all(lambda i: fp8_linear(x, *quantized[i], split_k_counters=counters)), copies
+    )
     results["quantize"] = median_ms(run_all(lambda i: quantize_fp8_per_token(x)), copies)
     if m <= 1024:
         results["triton"] = median_ms(
-            run_all(lambda i: fp8_gemm(x_q, x_scale, *quantized[i], torch.bfloat16)), copies
+            run_all(
+                lambda i: fp8_gemm(
+                    x_q, x_scale, *quantized[i], torch.bfloat16, split_k_counters=counters
+                )
+            ),
+            copies,
         )
     if m >= 16:
         for fast in (False, True):
@@ -92,7 +109,8 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
         "m": m,
         "n": n,
         "k": k,
-        "default_triton_config": default_gemm_config(m, n, k, x.device),
+        "heuristic_triton_config": default_gemm_config(m, n, k, x.device),
+        "triton_config": gemm_config(m, n, k, x.device),
         "ms": results,
         "tflops": {key: flops / ms / 1e9 for key, ms in results.items() if key != "quantize"},
         "tb_per_s": {
@@ -102,7 +120,7 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
         },
     }
     if sweep and m <= 256:
-        best = None
+        best, timed = None, {}
         # Warps rather than stages: the M <= 64 tiles compile to mma.sync, whose operands the
         # stage count does not move, and at 4 warps the default tile spills registers on sm_90
         # (ptxas, tests/test_kernels_fp8_gemm.py); 8 warps do not.
@@ -112,7 +130,12 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
                 ms = median_ms(
                     run_all(
                         lambda i, c=config: fp8_gemm(
-                            x_q, x_scale, *quantized[i], torch.bfloat16, **c
+                            x_q,
+                            x_scale,
+                            *quantized[i],
+                            torch.bfloat16,
+                            **c,
+                            split_k_counters=counters,
                         )
                     ),
                     copies,
@@ -120,6 +143,7 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
             except Exception as error:  # noqa: BLE001 (a config the GPU cannot run: skip it)
                 print(f"  {name} m={m} {config}: {type(error).__name__}")
                 continue
+            timed[tuple(config.values())] = ms
             if best is None or ms < best[1]:
                 best = (config, ms)
         if best is not None:
@@ -129,7 +153,33 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
                 "tflops": flops / best[1] / 1e9,
                 "tb_per_s": bytes_fp8 / best[1] / 1e9,
             }
+            heuristic = default_gemm_config(m, n, k, x.device)
+            key = (heuristic["block_n"], heuristic["split_k"], heuristic["num_warps"])
+            row["triton_sweep_heuristic_ms"] = timed.get(key)
     return row
+
+
+def write_table(rows: list[dict], out_dir: Path) -> None:
+    """`fp8_gemm_configs.json`: per shape, the swept launches for M <= SMALL_M_MAX that beat
+    the heuristic's time by MIN_GAIN (a row serves up to its M tokens)."""
+    shapes: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: r["m"]):
+        best, heuristic_ms = row.get("triton_sweep_best"), row.get("triton_sweep_heuristic_ms")
+        if row["m"] > SMALL_M_MAX or best is None:
+            continue
+        if heuristic_ms is not None and best["ms"] > MIN_GAIN * heuristic_ms:
+            continue
+        key = f"{row['k']}x{row['n']}"
+        shapes.setdefault(key, []).append({"max_tokens": row["m"], **best["config"]})
+    table = {
+        "note": "Written by scripts/bench_fp8_gemm.py --sweep: per shape, the fastest launch at "
+        "each swept M <= SMALL_M_MAX that beat the heuristic by 3% or more (a row serves up to "
+        "its max_tokens); copy over kernels/fp8_gemm_configs.json.",
+        "source": f"{torch.cuda.get_device_name()}, triton {triton.__version__}",
+        "shapes": shapes,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "fp8_gemm_configs.json").write_text(format_fp8_gemm_table(table))
 
 
 def main() -> None:
@@ -158,6 +208,7 @@ def main() -> None:
             )
             if "triton_sweep_best" in row:
                 print(f"  best triton: {row['triton_sweep_best']}")
+                write_table(rows, Path(args.out))
     summary = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     if 1 in args.tokens:
         decode = [r for r in rows if r["m"] == 1]

@@ -10,11 +10,15 @@ from radixgen.kernels.fp8_gemm import (
     FP8_DTYPE,
     FP8_MAX,
     SMALL_M_MAX,
+    default_gemm_config,
     fp8_gemm,
     fp8_linear,
     fp8_linear_ref,
     fp8_scaled_mm,
     fp8_split_k_counter_slots,
+    gemm_config,
+    load_fp8_gemm_table,
+    parse_fp8_gemm_table,
     quantize_fp8_per_token,
     quantize_fp8_per_token_ref,
 )
@@ -111,6 +115,50 @@ def test_gemm_compiles_for_sm90_without_spills():
          {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_MODE": mode}, 8)
         for mode in (0, 1, 2)
     ])  # fmt: skip
+
+
+def test_launch_table_rows_by_token_count():
+    """A table row serves token counts up to its bound (the M = 1 row one token, the M = 64 row
+    2-64); a shape or token count past the table takes the heuristic, whose BLOCK_M and
+    BLOCK_K the table never changes."""
+    rows = [{"max_tokens": 1, "block_n": 32, "split_k": 4, "num_warps": 4},
+            {"max_tokens": 64, "block_n": 128, "split_k": 1, "num_warps": 8}]  # fmt: skip
+    table = parse_fp8_gemm_table({"source": "test", "shapes": {"4096x6144": rows}})
+    cpu = torch.device("cpu")
+
+    def launch(m, n=6144, k=4096):
+        config = gemm_config(m, n, k, cpu, table)
+        return config["block_m"], config["block_n"], config["split_k"], config["num_warps"]
+
+    assert launch(1) == (16, 32, 4, 4)
+    assert launch(2) == (16, 128, 1, 8) and launch(64) == (64, 128, 1, 8)
+    heuristic = default_gemm_config(65, 6144, 4096, cpu)
+    assert gemm_config(65, 6144, 4096, cpu, table) == heuristic
+    assert gemm_config(1, 4096, 4096, cpu, table) == default_gemm_config(1, 4096, 4096, cpu)
+
+
+@pytest.mark.parametrize(
+    "row,match",
+    [({"max_tokens": None}, "max_tokens"), ({"max_tokens": 128}, "SMALL_M_MAX"),
+     ({"max_tokens": 1, "block_n": 8}, "block_n"), ({"max_tokens": 1, "split_k": 0}, "split_k"),
+     ({"max_tokens": 1, "num_warps": 3}, "num_warps"), ({"max_tokens": 1, "stages": 3}, "stages")],
+)  # fmt: skip
+def test_launch_table_rejects_bad_rows(row, match):
+    base = {"block_n": 64, "split_k": 4, "num_warps": 4}
+    with pytest.raises(ValueError, match=match):
+        parse_fp8_gemm_table({"shapes": {"4096x4096": [{**base, **row}]}})
+
+
+def test_shipped_launch_table_covers_the_8b_projections():
+    """The H200 sweep's table: every Llama-3.1-8B projection at one token and up to 64, and its
+    counters still cover every tile (block_n >= 16)."""
+    table = load_fp8_gemm_table()
+    for shape in ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)):
+        assert [bound for bound, _ in table[shape]] == [1, SMALL_M_MAX]
+    for (_, n), rows in table.items():
+        for _bound, launch in rows:
+            tiles = -(-SMALL_M_MAX // 16) * -(-n // launch.block_n)
+            assert tiles <= fp8_split_k_counter_slots(n)
 
 
 def test_gemm_rejects_bad_inputs():
