@@ -228,7 +228,8 @@ out = pathlib.Path(sys.argv[1])
 keys = ("duration_s", "total_output_tokens", "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
         "median_ttft_ms", "mean_ttft_ms", "mean_e2e_latency_ms", "startup_to_healthy_s",
         "output_token_throughput", "extra_ms_median", "new_schema_ms_median",
-        "unconstrained_ms_median", "decode_ms_per_step_median", "prefill_ms",
+        "unconstrained_ms_median", "decode_ms_per_step_median",
+        "decode_ms_per_step_overlapped_median", "prefill_ms",
         "tpot_ratio_median", "tpot_ratio_per_pair")
 summary = {}
 for path in sorted(out.glob("*.json")):

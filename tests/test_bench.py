@@ -51,6 +51,9 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     header = next(i for i, line in enumerate(table) if "decode ms/step" in line)
     assert [line.split()[0] for line in table[header + 1 : header + 3]] == ["1", "2"]
     assert all(row["prefill_ms"] > 0 and row["decode_ms_per_step_median"] > 0 for row in rows)
+    # The overlapped pass (ids left on the device) decodes the synced pass's greedy tokens.
+    assert all(row["decode_ms_per_step_overlapped_median"] > 0 for row in rows)
+    assert all(row["overlapped_same_tokens"] is True for row in rows)
 
     offline_json = tmp_path / "offline.json"
     assert radixgen_main(

@@ -4,6 +4,13 @@ A batch of `batch_size` random prompts of `input_len` tokens is prefilled in one
 forward, then decoded greedily for `output_len` steps. Prefill ms and decode ms per step are
 reported separately (the decode median, so one slow step does not move it). This isolates
 the model runner (kernels, CUDA graphs) from scheduling, like SGLang's `bench_one_batch`.
+
+`decode_ms_per_step_median` is the synced step: the host builds each step from the previous
+step's ids read back, so its batch building (~0.3 ms on the H200 at batch 1) is inside the
+step while the device waits. `decode_ms_per_step_overlapped_median` decodes the same positions
+again with the ids left on the device, the host one step ahead (as the engine's overlapped
+decode runs), timed between step starts on the device: the kernels' step, host work hidden;
+`overlapped_same_tokens` checks that both runs decoded the same greedy tokens.
 """
 
 from __future__ import annotations
@@ -34,7 +41,63 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
+class _StepClock:
+    """Marks on the device's timeline: CUDA events (read after one sync at the end), or on
+    the CPU, where every op runs when it is called, the host clock."""
+
+    def __init__(self, device, count: int):
+        import torch
+
+        self.cuda = device.type == "cuda"
+        self.marks = (
+            [torch.cuda.Event(enable_timing=True) for _ in range(count)] if self.cuda else []
+        )
+
+    def mark(self, index: int) -> None:
+        if self.cuda:
+            self.marks[index].record()
+        else:
+            self.marks.append(time.perf_counter())
+
+    def intervals_ms(self) -> list[float]:
+        pairs = zip(self.marks[:-1], self.marks[1:], strict=True)
+        if self.cuda:
+            return [start.elapsed_time(end) for start, end in pairs]
+        return [1000 * (end - start) for start, end in pairs]
+
+
+def _overlapped_decode(runner, first_ids, rows, per_request, args: LatencyArgs):
+    """The decode steps again, the host never waiting for a step's ids: each step's input ids
+    are the previous step's argmax on the device, so the host builds step N+1 (and launches
+    its graph replay) while the device runs step N, as the engine's overlapped decode does
+    (runtime/overlap_decode.py). Same positions as the synced run, whose KV slots it
+    rewrites. Returns (ms between consecutive step starts on the device, [steps, batch] ids).
+    """
+    import torch
+
+    from radixgen.runtime.forward_batch import ForwardMode
+
+    batch_size = len(rows)
+    clock = _StepClock(runner.device, args.output_len + 1)
+    next_ids, sampled = first_ids, []  # [batch] int64 on the device
+    for step in range(args.output_len):
+        position = args.input_len + step
+        batch = runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=next_ids,
+            req_pool_indices=rows,
+            prefix_lens=[position] * batch_size,
+            out_cache_loc=per_request[:, position].contiguous(),
+        )
+        clock.mark(step)
+        next_ids = runner.forward(batch).argmax(dim=-1)
+        sampled.append(next_ids)
+    clock.mark(args.output_len)
+    _sync(runner.device)
+    return clock.intervals_ms(), torch.stack(sampled).tolist()
+
+
+def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = False) -> dict:
     import torch
 
     from radixgen.runtime.forward_batch import ForwardMode
@@ -65,7 +128,8 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
             out_cache_loc=per_request[:, : args.input_len].reshape(-1),
         )
         logits = runner.forward(batch)  # [batch, vocab]
-        next_ids = logits.argmax(dim=-1)
+        next_ids = first_ids = logits.argmax(dim=-1)
+        synced_ids = []
         _sync(runner.device)
         prefill_s = time.perf_counter() - start
         step_s = []
@@ -83,12 +147,17 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
             next_ids = runner.forward(batch).argmax(dim=-1)
             _sync(runner.device)
             step_s.append(time.perf_counter() - start)
+            synced_ids.append(next_ids)
+        if overlapped:
+            overlapped_ms, overlapped_ids = _overlapped_decode(
+                runner, first_ids, rows, per_request, args
+            )
     finally:
         runner.slot_allocator.free(slots)
         runner.req_to_token_pool.free(rows)
     decode_s = step_s[args.warmup_steps :] or step_s
     median_step = statistics.median(decode_s)
-    return {
+    row = {
         "batch_size": batch_size,
         "input_len": args.input_len,
         "output_len": args.output_len,
@@ -98,6 +167,13 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs) -> dict:
         "decode_ms_per_step_mean": 1000 * statistics.fmean(decode_s),
         "decode_tokens_per_s": batch_size / median_step,
     }
+    if overlapped:
+        # The step as the engine runs it: the host's per-step work hidden behind the device.
+        overlapped_ms = overlapped_ms[args.warmup_steps :] or overlapped_ms
+        row["decode_ms_per_step_overlapped_median"] = statistics.median(overlapped_ms)
+        # Greedy over the same positions: the overlapped run must decode the same tokens.
+        row["overlapped_same_tokens"] = overlapped_ids == [ids.tolist() for ids in synced_ids]
+    return row
 
 
 def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
@@ -110,12 +186,15 @@ def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
         tensor_parallel = InProcessTensorParallel(server_args)
     # A batch too large for its KV pool raises, naming it.
     runner = tensor_parallel.runner if tensor_parallel else ModelRunner(server_args)
+    # Also the overlapped step (device-resident ids), except under tensor parallelism: its
+    # runner takes host ids, which it broadcasts to its followers.
+    overlapped = tensor_parallel is None
     rows = []
     try:
         for batch_size in tqdm(args.batch_sizes, desc="batch sizes"):
             # Warm-up at this very shape: kernels compile per shape, outside the timed run.
             _one_batch(runner, batch_size, replace(args, output_len=4, warmup_steps=0))
-            rows.append(_one_batch(runner, batch_size, args))
+            rows.append(_one_batch(runner, batch_size, args, overlapped))
     finally:
         if tensor_parallel is not None:
             tensor_parallel.shutdown()
@@ -125,12 +204,14 @@ def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
 def print_latency_table(rows: list[dict]) -> None:
     """One line per batch size, as SGLang's bench_one_batch prints them."""
     print(f"{'batch':>6} {'input':>6} {'output':>6} {'prefill ms':>11} {'prefill tok/s':>14} "
-          f"{'decode ms/step':>15} {'decode tok/s':>13}")  # fmt: skip
+          f"{'decode ms/step':>15} {'decode tok/s':>13} {'overlapped ms/step':>19}")  # fmt: skip
     for row in rows:
+        overlapped = row.get("decode_ms_per_step_overlapped_median")
         print(
             f"{row['batch_size']:>6} {row['input_len']:>6} {row['output_len']:>6} "
             f"{row['prefill_ms']:>11.2f} {row['prefill_tokens_per_s']:>14.1f} "
-            f"{row['decode_ms_per_step_median']:>15.3f} {row['decode_tokens_per_s']:>13.1f}"
+            f"{row['decode_ms_per_step_median']:>15.3f} {row['decode_tokens_per_s']:>13.1f} "
+            f"{'-' if overlapped is None else f'{overlapped:.3f}':>19}"
         )
 
 
