@@ -143,13 +143,34 @@ serve_bench() {  # the client runs this tree's code whichever tree serves
   PYTHONPATH=/tmp/client:$PYTHONPATH bench serving --base-url http://127.0.0.1:30000 "$@"
 }
 
+triton_kernels() {  # the kernel variants in a Triton cache dir, one line each
+  find "$1" -name '*.json' ! -name '__grp__*' 2>/dev/null | sort
+}
 stage_serving_fresh() {  # a fresh server: first vs second run of the same workload
-  start_server "$1_fresh"
-  for run in first second; do
-    log "$1: fresh server, $run run of 256 x 24/128"
-    serve_bench --dataset random-ids --num-prompts 256 --random-input-len 24 \
+  # Its own empty Triton cache: what compiles after /health turns 200 (i.e. inside a run,
+  # missed by the warm-up) is listed per run in $1_fresh_compiled_<run>.txt.
+  local cache=/tmp/triton_fresh_$1
+  rm -rf "$cache"
+  TRITON_CACHE_DIR=$cache start_server "$1_fresh"
+  triton_kernels "$cache" >/tmp/fresh_kernels_before
+  # A run with fresh prompts (seed 1) after the two of the issue: the second run's prompts
+  # are the first's, so it also hits the radix cache.
+  for run in first second fresh-prompts; do
+    local seed=0
+    [ $run = fresh-prompts ] && seed=1
+    log "$1: fresh server, $run run of 256 x 24/128 (seed $seed)"
+    serve_bench --dataset random-ids --num-prompts 256 --random-input-len 24 --seed $seed \
       --random-output-len 128 --output-json "$OUT/$1_fresh_$run.json" \
       | grep -E "duration|mean_ttft" | tail -2
+    triton_kernels "$cache" >/tmp/fresh_kernels_after
+    # Per new variant: its name, warps, and the signature line of its TTIR (the arguments'
+    # specialisations: divisibility, constants), which says why it compiled again.
+    comm -13 /tmp/fresh_kernels_before /tmp/fresh_kernels_after | while read -r meta; do
+      echo "$(basename "$meta" .json) $(grep -o '"num_warps": [0-9]*' "$meta")"
+      grep -m1 'tt.func' "${meta%.json}.ttir" 2>/dev/null | cut -c1-1500
+    done >"$OUT/$1_fresh_compiled_$run.txt"
+    log "$1: $(grep -c num_warps "$OUT/$1_fresh_compiled_$run.txt") kernel variants compiled in the $run run"
+    cp /tmp/fresh_kernels_after /tmp/fresh_kernels_before
   done
   stop_server
 }
