@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# The H200 runs still pending after the fourth session of 2026-12-01, by stage, in priority
+# The H200 runs still pending after the fifth session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
-# `carry: [".whl"]` (and ".base" for no-regress); JSON and logs go to $OUT.
-#   gpu-tests   every GPU test (`pytest -m gpu`): session 4 changed the FP8 path (quantization
-#               in the norms / SiLU, in-kernel split-K sums), the LoRA decode kernels, EAGLE's
-#               graphs; none of it has run on a GPU yet
-#   lora        [11/14] the decode-kernel sweep (now with the one-launch variant), then serving
-#               with its table (batch 1 was 1.25x base; target <= 1.15x)
-#   fp8-bs1     [8/14] FP8 latency batch 1 / 64, main before session 4's FP8 changes (.base at
-#               757c0e1, stripped as for no-regress) vs this tree, then the FP8 GEMM sweep
-#   gemv        [7/14] item 4: bf16 batch-1 latency with cuBLAS (the empty GEMV table), the
-#               split-K GEMV sweep (kernels/gemv.py), then batch-1 latency with its table
-#   int4        [9/14] GPU tests, the launch sweep, then batch-1/64 latency with its table
+# `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
+#   fp8-table   [8/14] FP8 batch 1 / 64 before the FP8 launch table (`.base` = main at b85ae49's
+#               parent 267db6e, stripped as for no-regress) vs this tree: the table is the
+#               fifth session's sweep, committed after its lease; bench latency now also
+#               reports the overlapped step (`decode_ms_per_step_overlapped_median`)
+#   fresh       [7/14] item 2: a fresh server's first / second / fresh-prompt runs, with the
+#               Triton kernel variants each run compiled after /health (first run was 1.35x
+#               the second in the fifth session; the cause was not found)
+#   gemv-why    [7/14] item 4: the bf16 batch-1 step profiled with cuBLAS and with the GEMV
+#               table the fifth session's sweep wrote (its microbenchmark said faster, the
+#               step was 5.27 -> 5.69 ms): per-kernel time of both
 #   no-regress  [13/14] item 5: bench latency batch 1 and offline 1000 x 200/200, main before
 #               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`; strip
 #               runtime/tiny_assets/*.safetensors, docs/ and tests/ from it to stay under the
 #               64 MiB carry: the stage copies tiny's weights back on the device) vs this tree
-#   fp8         [8/14] bench offline 1000 x 1000/1000, bf16 vs FP8 weights + FP8 KV
-#   spec        [12/14] (done in session 4) verify cost, oracle alpha 0.5 / 0.9, trained pair
-#   constrained [4/14] (done in session 4) serving json-array vs random-ids, this tree only
+#   gpu-tests   every GPU test (`pytest -m gpu`; 106 passed in the fifth session)
+# Done in the fifth session (docs/benchmarks.md): lora, gemv, int4, fp8, fp8-bs1 (kept as
+# stages for re-runs); spec and constrained in the fourth.
 # Usage: bash scripts/h200_pending.sh STAGE...
 set -uo pipefail
 OUT=${OUT:-h200_out}
@@ -31,6 +31,20 @@ for stage in "$@"; do
     gpu-tests)
       timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -15 ;;
+    fp8-table)
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/fp8_table bash scripts/ab_bench.sh .base latency-fp8 ;;
+    fresh)
+      OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh ;;
+    gemv-why)
+      mkdir -p "$OUT/gemv_why"
+      cp kernels/gemv_configs.json /tmp/gemv_configs_shipped.json
+      for table in empty swept; do
+        [ $table = swept ] && cp docs/results/h200-2026-12-01/session5/gemv/gemv_configs.json kernels/
+        timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+          --steps 64 --out "$OUT/gemv_why/profile_$table.json" 2>&1 | tail -25
+      done
+      cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json ;;
     fp8-bs1)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/fp8_ab bash scripts/ab_bench.sh .base latency-fp8
