@@ -5,27 +5,26 @@ the whole `K` of the shrink alone (14336 steps of `down` in one program) and exp
 narrow tiles: at decode that is latency, not bandwidth. Here, with `token_slots: [T]` (each row's
 slot, -1: the base model):
 
-- shrink: grid `(num_slots, num_splits)`. Program (s, j) streams the `K` chunk j of slot s's
+- shrink: grid `(num_slots, num_splits)` (a batch with fewer rows than slots: `(rows,
+  num_splits)`, each row's program serving its slot once, so batch 1 launches one program per
+  split instead of one per pool slot). Program (s, j) streams the `K` chunk j of slot s's
   `A` once (split-K) and multiplies it by every row of slot s (rows of other slots are masked
   out of the loads, so `x` is read once in all), writing fp32 partial sums
   `partials[j, t, :] = x[t, chunk j] @ A[s, :, chunk j].T`. A slot no row uses returns after
   reading `token_slots`, so base-model rows and idle slots cost one small load.
-- expand: grid `(num_slots, output blocks over every shard)`. Program (s, n) reads its
+- expand: grid `(num_slots or rows as above, output blocks over every shard)`. Program (s, n)
+  reads its
   `[BLOCK_N, R]` tile of `B[s]` once, sums the partials of slot s's rows, and adds
   `scaling[s] * h @ B.T` into the base output `y` in place (q/k/v, gate/up: one launch).
 
-- fused (a table row with `fused: true`): one launch, grid `(num_slots, output blocks)`.
-  Program (s, n) computes its shard's rank activations of slot s's rows over the whole `K`
-  itself (A's `R` rows of that shard, from L2 after the first program) and expands them into
-  its block. Every block recomputes the shrink, which pays only where a decode step is
-  latency-bound (batch 1) and the second launch with its graph-node gap costs more than the
-  recompute: the sweep measures it per shape and batch.
-
-Two launches per projection (one fused) whatever the shard count; the grid depends only on the
+Two launches per projection whatever the shard count; the grid depends only on the
 pool, the shapes and `T` (never on which slot a row uses), so decode steps capture in CUDA
 graphs and replays read fresh `token_slots`. Partial sums are summed in a fixed order
 (deterministic; no atomics, no zeroed buffer). Launch sizes come from a per-shape table
 (`lora_decode_configs.json`, written by `scripts/bench_lora.py kernels --sweep`) or a fallback.
+A one-launch variant (every expand block recomputing its rank activations over all of K, no
+shrink launch) measured 1.6-6x slower than the pair at every shape and batch on the H200
+(docs/benchmarks.md, fifth session) and was removed.
 """
 
 from __future__ import annotations
@@ -58,9 +57,6 @@ class LoRADecodeConfig:
     shrink_warps: int
     block_n: int  # expand: output columns per program
     expand_warps: int
-    # One launch that recomputes the shrink in every expand program (split_k and shrink_warps
-    # unused; block_k is its K step, expand_warps its warps).
-    fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_k", "block_n"):
@@ -136,6 +132,22 @@ GROUP = 16  # rows per tile: tl.dot's minimum; a slot's rows are gathered into g
 
 
 @triton.jit
+def _program_slot(token_slot_ptr, T, SCAN: tl.constexpr, BY_ROW: tl.constexpr):
+    """The adapter slot this program serves. The grid's first axis walks the pool's slots, or
+    (BY_ROW, a batch with fewer rows than slots) the rows: a row serves its slot unless an
+    earlier row has it. A program with nothing to serve gets -2, a slot no row has (-1 rows
+    are the base model's), and does nothing."""
+    if BY_ROW:
+        row = tl.program_id(0)
+        slot = tl.load(token_slot_ptr + row)
+        earlier = tl.arange(0, SCAN)
+        seen = tl.load(token_slot_ptr + earlier, mask=earlier < row, other=-3)
+        taken = tl.sum((seen == slot).to(tl.int32)) > 0
+        return tl.where(taken | (slot < 0), -2, slot)
+    return tl.program_id(0)
+
+
+@triton.jit
 def _slot_rows(token_slot_ptr, slot, m0, T, SCAN: tl.constexpr):
     """Rows [m0, m0 + SCAN) that use `slot`: (rows, mine, each row's rank among them, count)."""
     rows = m0 + tl.arange(0, SCAN)
@@ -192,11 +204,12 @@ def _lora_decode_shrink_kernel(
     stride_ps,
     stride_pt,
     SCAN: tl.constexpr,
+    BY_ROW: tl.constexpr,  # the grid walks rows, not slots (`_program_slot`)
     GROUP: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    slot = tl.program_id(0)
+    slot = _program_slot(token_slot_ptr, T, SCAN, BY_ROW)
     k_start = tl.program_id(1) * k_per_split
     offs_r = tl.arange(0, BLOCK_R)
     offs_k = tl.arange(0, BLOCK_K)
@@ -247,12 +260,13 @@ def _lora_decode_expand_kernel(
     blocks0,  # output blocks of shards 0 and 1 (the grid's second axis walks all shards)
     blocks1,
     SCAN: tl.constexpr,
+    BY_ROW: tl.constexpr,  # the grid walks rows, not slots (`_program_slot`)
     GROUP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
 ):
-    slot = tl.program_id(0)
+    slot = _program_slot(token_slot_ptr, T, SCAN, BY_ROW)
     shard, cols, n_mask = _output_block(
         tl.program_id(1), size0, size1, size2, blocks0, blocks1, BLOCK_N
     )
@@ -285,68 +299,6 @@ def _lora_decode_expand_kernel(
                 _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt)
 
 
-@triton.jit
-def _lora_decode_fused_kernel(
-    x_ptr,  # [T, K]
-    a_ptr,  # [num_slots, num_shards * R, K]
-    b_ptr,  # [num_slots, N, R]
-    y_ptr,  # [T, N], updated in place
-    scaling_ptr,  # [num_slots] fp32
-    token_slot_ptr,  # [T] int32
-    T,
-    K,
-    R,
-    stride_xt,
-    stride_a_slot,
-    stride_ar,
-    stride_b_slot,
-    stride_bn,
-    stride_yt,
-    size0,  # the shards' output sizes (0 past the last shard)
-    size1,
-    size2,
-    blocks0,  # output blocks of shards 0 and 1 (the grid's second axis walks all shards)
-    blocks1,
-    SCAN: tl.constexpr,
-    GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    slot = tl.program_id(0)
-    shard, cols, n_mask = _output_block(
-        tl.program_id(1), size0, size1, size2, blocks0, blocks1, BLOCK_N
-    )
-    offs_r = tl.arange(0, BLOCK_R)
-    r_mask = offs_r < R
-    offs_k = tl.arange(0, BLOCK_K)
-    # This shard's R rows of the slot's stacked A: [BLOCK_R, K]
-    a_rows = a_ptr + slot.to(tl.int64) * stride_a_slot + (shard * R + offs_r)[:, None] * stride_ar
-    for m0 in range(0, T, SCAN):
-        rows, mine, rank, count = _slot_rows(token_slot_ptr, slot, m0, T, SCAN)
-        if count > 0:
-            b_tile = b_ptr + slot.to(tl.int64) * stride_b_slot + cols[:, None] * stride_bn
-            b = tl.load(
-                b_tile + offs_r[None, :], mask=n_mask[:, None] & r_mask[None, :], other=0.0
-            )  # [BLOCK_N, BLOCK_R]
-            scaling = tl.load(scaling_ptr + slot)
-            for g0 in range(0, count, GROUP):
-                group, valid = _row_group(rows, mine, rank, count, g0, GROUP)
-                x_rows = x_ptr + group[:, None] * stride_xt
-                h = tl.zeros((GROUP, BLOCK_R), dtype=tl.float32)
-                for k0 in range(0, K, BLOCK_K):
-                    k_cols = k0 + offs_k
-                    k_mask = k_cols < K
-                    x = tl.load(
-                        x_rows + k_cols[None, :], mask=valid[:, None] & k_mask[None, :], other=0.0
-                    )  # [GROUP, BLOCK_K]
-                    a = tl.load(
-                        a_rows + k_cols[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0
-                    )  # [BLOCK_R, BLOCK_K]
-                    h += tl.dot(x, tl.trans(a))
-                _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt)
-
-
 def lora_apply_decode(
     x: torch.Tensor,  # [T, K]
     y: torch.Tensor,  # [T, N], updated in place
@@ -374,46 +326,20 @@ def lora_apply_decode(
             in_features, y.shape[1], num_tokens, on_cuda=x.device.type == "cuda"
         )
     scan = max(16, min(256, triton.next_power_of_2(num_tokens)))  # rows read per slot scan
+    # Fewer rows than pool slots (batch 1 with 8 slots): a program per row, whose slot it
+    # serves (once per slot), rather than a program per slot that mostly finds no rows.
+    by_row = num_tokens < num_slots
+    programs = num_tokens if by_row else num_slots
     sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
     blocks = [triton.cdiv(size, config.block_n) for size in sizes]
     block_rank = max(16, triton.next_power_of_2(max_rank))
-    if config.fused:
-        _lora_decode_fused_kernel[(num_slots, sum(blocks))](
-            x,
-            lora_a,
-            lora_b,
-            y,
-            scalings,
-            token_slots,
-            num_tokens,
-            in_features,
-            max_rank,
-            x.stride(0),
-            lora_a.stride(0),
-            lora_a.stride(1),
-            lora_b.stride(0),
-            lora_b.stride(1),
-            y.stride(0),
-            sizes[0],
-            sizes[1],
-            sizes[2],
-            blocks[0],
-            blocks[1],
-            SCAN=scan,
-            GROUP=GROUP,
-            BLOCK_N=config.block_n,
-            BLOCK_R=block_rank,
-            BLOCK_K=config.block_k,
-            num_warps=config.expand_warps,
-        )
-        return y
     k_per_split = triton.cdiv(triton.cdiv(in_features, config.split_k), config.block_k)
     k_per_split *= config.block_k
     num_splits = triton.cdiv(in_features, k_per_split)
     partials = torch.empty(  # rows of unused slots stay unwritten: the expand never reads them
         num_splits, num_tokens, stacked_rank, dtype=torch.float32, device=x.device
     )
-    _lora_decode_shrink_kernel[(num_slots, num_splits)](
+    _lora_decode_shrink_kernel[(programs, num_splits)](
         x,
         lora_a,
         partials,
@@ -428,12 +354,13 @@ def lora_apply_decode(
         partials.stride(0),
         partials.stride(1),
         SCAN=scan,
+        BY_ROW=by_row,
         GROUP=GROUP,
         BLOCK_R=max(16, triton.next_power_of_2(stacked_rank)),
         BLOCK_K=config.block_k,
         num_warps=config.shrink_warps,
     )
-    _lora_decode_expand_kernel[(num_slots, sum(blocks))](
+    _lora_decode_expand_kernel[(programs, sum(blocks))](
         partials,
         lora_b,
         y,
@@ -453,6 +380,7 @@ def lora_apply_decode(
         blocks[0],
         blocks[1],
         SCAN=scan,
+        BY_ROW=by_row,
         GROUP=GROUP,
         BLOCK_N=config.block_n,
         BLOCK_R=block_rank,

@@ -166,19 +166,13 @@ SHRINK_GRID = [
     for block_k in (32, 64, 128)
 ] + [{"shrink_warps": 2}, {"shrink_warps": 8}]
 EXPAND_GRID = [{"block_n": n} for n in (64, 128, 256)] + [{"expand_warps": w} for w in (2, 8)]
-# The one-launch variant (lora_decode.py, `fused`): its tile and K step, then its warps.
-FUSED_GRID = [
-    {"fused": True, "block_n": block_n, "block_k": block_k}
-    for block_n in (64, 128, 256)
-    for block_k in (64, 128)
-] + [{"fused": True, "expand_warps": w} for w in (4, 8)]
 SWEEP_BATCHES = {1: 8, 64: None}  # timed batch -> the max_tokens of its table row
 SWEEP_BUDGET_S = 90.0  # then each (shape, batch) keeps its best so far
 
 
 def sweep_one(in_features, output_sizes, pools, batch: int, deadline: float) -> list[dict]:
-    """Coordinate search from the fallback (shrink sizes, then expand sizes, then the one-launch
-    variant's) for one projection and decode batch; every candidate is checked against the reference before it is timed.
+    """Coordinate search from the fallback (shrink sizes, then expand sizes) for one projection
+    and decode batch; every candidate is checked against the reference before it is timed.
     Returns the measurements, the winner last."""
     from dataclasses import asdict, replace
 
@@ -211,13 +205,12 @@ def sweep_one(in_features, output_sizes, pools, batch: int, deadline: float) -> 
 
     best = fallback_decode_config(in_features, sum(output_sizes), on_cuda=True)
     best_us = timed(best)
-    for grid in (SHRINK_GRID, EXPAND_GRID, FUSED_GRID):
+    for grid in (SHRINK_GRID, EXPAND_GRID):
         for fields in grid:
             candidate = replace(best, **fields)
             if candidate == best or time.monotonic() > deadline:
                 continue
-            split = not candidate.fused
-            if split and triton.cdiv(in_features, candidate.split_k) < candidate.block_k // 2:
+            if triton.cdiv(in_features, candidate.split_k) < candidate.block_k // 2:
                 continue  # chunks mostly masked
             us = timed(candidate)
             if us < best_us:

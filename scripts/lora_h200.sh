@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22 (multi-LoRA) on one H200: GPU tests of the LoRA kernels and runner, the decode-kernel
-# launch sweep (<= ~90 s, the one-launch variant included) followed by the kernel
+# launch sweep (<= ~90 s) followed by the kernel
 # microbenchmark (SGMV before / decode kernels after, and the swept table's winners), then
 # decode throughput / step time base vs 8 adapters (targets in scripts/bench_lora.py). Through the device tool: carry [".whl"] (as
 # scripts/h200.sh); JSON and logs go to $OUT. Stages can run alone: STAGES="tests kernels serving".

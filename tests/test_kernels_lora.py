@@ -112,11 +112,12 @@ DECODE_CONFIGS = [
     LoRADecodeConfig(split_k=1, block_k=32, shrink_warps=2, block_n=16, expand_warps=2),
     # 10 splits of K=160: the expand sums them in two chunks (8 + 2)
     LoRADecodeConfig(split_k=10, block_k=16, shrink_warps=1, block_n=64, expand_warps=1),
-    # one launch: every output block recomputes its shard's rank activations over all of K
-    LoRADecodeConfig(split_k=1, block_k=32, shrink_warps=1, block_n=16, expand_warps=1, fused=True),
 ]
-DECODE_CASES = [  # (output_sizes, in_features, max_rank, row slots)
+DECODE_CASES = [  # (output_sizes, in_features, max_rank, row slots); the pool has 4 slots
     ((32, 16, 16), 64, 16, [2, 0, -1, 1, 0]),  # q/k/v in one launch; slot 3 unused
+    # fewer rows than slots (a program per row): a slot two rows share, served once
+    ((32, 16, 16), 64, 16, [3, -1, 3]),
+    ((24, 40), 40, 4, [-1, 1]),  # the base row first
     ((24, 40), 40, 4, [1, 1, -1, 2, 1, 0, 2]),  # gate/up; shards not multiples of the tile
     ((48,), 150, 8, [0]),  # batch 1; K not a multiple of block_k
     ((16,), 24, 4, [i % 3 - 1 for i in range(70)]),  # ~23 rows per slot: two row groups
@@ -170,11 +171,8 @@ def test_decode_config_table():
     fallback = select_decode_config(14336, 4096, 1, True, table)  # shape not in the table
     assert fallback.split_k == 32 and fallback.block_n == 128
     assert select_decode_config(4096, 6144, 1, False, table).block_n == 16  # interpreter
-    assert not select_decode_config(4096, 6144, 1, True, table).fused  # two launches by default
-    fused = parse_decode_config_table(
-        {"shapes": {"4096x6144": [dict(row, max_tokens=None, fused=True)]}}
-    )
-    assert select_decode_config(4096, 6144, 1, True, fused).fused
+    with pytest.raises(ValueError, match="fused"):  # the removed one-launch variant's field
+        parse_decode_config_table({"shapes": {"8x8": [dict(row, max_tokens=1, fused=True)]}})
     load_decode_config_table.cache_clear()
     assert isinstance(load_decode_config_table(), dict)  # the shipped table parses
     with pytest.raises(ValueError, match="max_tokens"):
@@ -187,18 +185,23 @@ def test_decode_config_table():
         parse_decode_config_table({"shapes": {}, "extra": 1})
 
 
-def test_one_launch_decode_kernel_compiles_for_sm90_without_spills():
-    """The one-launch decode kernel at the sweep's tiles (bf16, rank 16) through Triton's
-    compiler and ptxas for sm_90: no GPU needed."""
-    sizes = ("T", "K", "R", "stride_xt", "stride_a_slot", "stride_ar", "stride_b_slot",
-             "stride_bn", "stride_yt", "size0", "size1", "size2", "blocks0", "blocks1")  # fmt: skip
-    signature = {"x_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16",
-                 "scaling_ptr": "*fp32", "token_slot_ptr": "*i32",
-                 **dict.fromkeys(sizes, "i32")}  # fmt: skip
+def test_row_walking_decode_kernels_compile_for_sm90_without_spills():
+    """The two-launch decode kernels as batch 1 runs them (a program per row, `BY_ROW`), at the
+    H200 table's batch-1 tiles (bf16, rank 16, q/k/v stacked: 48 rank rows)."""
+    shrink_sizes = ("T", "K", "RR", "k_per_split", "stride_xt", "stride_a_slot", "stride_ar",
+                    "stride_ps", "stride_pt")  # fmt: skip
+    shrink = {"x_ptr": "*bf16", "a_ptr": "*bf16", "partial_ptr": "*fp32",
+              "token_slot_ptr": "*i32", **dict.fromkeys(shrink_sizes, "i32")}  # fmt: skip
+    expand_sizes = ("T", "R", "num_splits", "stride_ps", "stride_pt", "stride_b_slot",
+                    "stride_bn", "stride_yt", "size0", "size1", "size2", "blocks0", "blocks1")  # fmt: skip
+    expand = {"partial_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16", "scaling_ptr": "*fp32",
+              "token_slot_ptr": "*i32", **dict.fromkeys(expand_sizes, "i32")}  # fmt: skip
     assert_compile_for_sm90_without_spills([
-        ("radixgen.kernels.lora_decode", "_lora_decode_fused_kernel", signature,
-         {"SCAN": 16, "GROUP": 16, "BLOCK_N": block_n, "BLOCK_R": 16, "BLOCK_K": block_k}, warps)
-        for block_n, block_k, warps in ((64, 64, 4), (256, 128, 4), (256, 128, 8))
+        ("radixgen.kernels.lora_decode", "_lora_decode_shrink_kernel", shrink,
+         {"SCAN": 16, "BY_ROW": True, "GROUP": 16, "BLOCK_R": 64, "BLOCK_K": 64}, 4),
+        ("radixgen.kernels.lora_decode", "_lora_decode_expand_kernel", expand,
+         {"SCAN": 16, "BY_ROW": True, "GROUP": 16, "BLOCK_N": 128, "BLOCK_R": 16,
+          "SPLIT_CHUNK": 8}, 4),
     ])  # fmt: skip
 
 
@@ -244,9 +247,10 @@ def test_gpu_llama8b_shapes(num_tokens, decode, output_sizes, in_features):
 
 
 @pytest.mark.gpu
-def test_gpu_decode_cuda_graph_reads_slots_from_tensors():
+@pytest.mark.parametrize("batch", [16, 2])  # 2 < 4 slots: a program per row
+def test_gpu_decode_cuda_graph_reads_slots_from_tensors(batch):
     device = torch.device("cuda")
-    output_sizes, in_features, batch = (4096,), 4096, 16
+    output_sizes, in_features = (4096,), 4096
     lora_a, lora_b, scalings = random_pool(
         4, output_sizes, in_features, 16, [16] * 4, torch.bfloat16, device
     )
