@@ -2,6 +2,9 @@
 # The H200 runs still pending after the fifth session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
+#   lora        [11/14] the decode sweep and serving again: batch 1 now launches a program per
+#               row, not per pool slot (batch 1 was 1.158x base in the fifth session; target
+#               <= 1.15x). Run `pytest -m gpu tests/test_kernels_lora.py` first (new graph case)
 #   fp8-table   [8/14] FP8 batch 1 / 64 before the FP8 launch table (`.base` = main at b85ae49's
 #               parent 267db6e, stripped as for no-regress) vs this tree: the table is the
 #               fifth session's sweep, committed after its lease; bench latency now also
@@ -17,7 +20,7 @@
 #               runtime/tiny_assets/*.safetensors, docs/ and tests/ from it to stay under the
 #               64 MiB carry: the stage copies tiny's weights back on the device) vs this tree
 #   gpu-tests   every GPU test (`pytest -m gpu`; 106 passed in the fifth session)
-# Done in the fifth session (docs/benchmarks.md): lora, gemv, int4, fp8, fp8-bs1 (kept as
+# Done in the fifth session (docs/benchmarks.md): gemv, int4, fp8, fp8-bs1 (kept as
 # stages for re-runs); spec and constrained in the fourth.
 # Usage: bash scripts/h200_pending.sh STAGE...
 set -uo pipefail
