@@ -9,6 +9,9 @@
 #               parent 267db6e, stripped as for no-regress) vs this tree: the table is the
 #               fifth session's sweep, committed after its lease; bench latency now also
 #               reports the overlapped step (`decode_ms_per_step_overlapped_median`)
+#   fp8-profile [8/14] where a large decode step goes (offline 1000 x 1000/1000 was 1.21x bf16,
+#               target 1.6x): kernels per step at batch 256, 1024-token contexts, bf16 vs FP8
+#               weights + FP8 KV
 #   fresh       [7/14] item 2: a fresh server's first / second / fresh-prompt runs, with the
 #               Triton kernel variants each run compiled after /health (first run was 1.35x
 #               the second in the fifth session; the cause was not found)
@@ -37,6 +40,12 @@ for stage in "$@"; do
     fp8-table)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/fp8_table bash scripts/ab_bench.sh .base latency-fp8 ;;
+    fp8-profile)
+      mkdir -p "$OUT/fp8_profile"
+      for quant in "" "--quantization fp8 --kv-cache-dtype fp8_e4m3"; do
+        timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+          --batch-size 256 --input-len 1024 --steps 16 $quant --out "$OUT/fp8_profile" 2>&1 | tail -22
+      done ;;
     fresh)
       OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh ;;
     gemv-why)

@@ -1,9 +1,11 @@
 """Where a batch-1 decode step's time goes on the GPU (a profiling aid, not a test).
 
     python3 scripts/profile_decode_step.py --model-path /tmp/llama-3.1-8b --load-format dummy \
-        [--quantization fp8|awq] [--lora] [--batch-size 1] [--out $OUT]
+        [--quantization fp8|awq] [--kv-cache-dtype fp8_e4m3] [--lora] [--batch-size 1] \
+        [--input-len 128] [--out $OUT]
 
-Runs one warm greedy `Engine.generate` (128-token prompt, 129 new tokens: 128 decode steps)
+Runs one warm greedy `Engine.generate` (128-token prompts by default, 129 new tokens: 128
+decode steps)
 under `torch.profiler` and prints the GPU kernels per decode step, grouped by name: count per
 step, microseconds per step, share of the step. Kernels replayed from CUDA graphs are traced
 too. "step wall" is the generate's duration over its steps; "kernels" the summed kernel time
@@ -26,6 +28,8 @@ def main() -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--load-format", default="auto")
     parser.add_argument("--quantization", default=None)
+    parser.add_argument("--kv-cache-dtype", default=None)
+    parser.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
     parser.add_argument("--lora", action="store_true", help="one random rank-16 adapter")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--steps", type=int, default=128)
@@ -40,6 +44,8 @@ def main() -> None:
     options = {"load_format": args.load_format}
     if args.quantization:
         options["quantization"] = args.quantization
+    if args.kv_cache_dtype:
+        options["kv_cache_dtype"] = args.kv_cache_dtype
     adapter = None
     if args.lora:
         import sys
@@ -58,7 +64,9 @@ def main() -> None:
             "lora_target_modules": ["all"],
         }
         adapter = ["adapter0"] * args.batch_size
-    prompts = [[1000 + (i * 31 + j) % 20000 for j in range(128)] for i in range(args.batch_size)]
+    prompts = [
+        [1000 + (i * 31 + j) % 20000 for j in range(args.input_len)] for i in range(args.batch_size)
+    ]
     params = {"max_new_tokens": args.steps + 1, "temperature": 0.0, "ignore_eos": True}
     with Engine(model_path=args.model_path, **options) as engine:
         # warm: graphs, kernels
@@ -93,12 +101,15 @@ def main() -> None:
         per_step = total / args.steps
         print(f"{name:90s} {count / args.steps:7.2f} {per_step:8.1f} {per_step / step_us:6.1%}")
     suffix = (f"_{args.quantization}" if args.quantization else "") + ("_lora" if args.lora else "")
+    suffix += f"_kv{args.kv_cache_dtype}" if args.kv_cache_dtype else ""
     path = os.path.join(args.out, f"profile_decode_step{suffix}_bs{args.batch_size}.json")
     with open(path, "w") as file:
         json.dump(
             {
                 "batch_size": args.batch_size,
                 "quantization": args.quantization,
+                "kv_cache_dtype": args.kv_cache_dtype,
+                "input_len": args.input_len,
                 "step_wall_us": step_us,
                 "kernel_us_per_step": kernel_us,
                 "kernels": [
