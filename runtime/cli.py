@@ -45,6 +45,8 @@ _FLAG_HELP = {
     "'awq_marlin'/'gptq_marlin'): int4 weights (detected from an AWQ/GPTQ checkpoint without "
     "it; a bf16 checkpoint is quantized round-to-nearest, group 128)",
     "kv_cache_dtype": "KV cache storage; fp8 (= fp8_e4m3) or fp8_e5m2 hold twice the tokens",
+    "quantization_param_path": "FP8 KV cache scales per layer (JSON, SGLang's/vLLM's format; "
+    "`radixgen calibrate-kv-cache` writes one) over the checkpoint's",
     "device": "'auto' picks cuda when available, else cpu",
     "context_length": "maximum prompt + output length (default: the model config's)",
     "served_model_name": "model name reported by /v1/models (default: the model path)",
@@ -232,6 +234,87 @@ def _run_serve(namespace: argparse.Namespace) -> int:
     return launch_server(server_args)
 
 
+def add_calibrate_kv_cache_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "calibrate-kv-cache",
+        help="measure FP8 KV cache scales on sample prompts (--quantization-param-path file)",
+        description="Run sample prompts through the model and write per-layer FP8 KV cache "
+        "scales (amax / the format's max) as the JSON --quantization-param-path reads. "
+        "--kv-cache-dtype names the FP8 format (default fp8_e4m3); the other server flags "
+        "describe the model as it will be served (e.g. --quantization fp8).",
+    )
+    parser.add_argument("--prompts-file", required=True, help="one prompt per line (.jsonl: "
+                        "one JSON string or {\"text\": ...} per line)")  # fmt: skip
+    parser.add_argument("--output", required=True, help="the JSON file to write")
+    parser.add_argument("--num-prompts", type=int, default=512, help="the file's first N")
+    parser.add_argument("--max-prompt-tokens", type=int, default=2048, help="longer: cut")
+    add_server_args(parser, skip=frozenset({"quantization_param_path"}))
+    parser.set_defaults(handler=_run_calibrate_kv_cache)
+
+
+def _run_calibrate_kv_cache(namespace: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    name = "radixgen calibrate-kv-cache"
+    try:
+        server_args = server_args_from_namespace(namespace)
+        if server_args.tp_size != 1 or server_args.dp_size != 1:
+            raise ValueError("calibration runs on one device: tp_size and dp_size must be 1")
+        if namespace.num_prompts < 1 or namespace.max_prompt_tokens < 1:
+            raise ValueError("--num-prompts and --max-prompt-tokens must be >= 1")
+        texts = read_prompts_file(namespace.prompts_file)[: namespace.num_prompts]
+    except (OSError, ValueError, TypeError) as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
+    # Imported here: the model runner pulls in torch.
+    from radixgen.runtime.kv_calibration import calibrate_kv_cache_scales
+    from radixgen.runtime.tiny_model import resolve_model_path
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    model_path = resolve_model_path(server_args.model_path)
+    tokenizer = load_tokenizer(server_args.tokenizer_path or model_path)
+    prompts = [tokenizer.encode(text)[: namespace.max_prompt_tokens] for text in texts]
+    target = "fp8_e4m3" if server_args.kv_cache_dtype == "auto" else server_args.kv_cache_dtype
+    try:
+        scales = calibrate_kv_cache_scales(server_args, prompts, kv_cache_dtype=target)
+    except ValueError as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
+    model_type = json.loads(Path(model_path, "config.json").read_text()).get("model_type")
+    Path(namespace.output).write_text(json.dumps(scales.to_json(model_type), indent=1) + "\n")
+    tokens = sum(len(prompt) for prompt in prompts)
+    print(f"wrote {namespace.output}: {len(scales.layers)} layers, {len(prompts)} prompts, "
+          f"{tokens} tokens, {scales.dtype}")  # fmt: skip
+    return 0
+
+
+def read_prompts_file(path: str) -> list[str]:
+    """The non-empty prompts of a text file (one per line) or a .jsonl file (a JSON string or
+    an object with "text" per line). Raises ValueError naming the line."""
+    import json
+    from pathlib import Path
+
+    prompts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        if not path.endswith(".jsonl"):
+            prompts.append(line)
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as error:
+            raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+        text = item.get("text") if isinstance(item, dict) else item
+        if not isinstance(text, str):
+            raise ValueError(f'{path}:{number}: expected a string or {{"text": ...}}')
+        prompts.append(text)
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radixgen", description="radixgen: a structured-generation LLM runtime."
@@ -240,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_command(subparsers)
     add_bench_command(subparsers)
     add_router_command(subparsers)
+    add_calibrate_kv_cache_command(subparsers)
     return parser
 
 

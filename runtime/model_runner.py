@@ -27,6 +27,7 @@ from radixgen.radix_cache.memory_pool import (
 from radixgen.runtime.attention.base import AttentionBackend
 from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, build_forward_batch
+from radixgen.runtime.kv_cache_scales import load_kv_cache_scales
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.lora.manager import LoRAManager
 from radixgen.runtime.model_config import ModelConfig
@@ -330,10 +331,23 @@ class ModelRunner:
             dtype=self.dtype,
             device=self.device,
             kv_dtype=self.kv_cache_dtype,
-            # Checkpoint KV scales matter only to an FP8 store (a bf16 pool keeps K/V as is).
-            kv_scales=self.model.kv_cache_scales() if self.kv_cache_dtype.itemsize == 1 else None,
+            kv_scales=self._fp8_kv_scales() if self.kv_cache_dtype.itemsize == 1 else None,
         )
         self.slot_allocator = SlotAllocator(num_slots, device=self.device)
+
+    def _fp8_kv_scales(self) -> list[tuple[float, float]]:
+        """Per-layer (k_scale, v_scale) of an FP8 pool: the --quantization-param-path file's
+        (calibrated), else the checkpoint's (1.0 where it has none). A bf16 pool keeps K/V as
+        they are and takes none."""
+        path = self.server_args.quantization_param_path
+        if path is None:
+            return self.model.kv_cache_scales()
+        return load_kv_cache_scales(
+            path,
+            num_layers=self.model_config.num_layers,
+            kv_cache_dtype=self.server_args.kv_cache_dtype,
+            tp_rank=self.parallel.rank,
+        )
 
     def _choose_attention_backend(self) -> str:
         requested = self.server_args.attention_backend

@@ -48,6 +48,9 @@ class ServerArgs:
     quantization: Quantization | None = None
     # KV cache storage: FP8 halves its bytes (twice the tokens in the same memory).
     kv_cache_dtype: KVCacheDType = "auto"
+    # FP8 KV cache scales per layer from a JSON file (SGLang's and vLLM's format; written by
+    # `radixgen calibrate-kv-cache`), over the checkpoint's k_scale/v_scale. docs/quantization.md.
+    quantization_param_path: str | None = None
 
     # LoRA adapters (docs/lora.md): on when lora_paths or lora_target_modules is given.
     lora_paths: tuple[str, ...] = ()  # "name=path" PEFT folders loaded at start-up
@@ -220,6 +223,11 @@ class ServerArgs:
             raise ValueError(
                 f"quantization must be None or one of {Quantization.__args__}, "
                 f"got {self.quantization!r}"
+            )
+        if self.quantization_param_path is not None and self.kv_cache_dtype == "auto":
+            raise ValueError(
+                "quantization_param_path holds FP8 KV cache scales: it needs kv_cache_dtype "
+                "'fp8_e4m3' (or 'fp8') or 'fp8_e5m2', got 'auto'"
             )
         if self.attention_backend not in (None, *AttentionBackendName.__args__):
             raise ValueError(

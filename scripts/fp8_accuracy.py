@@ -2,10 +2,12 @@
 agreement on random-weight Llama/Qwen shapes. Runs on the CPU (emulated FP8) or a GPU.
 
     python scripts/fp8_accuracy.py [--device cpu|cuda] [--out DIR]     # JSON to DIR or $OUT
+    python scripts/fp8_accuracy.py --tiny-variants "fp8 KV (e4m3)"      # bf16 and these rows
 
 1. tiny, held-out CI slice (4 windows of 1024 tokens, docs/model.md): perplexity of the bf16
-   model and of FP8 weights, FP8 KV (e4m3, e5m2) and both; top-1 agreement of each position's
-   next-token argmax with bf16's (teacher-forced, 4092 positions); free-running greedy
+   model and of FP8 weights, FP8 KV (e4m3, e5m2; e4m3 also with calibrated scales) and both;
+   top-1 agreement of each position's next-token argmax with bf16's (teacher-forced, 4092
+   positions); free-running greedy
    agreement (64 tokens after 8 held-out prompts of 128 tokens: position by position, and the
    mean number of tokens before the first difference). On the CPU the attention is the torch
    backend, which reads every token's K/V back from the (FP8) pool, prefill included: the FP8
@@ -123,13 +125,45 @@ def greedy_agreement(greedy: torch.Tensor, reference: torch.Tensor) -> dict[str,
     }
 
 
-def tiny_rows(device: str) -> list[dict]:
+# Calibration text for the FP8 KV scales of tiny: standard-library sources (what tiny was
+# trained on; never the held-out slice), cut into 512-token prompts.
+CALIBRATION_MODULES = ("textwrap", "fractions", "string", "json.decoder")
+
+
+def calibrated_kv_options(device: str, folder: Path) -> dict:
+    """Options of an e4m3 KV cache with scales from `radixgen calibrate-kv-cache`'s pass."""
+    import importlib
+    import inspect
+
+    from radixgen.runtime.kv_calibration import calibrate_kv_cache_scales
+    from radixgen.runtime.tiny_model import resolve_model_path
+    from radixgen.runtime.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve_model_path("tiny"))
+    prompts = []
+    for module in CALIBRATION_MODULES:
+        ids = tokenizer.encode(inspect.getsource(importlib.import_module(module)))
+        prompts += [ids[start : start + 512] for start in range(0, len(ids) - 511, 512)]
+    args = ServerArgs(model_path="tiny", device=device, dtype="bfloat16", max_total_tokens=4096)
+    scales = calibrate_kv_cache_scales(args, prompts, kv_cache_dtype="fp8_e4m3")
+    path = folder / "kv_scales.json"
+    path.write_text(json.dumps(scales.to_json()))
+    print(f"calibrated on {len(prompts)} prompts of 512 tokens: {scales.layers}", flush=True)
+    return {"kv_cache_dtype": "fp8_e4m3", "quantization_param_path": str(path)}
+
+
+def tiny_rows(device: str, folder: Path, only: set[str] | None = None) -> list[dict]:
     windows = load_ci_slice().astype("int64").tolist()
     # 8 held-out prompts of 128 tokens: two from each window.
     prompts = [window[start : start + 128] for window in windows for start in (0, 512)]
     reference_argmax, reference_greedy = None, None
     rows = []
-    for label, options in VARIANTS.items():
+    variants = {**VARIANTS, "fp8 KV (e4m3), calibrated scales": None}
+    for label, options in variants.items():
+        if only is not None and label != "bf16" and label not in only:
+            continue
+        if options is None:
+            options = calibrated_kv_options(device, folder)
         greedy = greedy_ids("tiny", device, options, prompts)
         runner = make_runner("tiny", device, options)
         nll, argmaxes = 0.0, []
@@ -206,11 +240,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument(
+        "--tiny-variants", nargs="+", help="only these tiny rows (and bf16); no random shapes"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
-    summary = {"device": args.device, "tiny": tiny_rows(args.device)}
+    only = set(args.tiny_variants) if args.tiny_variants else None
     with tempfile.TemporaryDirectory() as folder:
-        summary["random_shapes"] = random_shape_rows(args.device, Path(folder))
+        summary = {"device": args.device, "tiny": tiny_rows(args.device, Path(folder), only)}
+        if only is None:
+            summary["random_shapes"] = random_shape_rows(args.device, Path(folder))
     path = Path(args.out) / "fp8_accuracy.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2))

@@ -112,6 +112,7 @@ CHECKS = {
     "README.md[0]": check_readme_lead_example,
     "README.md[2]": check_openai_reply,
     "docs/lora.md[0]": check_printed_as_documented,
+    "docs/quantization.md[6]": check_printed_as_documented,
     "docs/lora.md[1]": check_printed_as_documented,
     "docs/lora.md[2]": check_printed_as_documented,
 }
