@@ -15,6 +15,8 @@
 #   fresh       [7/14] item 2: a fresh server's first / second / fresh-prompt runs, with the
 #               Triton kernel variants each run compiled after /health (first run was 1.35x
 #               the second in the fifth session; the cause was not found)
+#   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
+#               again (the fifth session ran in-process first, on a cold Triton cache: 0.91x)
 #   gemv-why    [7/14] item 4: the bf16 batch-1 step profiled with cuBLAS and with the GEMV
 #               table the fifth session's sweep wrote (its microbenchmark said faster, the
 #               step was 5.27 -> 5.69 ms): per-kernel time of both
@@ -48,6 +50,9 @@ for stage in "$@"; do
       done ;;
     fresh)
       OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh ;;
+    lean)
+      OUT=$OUT/lean TREES=new bash scripts/ab_bench.sh . gsp-served gsp-offline
+      mkdir -p "$OUT/lean_again" && OUT=$OUT/lean_again TREES=new bash scripts/ab_bench.sh . gsp-served ;;
     gemv-why)
       mkdir -p "$OUT/gemv_why"
       cp kernels/gemv_configs.json /tmp/gemv_configs_shipped.json

@@ -124,6 +124,79 @@ def test_mixed_batch_matches_peft(setup, merged):
     manager.pool.check_integrity()
 
 
+def _dequantized_into(hf_model, runner: ModelRunner) -> None:
+    """Copies radixgen's int4 weights, dequantized, over `hf_model`'s projections (q/k/v and
+    gate/up split back into their modules): the model the int4 one computes, in float32."""
+    from radixgen.kernels.int4_reference import dequantize_int4_ref
+
+    fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    for ours, theirs in zip(runner.model.model.layers, hf_model.model.layers, strict=True):
+        for block, hf_block in ((ours.self_attn, theirs.self_attn), (ours.mlp, theirs.mlp)):
+            for name, layer in block.named_children():
+                if not hasattr(layer, "qweight"):
+                    continue
+                weight = dequantize_int4_ref(
+                    layer.qweight, layer.scales, layer.zeros, layer.group_size
+                ).T
+                parts = weight.split(list(layer.output_sizes))  # [out, in] each
+                for hf_name, part in zip(fused.get(name, (name,)), parts, strict=True):
+                    getattr(hf_block, hf_name).weight.data.copy_(part)
+
+
+def test_adapter_on_int4_base_layers_matches_peft(tmp_path):
+    """LoRA over int4 base layers (`quantization="awq"`: a float checkpoint quantized by
+    round-to-nearest at load): radixgen's logits, prefill and decode, equal PeftModel's on the
+    transformers model holding the same dequantized weights, within 1e-4 (float32)."""
+    base = random_base_model(transformers.LlamaConfig, hidden_size=128, intermediate_size=256)
+    base.save_pretrained(tmp_path / "base")
+    adapter = save_random_adapter(base, tmp_path / "all", "all", seed=3)
+    runner = ModelRunner(
+        ServerArgs(
+            model_path=str(tmp_path / "base"),
+            device="cpu",
+            dtype="float32",
+            max_total_tokens=128,
+            lora_paths=[f"all={adapter}"],
+            quantization="awq",
+        )
+    )
+    qkv = runner.model.model.layers[0].self_attn.qkv_proj
+    assert type(qkv.method.base).__name__ == "Int4LinearMethod"
+    _dequantized_into(base, runner)
+    prompt = _tokens(12, seed=5)
+    with torch.no_grad():
+        reference = peft.PeftModel.from_pretrained(base, str(adapter)).eval()
+        expected = reference(input_ids=torch.tensor([prompt])).logits[0]  # [12, vocab]
+        with reference.disable_adapter():
+            unadapted = reference(input_ids=torch.tensor([prompt])).logits[0]
+    assert (unadapted - expected).abs().max() > 0.05  # the adapter changes the outputs
+    slot = runner.lora_manager.acquire("all")
+    rows = runner.req_to_token_pool.alloc(1)
+    slots = runner.slot_allocator.alloc(len(prompt))
+    batch = runner.build_forward_batch(
+        mode=ForwardMode.EXTEND,
+        input_ids=[prompt[:10]],
+        req_pool_indices=rows,
+        prefix_lens=[0],
+        out_cache_loc=slots[:10],
+        return_all_logits=True,
+        lora_slots=[slot],
+    )
+    torch.testing.assert_close(runner.forward(batch), expected[:10], atol=TOLERANCE, rtol=0)
+    for position in (10, 11):
+        batch = runner.build_forward_batch(
+            mode=ForwardMode.DECODE,
+            input_ids=[[prompt[position]]],
+            req_pool_indices=rows,
+            prefix_lens=[position],
+            out_cache_loc=slots[position : position + 1],
+            lora_slots=[slot],
+        )
+        logits = runner.forward(batch)[0]
+        torch.testing.assert_close(logits, expected[position], atol=TOLERANCE, rtol=0)
+    runner.lora_manager.release("all")
+
+
 @pytest.mark.gpu
 def test_gpu_triton_kernels_and_decode_graphs_match_peft(tmp_path):
     """On CUDA: the SGMV kernels in every projection, decode replayed from CUDA graphs (the
