@@ -137,7 +137,7 @@ def _program_slot(token_slot_ptr, T, SCAN: tl.constexpr, BY_ROW: tl.constexpr):
     (BY_ROW, a batch with fewer rows than slots) the rows: a row serves its slot unless an
     earlier row has it. A program with nothing to serve gets -2, a slot no row has (-1 rows
     are the base model's), and does nothing."""
-    if BY_ROW:
+    if BY_ROW:  # T <= SCAN: one load sees every earlier row
         row = tl.program_id(0)
         slot = tl.load(token_slot_ptr + row)
         earlier = tl.arange(0, SCAN)
@@ -328,7 +328,7 @@ def lora_apply_decode(
     scan = max(16, min(256, triton.next_power_of_2(num_tokens)))  # rows read per slot scan
     # Fewer rows than pool slots (batch 1 with 8 slots): a program per row, whose slot it
     # serves (once per slot), rather than a program per slot that mostly finds no rows.
-    by_row = num_tokens < num_slots
+    by_row = num_tokens < num_slots and num_tokens <= scan  # one scan finds earlier rows
     programs = num_tokens if by_row else num_slots
     sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
     blocks = [triton.cdiv(size, config.block_n) for size in sizes]
