@@ -36,6 +36,8 @@ _FLAG_HELP = {
     "node_rank": "this machine's index among --nnodes (0 serves HTTP)",
     "dist_init_addr": "'host:port' of node 0 for the process group (default: a free local port)",
     "dist_timeout": "seconds a collective waits for a peer before the server stops",
+    "disable_custom_all_reduce": "NCCL for every tensor-parallel all-reduce (by default small "
+    "messages sum through CUDA peer memory on one node)",
     "model_path": "model folder, or 'tiny' for the project's built-in tiny model",
     "tokenizer_path": "tokenizer folder (default: the model path)",
     "dtype": "weight and activation dtype ('auto': the checkpoint's, float32 on CPU)",

@@ -49,6 +49,8 @@ class TensorParallel:
         group: the process group of the collectives (None when size == 1).
         cpu_group: a gloo group for host objects (batch metadata); the same as `group` on CPU.
         local_rank: the rank's GPU index on its node.
+        peer_all_reduce: the small-message all-reduce over CUDA peer memory
+            (runtime/peer_all_reduce.py), or None: NCCL (gloo on CPU) for every message.
     """
 
     rank: int = 0
@@ -56,6 +58,7 @@ class TensorParallel:
     group: Any = None
     cpu_group: Any = None
     local_rank: int = 0
+    peer_all_reduce: Any = None
 
     def __post_init__(self):
         if self.size < 1 or not 0 <= self.rank < self.size:
@@ -79,9 +82,13 @@ class TensorParallel:
         return self.rank * part, part
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum over the ranks, in place; returns `tensor`."""
-        if self.size > 1:
-            dist.all_reduce(tensor, group=self.group)
+        """Sum over the ranks, in place; returns `tensor`. Small CUDA messages go through
+        peer memory when the group has it, the rest through the process group."""
+        if self.size == 1:
+            return tensor
+        if self.peer_all_reduce is not None and self.peer_all_reduce.takes(tensor):
+            return self.peer_all_reduce.all_reduce_(tensor)
+        dist.all_reduce(tensor, group=self.group)
         return tensor
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -122,10 +129,13 @@ def init_tensor_parallel(
     device: torch.device,
     local_rank: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    peer_all_reduce: bool = False,
 ) -> TensorParallel:
     """Joins the process group of `size` ranks at `init_method` (e.g. "tcp://127.0.0.1:29500").
 
-    `local_rank` (default: `rank`) is the GPU this rank uses on its node.
+    `local_rank` (default: `rank`) is the GPU this rank uses on its node. `peer_all_reduce`
+    (CUDA, every rank on this node): small messages sum through peer memory
+    (runtime/peer_all_reduce.py), else NCCL.
 
     NCCL on CUDA (plus a gloo group for host objects), gloo on CPU. At `size == 1` no group is
     created and the collectives do nothing.
@@ -151,8 +161,18 @@ def init_tensor_parallel(
     cpu_group = group
     if backend != "gloo":
         cpu_group = dist.new_group(list(range(size)), backend="gloo", timeout=timeout)
+    peer = None
+    if peer_all_reduce and device.type == "cuda":
+        from radixgen.runtime.peer_all_reduce import create_peer_all_reduce
+
+        peer = create_peer_all_reduce(group, cpu_group, torch.device("cuda", local_rank))
     return TensorParallel(
-        rank=rank, size=size, group=group, cpu_group=cpu_group, local_rank=local_rank
+        rank=rank,
+        size=size,
+        group=group,
+        cpu_group=cpu_group,
+        local_rank=local_rank,
+        peer_all_reduce=peer,
     )
 
 

@@ -151,6 +151,9 @@ class ServerArgs:
     dist_init_addr: str | None = None
     # Seconds a collective waits for a dead or stuck peer before it raises.
     dist_timeout: float = 300.0
+    # NCCL for every tensor-parallel all-reduce, not the small-message one over CUDA peer
+    # memory (runtime/peer_all_reduce.py; single-node runs only). SGLang's flag.
+    disable_custom_all_reduce: bool = False
 
     # Server
     host: str = "127.0.0.1"

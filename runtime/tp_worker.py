@@ -59,6 +59,8 @@ def join_tensor_parallel(server_args: ServerArgs, rank: int, init_method: str) -
         device=resolve_device(server_args.device),
         local_rank=rank % server_args.tp_ranks_per_node,
         timeout_s=server_args.dist_timeout,
+        # Peer memory spans one node's GPUs only.
+        peer_all_reduce=not server_args.disable_custom_all_reduce and server_args.nnodes == 1,
     )
 
 
