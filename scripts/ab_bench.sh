@@ -9,7 +9,8 @@
 # jump-forward (this tree: the key-heavy json-keys dataset, jump-forward off vs on, at 1 and 64),
 # serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
-# serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128),
+# serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128; and
+# serving-fresh-eager, the same with CUDA_MODULE_LOADING=EAGER),
 # gsp-served / gsp-offline (generated-shared-prefix defaults through `radixgen serve` / the
 # in-process Engine; mean TTFT from the served run), step64 (in-process decode steps at batch
 # 64, device-synced: forward / sample / host ms per step), trace-path (per-process timestamps of
@@ -219,6 +220,19 @@ stage_step64() {  # in-process decode at batch 64 (64 x 64/48), device-synced: G
   timeout 300 python3 scripts/step_breakdown.py --model-path $MODEL --load-format dummy \
     --num-prompts 64 --input-len 64 --output-len 48 2>&1 | grep -E '^\||wall' \
     | tee "$OUT/$1_step64.txt"
+}
+
+stage_serving_fresh_eager() {  # the same first vs second run, CUDA modules loaded eagerly
+  # CUDA loads each kernel's module lazily, on its first launch (cuBLAS's too): if the fresh
+  # server's first run is slow for that, this server's first run is not (its start-up is).
+  CUDA_MODULE_LOADING=EAGER start_server "$1_fresh_eager"
+  for run in first second; do
+    log "$1: fresh server (eager module loading), $run run of 256 x 24/128"
+    serve_bench --dataset random-ids --num-prompts 256 --random-input-len 24 \
+      --random-output-len 128 --output-json "$OUT/$1_fresh_eager_$run.json" \
+      | grep -E "duration|mean_ttft" | tail -2
+  done
+  stop_server
 }
 
 stage_trace_path() {  # where a 1-token request's time goes inside the server (per process)

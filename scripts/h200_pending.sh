@@ -13,8 +13,9 @@
 #               target 1.6x): kernels per step at batch 256, 1024-token contexts, bf16 vs FP8
 #               weights + FP8 KV
 #   fresh       [7/14] item 2: a fresh server's first / second / fresh-prompt runs, with the
-#               Triton kernel variants each run compiled after /health (first run was 1.35x
-#               the second in the fifth session; the cause was not found)
+#               Triton kernel variants each run compiled after /health, then a server with
+#               CUDA_MODULE_LOADING=EAGER (first run was 1.35x the second in the fifth
+#               session; the cause was not found)
 #   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
 #               again (the fifth session ran in-process first, on a cold Triton cache: 0.91x)
 #   gemv-why    [7/14] item 4: the bf16 batch-1 step profiled with cuBLAS and with the GEMV
@@ -49,7 +50,7 @@ for stage in "$@"; do
           --batch-size 256 --input-len 1024 --steps 16 $quant --out "$OUT/fp8_profile" 2>&1 | tail -22
       done ;;
     fresh)
-      OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh ;;
+      OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh serving-fresh-eager ;;
     lean)
       OUT=$OUT/lean TREES=new bash scripts/ab_bench.sh . gsp-served gsp-offline
       mkdir -p "$OUT/lean_again" && OUT=$OUT/lean_again TREES=new bash scripts/ab_bench.sh . gsp-served ;;
