@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from radixgen.runtime.peer_all_reduce import create_peer_all_reduce
+
 # What the server starts never uses NVLink multicast (NVLS): some lent machines expose
 # multicast objects that cannot be created, and NCCL/NVSHMEM/symmetric memory then fail or hang.
 MULTICAST_OFF_ENV = {
@@ -163,8 +165,6 @@ def init_tensor_parallel(
         cpu_group = dist.new_group(list(range(size)), backend="gloo", timeout=timeout)
     peer = None
     if peer_all_reduce and device.type == "cuda":
-        from radixgen.runtime.peer_all_reduce import create_peer_all_reduce
-
         peer = create_peer_all_reduce(group, cpu_group, torch.device("cuda", local_rank))
     return TensorParallel(
         rank=rank,

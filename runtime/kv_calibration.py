@@ -15,6 +15,7 @@ import torch
 
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.kv_cache_scales import FILE_DTYPES, KVCacheScales
+from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.server_args import ServerArgs
 
 DEFAULT_MAX_BATCH_TOKENS = 8192  # prompt tokens per extend forward
@@ -92,8 +93,6 @@ def calibrate_kv_cache_scales(
     Raises:
         ValueError: naming kv_cache_dtype, or as `measure_kv_amax`.
     """
-    from radixgen.runtime.model_runner import ModelRunner
-
     if kv_cache_dtype not in FILE_DTYPES:
         raise ValueError(
             f"kv_cache_dtype must be one of {sorted(FILE_DTYPES)}, got {kv_cache_dtype!r}"

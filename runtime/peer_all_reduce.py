@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +101,6 @@ def create_peer_all_reduce(
     """A `PeerMemoryAllReduce` on every rank, or None on every rank (NCCL only) if any rank
     could not build one (the ranks agree over the gloo group, so none waits in a peer-memory
     op that another rank skips)."""
-    import torch.distributed as dist
-
     communicator, error = None, None
     try:
         communicator = PeerMemoryAllReduce(group, device, max_bytes)
