@@ -184,7 +184,7 @@ class GrammarHook:
         the sampling kernel, so only sampling waits for it.
         """
         rows, matchers = [], []  # the constrained rows, and (matcher, row) pairs
-        budgeted, context_length = self.constraint_budget, self.context_length
+        budgeted = self.constraint_budget
         for row, req in enumerate(reqs):  # one pass, no per-row calls beyond the budget's
             matcher = req.grammar
             status = req.status  # `req.finished`, inline (an enum's hash is a Python call)
@@ -196,14 +196,8 @@ class GrammarHook:
             matchers.append((matcher, row))
             # A matcher's budget stays None unless enforced (both switches are fixed for a
             # request's life), so only budgeted requests are told theirs, every step.
-            params = req.sampling_params
-            if budgeted and params.constraint_budget:  # `remaining_tokens(req)`, inline
-                num_output = len(req.output_ids)
-                remaining = params.max_new_tokens - num_output
-                if context_length is not None:
-                    left = context_length - len(req.origin_input_ids) - num_output
-                    remaining = left if left < remaining else remaining
-                matcher.set_token_budget(remaining)
+            if budgeted and req.sampling_params.constraint_budget:
+                matcher.set_token_budget(self.remaining_tokens(req))
         if not rows:
             info.vocab_bitmask = info.vocab_bitmask_rows = None
             return
@@ -289,11 +283,7 @@ class GrammarHook:
         if prompt_len + new_len >= context_length:
             return False
         # (a budgeted request's table is built: `poll` waited for it)
-        budgeted = (
-            self.constraint_budget
-            and params.constraint_budget
-            and matcher.min_completion_tokens() is not None
-        )
+        budgeted = self._budget_enforced(req) and matcher.min_completion_tokens() is not None
         if budgeted:  # leave room for a complete match
             needed = matcher.min_completion_tokens_after(plan)
             left = min(params.max_new_tokens - new_len, context_length - prompt_len - new_len)
