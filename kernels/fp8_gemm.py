@@ -41,7 +41,6 @@ import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
     BucketRows,
-    format_bucketed_table,
     load_json_table,
     parse_shape_rows,
     select_bounded_bucket,
@@ -199,11 +198,6 @@ def parse_fp8_gemm_table(data: dict) -> Fp8GemmTable:
         if rows[-1][0] > SMALL_M_MAX:
             raise ValueError(f"shape {k}x{n}: max_tokens above SMALL_M_MAX ({SMALL_M_MAX})")
     return table
-
-
-def format_fp8_gemm_table(data: dict) -> str:
-    """The JSON form with one row per line (the shipped file's layout)."""
-    return format_bucketed_table(data, "shapes")
 
 
 @functools.cache

@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
-    format_bucketed_table,
     load_json_table,
     parse_shape_rows,
     select_bounded_bucket,
@@ -75,11 +74,6 @@ def parse_gemv_table(data: dict) -> GemvTable:
     takes `F.linear`. Raises ValueError naming the row.
     """
     return parse_shape_rows(data, GemvConfig, "GEMV table", bounded=True)
-
-
-def format_gemv_table(data: dict) -> str:
-    """The JSON form with one row per line (the shipped file's layout)."""
-    return format_bucketed_table(data, "shapes")
 
 
 @functools.cache

@@ -91,6 +91,12 @@ def check_table_keys(data: dict, section: str, what: str) -> None:
         raise ValueError(f"{what} keys must be note, source, {section}; got {sorted(data)}")
 
 
+def format_shape_table(data: dict) -> str:
+    """A shape-keyed table (`parse_shape_rows`' form) in the shipped files' layout: what the
+    LoRA decode, GEMV and FP8 GEMM sweeps write."""
+    return format_bucketed_table(data, "shapes")
+
+
 def format_bucketed_table(data: dict, section: str) -> str:
     """The JSON form with one row per line (the shipped files' layout, easy to diff)."""
     lines = ["{"] + [

@@ -30,8 +30,7 @@ shrink launch) measured 1.6-6x slower than the pair at every shape and batch on 
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,7 +38,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.launch_tables import (
-    format_bucketed_table,
+    load_json_table,
     parse_shape_rows,
     select_bucket,
 )
@@ -87,21 +86,10 @@ def parse_decode_config_table(data: dict) -> DecodeConfigTable:
     return parse_shape_rows(data, LoRADecodeConfig, "LoRA decode table")
 
 
-def config_row(max_tokens: int | None, config: LoRADecodeConfig) -> dict:
-    return {"max_tokens": max_tokens, **asdict(config)}
-
-
-def format_decode_config_table(data: dict) -> str:
-    """The JSON form with one row per line (the shipped file's layout, easy to diff)."""
-    return format_bucketed_table(data, "shapes")
-
-
 @functools.cache
 def load_decode_config_table(path: Path = DEFAULT_TABLE_PATH) -> DecodeConfigTable:
     """The parsed table (read once per path); empty when the file does not exist."""
-    if not Path(path).is_file():
-        return {}
-    return parse_decode_config_table(json.loads(Path(path).read_text()))
+    return load_json_table(path, parse_decode_config_table)
 
 
 def fallback_decode_config(in_features: int, out_features: int, on_cuda: bool) -> LoRADecodeConfig:

@@ -36,7 +36,6 @@ import triton
 from radixgen.kernels.fp8_gemm import (
     SMALL_M_MAX,
     default_gemm_config,
-    format_fp8_gemm_table,
     fp8_gemm,
     fp8_linear,
     fp8_scaled_mm,
@@ -45,6 +44,7 @@ from radixgen.kernels.fp8_gemm import (
     quantize_fp8_per_token,
     quantize_fp8_per_token_ref,
 )
+from radixgen.kernels.launch_tables import format_shape_table
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 NUM_LAYERS = 32
@@ -179,7 +179,7 @@ def write_table(rows: list[dict], out_dir: Path) -> None:
         "shapes": shapes,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "fp8_gemm_configs.json").write_text(format_fp8_gemm_table(table))
+    (out_dir / "fp8_gemm_configs.json").write_text(format_shape_table(table))
 
 
 def main() -> None:

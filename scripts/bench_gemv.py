@@ -28,7 +28,8 @@ import triton
 # Same shapes, HBM-streaming copies and timer as the FP8 GEMM benchmark beside it.
 from bench_fp8_gemm import SHAPES, STREAM_BYTES, median_ms
 
-from radixgen.kernels.gemv import GemvConfig, format_gemv_table, gemv, gemv_counter_slots
+from radixgen.kernels.gemv import GemvConfig, gemv, gemv_counter_slots
+from radixgen.kernels.launch_tables import format_shape_table
 
 MIN_GAIN = 0.97  # a table row needs the GEMV at <= 97% of F.linear's time
 SWEEP_BUDGET_S = 150.0
@@ -110,7 +111,7 @@ def main() -> None:
             "source": f"{result['device']}, triton {triton.__version__}, {result['date']}",
             "shapes": shapes,
         }
-        (out_dir / "gemv_configs.json").write_text(format_gemv_table(table))
+        (out_dir / "gemv_configs.json").write_text(format_shape_table(table))
 
 
 if __name__ == "__main__":

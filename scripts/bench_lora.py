@@ -228,7 +228,8 @@ def sweep_decode(out_dir: Path) -> tuple[dict, dict]:
         (the measurements as JSON, the parsed table of winners)."""
     import triton
 
-    from radixgen.kernels.lora_decode import format_decode_config_table, parse_decode_config_table
+    from radixgen.kernels.launch_tables import format_shape_table
+    from radixgen.kernels.lora_decode import parse_decode_config_table
 
     deadline = time.monotonic() + SWEEP_BUDGET_S
     shapes, measured = {}, []
@@ -255,7 +256,7 @@ def sweep_decode(out_dir: Path) -> tuple[dict, dict]:
         f"{time.strftime('%Y-%m-%d')}",
         "shapes": shapes,
     }
-    (out_dir / "lora_decode_configs.json").write_text(format_decode_config_table(table))
+    (out_dir / "lora_decode_configs.json").write_text(format_shape_table(table))
     summary = {
         "device": torch.cuda.get_device_name(),
         "out_of_budget": time.monotonic() > deadline,
