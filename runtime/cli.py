@@ -274,13 +274,13 @@ def _run_calibrate_kv_cache(namespace: argparse.Namespace) -> int:
     from radixgen.runtime.tiny_model import resolve_model_path
     from radixgen.runtime.tokenizer import load_tokenizer
 
-    model_path = resolve_model_path(server_args.model_path)
-    tokenizer = load_tokenizer(server_args.tokenizer_path or model_path)
-    prompts = [tokenizer.encode(text)[: namespace.max_prompt_tokens] for text in texts]
     target = "fp8_e4m3" if server_args.kv_cache_dtype == "auto" else server_args.kv_cache_dtype
-    try:
+    try:  # a model or tokenizer folder that is missing or wrong: a message, not a traceback
+        model_path = resolve_model_path(server_args.model_path)
+        tokenizer = load_tokenizer(server_args.tokenizer_path or model_path)
+        prompts = [tokenizer.encode(text)[: namespace.max_prompt_tokens] for text in texts]
         scales = calibrate_kv_cache_scales(server_args, prompts, kv_cache_dtype=target)
-    except ValueError as error:
+    except (OSError, ValueError) as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2
     model_type = json.loads(Path(model_path, "config.json").read_text()).get("model_type")

@@ -129,3 +129,7 @@ def test_calibrate_kv_cache_command(tmp_path, capsys):
     prompts.write_text("[1, 2]\n")
     assert radixgen_main(argv) == 2
     assert "prompts.jsonl:1" in capsys.readouterr().err
+    prompts.write_text('"def f():"\n')
+    missing = ["--model-path", str(tmp_path / "no-model")]
+    assert radixgen_main([*argv[:1], *missing, *argv[3:]]) == 2  # a message, not a traceback
+    assert "no-model" in capsys.readouterr().err
