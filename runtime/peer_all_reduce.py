@@ -1,8 +1,8 @@
 """Small-message all-reduce over CUDA peer memory, for tensor parallelism within one node.
 
 At batch 1 a decoder layer all-reduces two [1, hidden] activations (8 KiB in bf16 for an 8B
-model), and NCCL's ring takes tens of microseconds for a message that NVLink moves in a couple:
-latency, not bandwidth. Below a size threshold the ranks instead sum through one buffer that every
+model): latency, not bandwidth, which is what vLLM and SGLang replace NCCL's ring for (not yet
+measured here: no 2-GPU machine). Below a size threshold the ranks sum through one buffer that every
 rank can read directly (torch's symmetric memory: allocated once per rank, its peers' copies
 mapped over NVLink P2P by a rendezvous at start-up), as vLLM's and SGLang's custom all-reduces
 do:
