@@ -270,3 +270,20 @@ def test_gpu_decode_cuda_graph_reads_slots_from_tensors(batch):
     present = make_lora_segments(new_slots.tolist(), [1] * batch, device, merge_requests=False)
     expected = lora_apply_ref(x, y0.clone(), lora_a, lora_b, scalings, present, output_sizes)
     torch.testing.assert_close(y.float(), expected.float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("merge_requests", [False, True])
+def test_gpu_segments_built_without_waiting_for_the_device(merge_requests):
+    # Built every step on the host while the previous step runs: a copy that synchronizes
+    # would expose the host's work (the fifth and sixth sessions' batch-1 LoRA step).
+    device = torch.device("cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        segments = make_lora_segments(
+            [3, -1, 3, 0], [1, 2, 1, 4], device, merge_requests=merge_requests
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert segments.token_slots.tolist() == [3, -1, -1, 3, 0, 0, 0, 0]
+    assert segments.max_segment_len == 4 and segments.slots_present == (0, 3)
