@@ -202,6 +202,41 @@ def _block_m(max_segment_len: int) -> int:
     return 16 if max_segment_len <= 16 else 32 if max_segment_len <= 32 else 64
 
 
+def check_lora_operands(
+    x: torch.Tensor,  # [T, K]
+    lora_a: torch.Tensor,  # [num_slots, num_shards * R, K]
+    lora_b: torch.Tensor,  # [num_slots, N, R]
+    scalings: torch.Tensor,  # [num_slots] fp32
+    segments: LoRASegments,
+    output_sizes: tuple[int, ...],
+) -> None:
+    """Raises ValueError unless the operands of one projection's delta match (the output `y`
+    is the caller's: `[T, sum(output_sizes)]`)."""
+    num_tokens, in_features = x.shape
+    num_slots, stacked_rank, a_in = lora_a.shape
+    max_rank = lora_b.shape[2]
+    if a_in != in_features or stacked_rank != len(output_sizes) * max_rank:
+        raise ValueError(
+            f"lora_a {tuple(lora_a.shape)} does not match x {tuple(x.shape)} and "
+            f"{len(output_sizes)} shard(s) of rank {max_rank}"
+        )
+    if tuple(lora_b.shape[:2]) != (num_slots, sum(output_sizes)):
+        raise ValueError(
+            f"lora_b {tuple(lora_b.shape)} does not match output sizes {output_sizes} and "
+            f"{num_slots} slots"
+        )
+    if x.stride(1) != 1 or lora_a.stride(2) != 1 or lora_b.stride(2) != 1:
+        raise ValueError("x, lora_a and lora_b must be contiguous in their last dimension")
+    if scalings.shape != (num_slots,) or segments.token_slots.shape != (num_tokens,):
+        raise ValueError("scalings must be [num_slots] and segments must cover x's tokens")
+
+
+def takes_decode_kernels(segments: LoRASegments, output_sizes: tuple[int, ...]) -> bool:
+    """One token per segment (decode: token_slots is each row's slot) and at most
+    MAX_SHARDS shards: the decode kernels, else SGMV."""
+    return segments.max_segment_len == 1 and len(output_sizes) <= MAX_SHARDS
+
+
 def lora_apply(
     x: torch.Tensor,  # [T, K]
     y: torch.Tensor,  # [T, N], updated in place
@@ -217,30 +252,16 @@ def lora_apply(
     Raises:
         ValueError: shapes, dtypes or devices that do not match.
     """
-    num_tokens, in_features = x.shape
-    num_slots, stacked_rank, a_in = lora_a.shape
-    max_rank = lora_b.shape[2]
-    if a_in != in_features or stacked_rank != len(output_sizes) * max_rank:
+    check_lora_operands(x, lora_a, lora_b, scalings, segments, output_sizes)
+    num_tokens = x.shape[0]
+    if y.shape != (num_tokens, sum(output_sizes)) or y.stride(1) != 1:
         raise ValueError(
-            f"lora_a {tuple(lora_a.shape)} does not match x {tuple(x.shape)} and "
-            f"{len(output_sizes)} shard(s) of rank {max_rank}"
+            f"y {tuple(y.shape)} must be [{num_tokens}, {sum(output_sizes)}], contiguous in "
+            "its last dimension"
         )
-    if tuple(lora_b.shape[:2]) != (num_slots, sum(output_sizes)) or y.shape != (
-        num_tokens,
-        sum(output_sizes),
-    ):
-        raise ValueError(
-            f"lora_b {tuple(lora_b.shape)} / y {tuple(y.shape)} do not match output sizes "
-            f"{output_sizes} and {num_slots} slots"
-        )
-    if x.stride(1) != 1 or y.stride(1) != 1 or lora_a.stride(2) != 1 or lora_b.stride(2) != 1:
-        raise ValueError("x, y, lora_a and lora_b must be contiguous in their last dimension")
-    if scalings.shape != (num_slots,) or segments.token_slots.shape != (num_tokens,):
-        raise ValueError("scalings must be [num_slots] and segments must cover x's tokens")
     if segments.num_segments == 0 or num_tokens == 0:
         return y
-    if segments.max_segment_len == 1 and len(output_sizes) <= MAX_SHARDS:
-        # One token per segment (decode): token_slots is each row's slot.
+    if takes_decode_kernels(segments, output_sizes):
         return lora_apply_decode(x, y, lora_a, lora_b, scalings, segments.token_slots, output_sizes)
     return lora_apply_sgmv(x, y, lora_a, lora_b, scalings, segments, output_sizes)
 

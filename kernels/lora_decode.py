@@ -287,47 +287,61 @@ def _lora_decode_expand_kernel(
                 _add_delta(h, b, scaling, y_ptr, group, valid, cols, n_mask, stride_yt)
 
 
-def lora_apply_decode(
-    x: torch.Tensor,  # [T, K]
-    y: torch.Tensor,  # [T, N], updated in place
-    lora_a: torch.Tensor,  # [num_slots, num_shards * R, K]
-    lora_b: torch.Tensor,  # [num_slots, N, R]
-    scalings: torch.Tensor,  # [num_slots] fp32
-    token_slots: torch.Tensor,  # [T] int32, each row's slot (-1: base model)
-    output_sizes: tuple[int, ...],
-    config: LoRADecodeConfig | None = None,
-) -> torch.Tensor:
-    """Adds each row's adapter delta to `y` (in place; shapes checked by `lora_apply`).
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """The launch geometry both decode kernels of one projection share."""
 
-    Args:
-        config: launch sizes; None: the per-shape table's (or the fallback).
-    """
-    num_tokens, in_features = x.shape
-    num_slots, stacked_rank, _ = lora_a.shape
-    max_rank = lora_b.shape[2]
-    if len(output_sizes) > MAX_SHARDS:
-        raise ValueError(f"the decode kernels take at most {MAX_SHARDS} shards: {output_sizes}")
-    if num_tokens == 0:
-        return y
+    config: LoRADecodeConfig
+    scan: int  # rows read per slot scan
+    by_row: bool  # the grid's first axis walks rows, not pool slots (`_program_slot`)
+    programs: int  # the grid's first axis
+    k_per_split: int  # shrink: K columns per split (a multiple of block_k)
+    num_splits: int
+
+
+def plan_decode_launch(
+    num_tokens: int,
+    in_features: int,
+    out_features: int,
+    num_slots: int,
+    on_cuda: bool,
+    config: LoRADecodeConfig | None = None,
+) -> DecodeLaunch:
+    """The launch of one projection's decode kernels (config None: the table's, or the
+    fallback)."""
     if config is None:
-        config = select_decode_config(
-            in_features, y.shape[1], num_tokens, on_cuda=x.device.type == "cuda"
-        )
-    scan = max(16, min(256, triton.next_power_of_2(num_tokens)))  # rows read per slot scan
+        config = select_decode_config(in_features, out_features, num_tokens, on_cuda=on_cuda)
+    scan = max(16, min(256, triton.next_power_of_2(num_tokens)))
     # Fewer rows than pool slots (batch 1 with 8 slots): a program per row, whose slot it
     # serves (once per slot), rather than a program per slot that mostly finds no rows.
     by_row = num_tokens < num_slots and num_tokens <= scan  # one scan finds earlier rows
-    programs = num_tokens if by_row else num_slots
-    sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
-    blocks = [triton.cdiv(size, config.block_n) for size in sizes]
-    block_rank = max(16, triton.next_power_of_2(max_rank))
     k_per_split = triton.cdiv(triton.cdiv(in_features, config.split_k), config.block_k)
     k_per_split *= config.block_k
-    num_splits = triton.cdiv(in_features, k_per_split)
-    partials = torch.empty(  # rows of unused slots stay unwritten: the expand never reads them
-        num_splits, num_tokens, stacked_rank, dtype=torch.float32, device=x.device
+    return DecodeLaunch(
+        config=config,
+        scan=scan,
+        by_row=by_row,
+        programs=num_tokens if by_row else num_slots,
+        k_per_split=k_per_split,
+        num_splits=triton.cdiv(in_features, k_per_split),
     )
-    _lora_decode_shrink_kernel[(programs, num_splits)](
+
+
+def lora_decode_shrink(
+    x: torch.Tensor,  # [T, K]
+    lora_a: torch.Tensor,  # [num_slots, num_shards * R, K]
+    token_slots: torch.Tensor,  # [T] int32, each row's slot (-1: base model)
+    launch: DecodeLaunch,
+    partials: torch.Tensor,  # [num_splits, T, num_shards * R] fp32, written
+) -> torch.Tensor:
+    """Each row's rank activations, one fp32 partial sum per K split (`partials`). Reads only
+    `x` and `A`, not the base output: it may run beside the base GEMM (another stream)."""
+    num_tokens, in_features = x.shape
+    stacked_rank = lora_a.shape[1]
+    if num_tokens == 0:
+        return partials
+    config = launch.config
+    _lora_decode_shrink_kernel[(launch.programs, launch.num_splits)](
         x,
         lora_a,
         partials,
@@ -335,20 +349,42 @@ def lora_apply_decode(
         num_tokens,
         in_features,
         stacked_rank,
-        k_per_split,
+        launch.k_per_split,
         x.stride(0),
         lora_a.stride(0),
         lora_a.stride(1),
         partials.stride(0),
         partials.stride(1),
-        SCAN=scan,
-        BY_ROW=by_row,
+        SCAN=launch.scan,
+        BY_ROW=launch.by_row,
         GROUP=GROUP,
         BLOCK_R=max(16, triton.next_power_of_2(stacked_rank)),
         BLOCK_K=config.block_k,
         num_warps=config.shrink_warps,
     )
-    _lora_decode_expand_kernel[(programs, sum(blocks))](
+    return partials
+
+
+def lora_decode_expand(
+    partials: torch.Tensor,  # [num_splits, T, num_shards * R] fp32, from lora_decode_shrink
+    y: torch.Tensor,  # [T, N], updated in place
+    lora_b: torch.Tensor,  # [num_slots, N, R]
+    scalings: torch.Tensor,  # [num_slots] fp32
+    token_slots: torch.Tensor,  # [T] int32
+    output_sizes: tuple[int, ...],
+    launch: DecodeLaunch,
+) -> torch.Tensor:
+    """Adds `scaling * (sum of partials) @ B.T` to each adapter row of `y` (in place)."""
+    num_tokens = y.shape[0]
+    max_rank = lora_b.shape[2]
+    if num_tokens == 0:
+        return y
+    config = launch.config
+    sizes = list(output_sizes) + [0] * (MAX_SHARDS - len(output_sizes))
+    blocks = [triton.cdiv(size, config.block_n) for size in sizes]
+    block_rank = max(16, triton.next_power_of_2(max_rank))
+    num_splits = launch.num_splits
+    _lora_decode_expand_kernel[(launch.programs, sum(blocks))](
         partials,
         lora_b,
         y,
@@ -367,8 +403,8 @@ def lora_apply_decode(
         sizes[2],
         blocks[0],
         blocks[1],
-        SCAN=scan,
-        BY_ROW=by_row,
+        SCAN=launch.scan,
+        BY_ROW=launch.by_row,
         GROUP=GROUP,
         BLOCK_N=config.block_n,
         BLOCK_R=block_rank,
@@ -379,3 +415,40 @@ def lora_apply_decode(
         num_warps=config.expand_warps,
     )
     return y
+
+
+def decode_partials(x: torch.Tensor, lora_a: torch.Tensor, launch: DecodeLaunch) -> torch.Tensor:
+    """The shrink's output buffer: [num_splits, T, num_shards * R] fp32. Rows of unused slots
+    stay unwritten: the expand never reads them."""
+    return torch.empty(
+        launch.num_splits, x.shape[0], lora_a.shape[1], dtype=torch.float32, device=x.device
+    )
+
+
+def lora_apply_decode(
+    x: torch.Tensor,  # [T, K]
+    y: torch.Tensor,  # [T, N], updated in place
+    lora_a: torch.Tensor,  # [num_slots, num_shards * R, K]
+    lora_b: torch.Tensor,  # [num_slots, N, R]
+    scalings: torch.Tensor,  # [num_slots] fp32
+    token_slots: torch.Tensor,  # [T] int32, each row's slot (-1: base model)
+    output_sizes: tuple[int, ...],
+    config: LoRADecodeConfig | None = None,
+) -> torch.Tensor:
+    """Adds each row's adapter delta to `y` (in place; shapes checked by `lora_apply`): the
+    shrink, then the expand, on the current stream.
+
+    Args:
+        config: launch sizes; None: the per-shape table's (or the fallback).
+    """
+    if len(output_sizes) > MAX_SHARDS:
+        raise ValueError(f"the decode kernels take at most {MAX_SHARDS} shards: {output_sizes}")
+    if x.shape[0] == 0:
+        return y
+    launch = plan_decode_launch(
+        x.shape[0], x.shape[1], y.shape[1], lora_a.shape[0], x.device.type == "cuda", config
+    )
+    partials = lora_decode_shrink(
+        x, lora_a, token_slots, launch, decode_partials(x, lora_a, launch)
+    )
+    return lora_decode_expand(partials, y, lora_b, scalings, token_slots, output_sizes, launch)

@@ -219,6 +219,7 @@ def test_gpu_triton_kernels_and_decode_graphs_match_peft(tmp_path):
         )
     )
     assert runner.cuda_graph_runner is not None
+    assert runner.lora_manager.state.shrink_stream is not None  # decode shrinks beside GEMMs
     lora_slots = [runner.lora_manager.acquire(name) if name else -1 for name, _ in MIXED]
     prompts = [_tokens(n + DECODE_STEPS, seed=i) for i, (_, n) in enumerate(MIXED)]
     expected = [

@@ -104,7 +104,9 @@ class LoRAManager:
         params = {TARGET_MODULES[name][0] for name in modules}
         self.num_layers = len(model.model.layers)
         self.dtype = dtype
-        self.state = LoRABatchState()
+        # CUDA with the Triton kernels: decode shrinks beside the base GEMMs (layer.py).
+        side = torch.cuda.Stream(device) if use_triton and device.type == "cuda" else None
+        self.state = LoRABatchState(shrink_stream=side)
         layers = {}
         for layer_id, decoder_layer in enumerate(model.model.layers):
             for param in params:
