@@ -353,7 +353,12 @@ def make_lora_segments(
             lens.append(length)
             slots.append(slot)
         position += length
-    packed = torch.tensor(starts + lens + slots, dtype=torch.int32)
+    # Each list padded to a multiple of 4 int32s: the kernels get 16-byte aligned pointers
+    # whatever the segment count (Triton compiles a variant per alignment).
+    num_segments = len(starts)
+    stride = max(4, -(-num_segments // 4) * 4)
+    padding = [0] * (stride - num_segments)
+    packed = torch.tensor(starts + padding + lens + padding + slots + padding, dtype=torch.int32)
     if device.type == "cuda":
         # A pageable copy would wait for every queued kernel (under the overlapped schedule:
         # the step in flight, which then no longer hides the host's work: 1.3x batch 1's step
@@ -361,7 +366,9 @@ def make_lora_segments(
         packed = packed.pin_memory().to(device, non_blocking=True)
     else:
         packed = packed.to(device)
-    segment_starts, segment_lens, segment_slots = packed.split(len(starts))
+    segment_starts, segment_lens, segment_slots = (
+        part[:num_segments] for part in packed.split(stride)
+    )
     token_slots = torch.repeat_interleave(
         segment_slots, segment_lens.long(), output_size=position
     )  # [num_tokens]

@@ -156,17 +156,17 @@ def build_forward_batch(
     device = req_to_token_pool.device
     # One host-to-device copy for all host lists: ids, then rows, prefix and extend lengths.
     # chain.from_iterable flattens in C: no Python-level loop per prompt token.
-    host_values = [] if ids_on_device else list(itertools.chain.from_iterable(input_ids))
-    host_values += [int(row) for row in req_pool_indices] + prefix_lens_cpu + extend_lens_cpu
-    packed = host_ints_to_device(host_values, device)
+    parts = [] if ids_on_device else [list(itertools.chain.from_iterable(input_ids))]
+    parts += [[int(row) for row in req_pool_indices], prefix_lens_cpu, extend_lens_cpu]
+    packed_parts = host_parts_to_device(parts, device)
     if ids_on_device:
         input_ids_tensor = input_ids.to(device=device, dtype=torch.int64)
-        rows, prefix_lens_tensor, extend_lens_tensor = packed.split([batch_size] * 3)
+        rows, prefix_lens_tensor, extend_lens_tensor = packed_parts
     else:
-        input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed.split(
-            [num_tokens, batch_size, batch_size, batch_size]
-        )
+        input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed_parts
     out_cache_loc = out_cache_loc.to(device=device, dtype=torch.int64)
+    if out_cache_loc.data_ptr() % ALIGN_BYTES:  # a view into the allocator's free list
+        out_cache_loc = out_cache_loc.clone()
 
     # Vectorised over tokens: each token's request, then its position inside the request.
     token_request = torch.repeat_interleave(
@@ -208,6 +208,27 @@ def build_forward_batch(
         shared_prefixes=shared_prefixes,
         lora_segments=lora_segments,
     )
+
+
+# Index tensors handed to Triton kernels start at 16-byte boundaries: Triton compiles a
+# variant per pointer alignment, so a batch whose packed lists happened to split at an odd
+# offset compiled a kernel inside a user's request, after the warm-up (H200, sixth session:
+# one extend-attention variant in a fresh server's first benchmark run).
+ALIGN_BYTES = 16
+
+
+def host_parts_to_device(parts: list[list[int]], device: torch.device) -> list[torch.Tensor]:
+    """int64 tensors of each list of `parts`, through one copy (`host_ints_to_device`),
+    each starting ALIGN_BYTES-aligned (the packed lists padded to even lengths)."""
+    per_align = ALIGN_BYTES // 8
+    padded, sizes = [], []
+    for values in parts:
+        size = -(-len(values) // per_align) * per_align
+        padded += values
+        padded += [0] * (size - len(values))
+        sizes.append(size)
+    views = host_ints_to_device(padded, device).split(sizes)
+    return [view[: len(values)] for view, values in zip(views, parts, strict=True)]
 
 
 def host_ints_to_device(values: list[int], device: torch.device) -> torch.Tensor:

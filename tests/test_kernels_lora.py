@@ -287,3 +287,16 @@ def test_gpu_segments_built_without_waiting_for_the_device(merge_requests):
         torch.cuda.set_sync_debug_mode("default")
     assert segments.token_slots.tolist() == [3, -1, -1, 3, 0, 0, 0, 0]
     assert segments.max_segment_len == 4 and segments.slots_present == (0, 3)
+
+
+@pytest.mark.parametrize("num_segments", [1, 3, 4, 5])
+def test_segment_tensors_start_16_byte_aligned(num_segments):
+    # Triton compiles a kernel variant per pointer alignment: the packed lists are padded.
+    slots = [i % 2 for i in range(num_segments)]
+    segments = make_lora_segments(
+        slots, [2] * num_segments, torch.device("cpu"), merge_requests=False
+    )
+    for tensor in (segments.segment_starts, segments.segment_lens, segments.segment_slots):
+        assert tensor.data_ptr() % 16 == 0 and tensor.shape == (num_segments,)
+    assert segments.segment_lens.tolist() == [2] * num_segments
+    assert segments.segment_slots.tolist() == slots

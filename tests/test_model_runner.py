@@ -81,6 +81,30 @@ def test_builder_fills_positions_and_req_to_token(runner):
     runner.req_to_token_pool.free(rows)
 
 
+def test_builder_hands_kernels_aligned_index_tensors(runner):
+    # Triton compiles a kernel variant per pointer alignment: 7 tokens in 3 requests split the
+    # packed host lists at odd offsets, and a slot view starting at an odd index of the
+    # allocator's free list is misaligned, unless the builder aligns them.
+    rows = runner.req_to_token_pool.alloc(3)
+    taken = runner.slot_allocator.alloc(8)
+    slots = taken[1:] if taken.data_ptr() % 16 == 0 else taken[:7]  # 7 slots, misaligned
+    assert slots.data_ptr() % 16 != 0
+    batch = runner.build_forward_batch(
+        mode=ForwardMode.EXTEND,
+        input_ids=[[1, 2, 3], [4, 5], [6, 7]],
+        req_pool_indices=rows,
+        prefix_lens=[0, 0, 0],
+        out_cache_loc=slots,
+    )
+    for name in ("input_ids", "req_pool_indices", "prefix_lens", "extend_lens", "out_cache_loc"):
+        assert getattr(batch, name).data_ptr() % 16 == 0, name
+    assert batch.req_pool_indices.tolist() == rows and batch.extend_lens.tolist() == [3, 2, 2]
+    assert batch.prefix_lens.tolist() == [0, 0, 0] and batch.input_ids.tolist() == list(range(1, 8))
+    assert torch.equal(batch.out_cache_loc, slots)
+    runner.slot_allocator.free(taken)
+    runner.req_to_token_pool.free(rows)
+
+
 def test_builder_rejects_bad_batches(runner):
     common = dict(req_pool_indices=[0], prefix_lens=[0], out_cache_loc=torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="exactly one new token"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from radixgen.kernels.sampling_torch import counter_uniform, sample_inverse_cdf
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, host_parts_to_device
 from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import filter_probs
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
@@ -98,10 +98,9 @@ def build_verify_input(
         row_offset += range(num_rows)
         next_draft += [*draft, NO_DRAFT]
         row_steps += range(output_len, output_len + num_rows)
-    packed = torch.tensor(row_request + row_offset + next_draft + row_steps, dtype=torch.int64).to(
-        device
-    )
-    return VerifyInput(*packed.view(4, -1).unbind(0))
+    # Without waiting for the kernels in flight, each row list 16-byte aligned.
+    parts = host_parts_to_device([row_request, row_offset, next_draft, row_steps], device)
+    return VerifyInput(*parts)
 
 
 def verify_drafts(
