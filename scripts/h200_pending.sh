@@ -1,23 +1,12 @@
 #!/usr/bin/env bash
-# The H200 runs still pending after the fifth session of 2026-12-01, by stage, in priority
+# The H200 runs still pending after the sixth session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
-#   lora        [11/14] the decode sweep and serving again: batch 1 now launches a program per
-#               row, not per pool slot (batch 1 was 1.158x base in the fifth session; target
-#               <= 1.15x). Run `pytest -m gpu tests/test_kernels_lora.py` first (new graph case)
-#   fp8-table   [8/14] FP8 batch 1 / 64 before the FP8 launch table (`.base` = main at b85ae49's
-#               parent 267db6e, stripped as for no-regress) vs this tree: the table is the
-#               fifth session's sweep, committed after its lease; bench latency now also
-#               reports the overlapped step (`decode_ms_per_step_overlapped_median`)
+#   gpu-tests   every GPU test (`pytest -m gpu`; 109 passed at 04875d9 in the sixth session;
+#               905cb8a's aligned index tensors and pinned verify rows not yet through them)
 #   fp8-profile [8/14] where a large decode step goes (offline 1000 x 1000/1000 was 1.21x bf16,
 #               target 1.6x): kernels per step at batch 256, 1024-token contexts, bf16 vs FP8
 #               weights + FP8 KV
-#   fresh       [7/14] item 2: a fresh server's first / second / fresh-prompt runs, with the
-#               Triton kernel variants each run compiled after /health, then a server with
-#               CUDA_MODULE_LOADING=EAGER (first run was 1.35x the second in the fifth
-#               session; the cause was not found)
-#   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
-#               again (the fifth session ran in-process first, on a cold Triton cache: 0.91x)
 #   gemv-why    [7/14] item 4: the bf16 batch-1 step profiled with cuBLAS and with the GEMV
 #               table the fifth session's sweep wrote (its microbenchmark said faster, the
 #               step was 5.27 -> 5.69 ms): per-kernel time of both
@@ -25,8 +14,12 @@
 #               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`; strip
 #               runtime/tiny_assets/*.safetensors, docs/ and tests/ from it to stay under the
 #               64 MiB carry: the stage copies tiny's weights back on the device) vs this tree
-#   gpu-tests   every GPU test (`pytest -m gpu`; 106 passed in the fifth session)
-# Done in the fifth session (docs/benchmarks.md): gemv, int4, fp8, fp8-bs1 (kept as
+#   lora        [11/14] the decode sweep and serving again (sixth session: batch 64 0.836x,
+#               met; batch 1 1.213x, target <= 1.15x)
+#   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
+#               again (sixth session, served first: 39.99 / 32.03 s = 1.249x)
+# Done in the sixth session (docs/benchmarks.md): lora, fp8-table, fresh (first / second run
+# 1.070x and 1.021x, target met), lean (once); in the fifth: gemv, int4, fp8, fp8-bs1 (kept as
 # stages for re-runs); spec and constrained in the fourth.
 # Usage: bash scripts/h200_pending.sh STAGE...
 set -uo pipefail
