@@ -217,17 +217,19 @@ def build_forward_batch(
 ALIGN_BYTES = 16
 
 
-def host_parts_to_device(parts: list[list[int]], device: torch.device) -> list[torch.Tensor]:
-    """int64 tensors of each list of `parts`, through one copy (`host_ints_to_device`),
-    each starting ALIGN_BYTES-aligned (the packed lists padded to even lengths)."""
-    per_align = ALIGN_BYTES // 8
+def host_parts_to_device(
+    parts: list[list], device: torch.device, dtype: torch.dtype = torch.int64
+) -> list[torch.Tensor]:
+    """`dtype` tensors of each list of `parts`, through one copy (`host_ints_to_device`),
+    each starting ALIGN_BYTES-aligned (the packed lists padded)."""
+    per_align = ALIGN_BYTES // dtype.itemsize
     padded, sizes = [], []
     for values in parts:
         size = -(-len(values) // per_align) * per_align
         padded += values
         padded += [0] * (size - len(values))
         sizes.append(size)
-    views = host_ints_to_device(padded, device).split(sizes)
+    views = host_values_to_device(padded, dtype, device).split(sizes)
     return [view[: len(values)] for view, values in zip(views, parts, strict=True)]
 
 
@@ -239,7 +241,12 @@ def host_ints_to_device(values: list[int], device: torch.device) -> torch.Tensor
     the copy is queued like a kernel; the caching host allocator keeps the pinned buffer
     alive until the copy has run.
     """
-    host = torch.tensor(values, dtype=torch.int64)
+    return host_values_to_device(values, torch.int64, device)
+
+
+def host_values_to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A `dtype` tensor of `values` on `device`, copied as `host_ints_to_device` copies."""
+    host = torch.tensor(values, dtype=dtype)
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)

@@ -14,11 +14,26 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from radixgen.runtime.forward_batch import host_ints_to_device
+from radixgen.runtime.forward_batch import (
+    host_ints_to_device,
+    host_parts_to_device,
+    host_values_to_device,
+)
 from radixgen.runtime.request_schema import GREEDY_TEMPERATURE_EPS
 
 if TYPE_CHECKING:
     from radixgen.runtime.req import Req
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """What one row needs of the sampler, kept on the host so that the batch's flags follow
+    `filter` / `merge` without reading the device tensors back (a sync with the step in
+    flight under the overlapped schedule)."""
+
+    greedy: bool
+    top_k_or_p: bool  # sampled, with top-k or top-p filtering
+    min_p: bool  # sampled, with min-p filtering
 
 
 @dataclass
@@ -50,6 +65,8 @@ class SamplingBatchInfo:
     # (row, token) pairs banned this step, e.g. EOS before min_new_tokens.
     banned_rows: torch.Tensor | None = None  # [num_bans] int64
     banned_token_ids: torch.Tensor | None = None  # [num_bans] int64
+    # Each row's flags on the host (`from_reqs`); None: `_refresh_flags` reads the tensors.
+    rows_on_host: list[RowSampling] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -65,26 +82,36 @@ class SamplingBatchInfo:
         params = [req.sampling_params for req in reqs]
         greedy = [p.temperature <= GREEDY_TEMPERATURE_EPS for p in params]
         top_ks = [p.top_k if p.top_k > 0 else vocab_size for p in params]
+        rows = [
+            RowSampling(g, not g and (p.top_p < 1.0 or k < vocab_size), not g and p.min_p > 0.0)
+            for p, g, k in zip(params, greedy, top_ks, strict=True)
+        ]
+        # Two host-to-device copies (pinned: no wait for the step in flight), 16-byte
+        # aligned views (the sampling kernels' pointers).
+        temperatures, top_ps, min_ps = host_parts_to_device(
+            [
+                [1.0 if g else p.temperature for p, g in zip(params, greedy, strict=True)],
+                [p.top_p for p in params],
+                [p.min_p for p in params],
+            ],
+            device,
+            torch.float32,
+        )
+        top_ks_tensor, seeds, greedy_tensor = host_parts_to_device(
+            [top_ks, [req.sampling_seed for req in reqs], [int(g) for g in greedy]], device
+        )
         info = cls(
-            temperatures=torch.tensor(
-                [[1.0 if g else p.temperature] for p, g in zip(params, greedy, strict=True)],
-                dtype=torch.float32,
-                device=device,
-            ),
-            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-            top_ks=torch.tensor(top_ks, dtype=torch.int64, device=device),
-            min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
-            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
-            seeds=torch.tensor(
-                [req.sampling_seed for req in reqs], dtype=torch.int64, device=device
-            ),
+            temperatures=temperatures.unsqueeze(1),
+            top_ps=top_ps,
+            top_ks=top_ks_tensor,
+            min_ps=min_ps,
+            greedy=greedy_tensor.bool(),
+            seeds=seeds,
             vocab_size=vocab_size,
             all_greedy=all(greedy),
-            need_top_k_or_p=any(
-                not g and (p.top_p < 1.0 or k < vocab_size)
-                for p, g, k in zip(params, greedy, top_ks, strict=True)
-            ),
-            need_min_p=any(not g and p.min_p > 0.0 for p, g in zip(params, greedy, strict=True)),
+            need_top_k_or_p=any(row.top_k_or_p for row in rows),
+            need_min_p=any(row.min_p for row in rows),
+            rows_on_host=rows,
         )
         if any(_uses_penalties(p) for p in params):
             info._build_penalties(reqs, device)
@@ -104,7 +131,7 @@ class SamplingBatchInfo:
         )
         # One upload of the (row, id, bias) triples, one scatter.
         index = (host_ints_to_device(rows, device), host_ints_to_device(token_ids, device))
-        self.logit_biases[index] = torch.tensor(biases, dtype=torch.float32).to(device)
+        self.logit_biases[index] = host_values_to_device(biases, torch.float32, device)
 
     def _build_penalties(self, reqs: list[Req], device: torch.device) -> None:
         params = [req.sampling_params for req in reqs]
@@ -159,11 +186,13 @@ class SamplingBatchInfo:
 
     def filter(self, keep: list[int]) -> None:
         """Keeps only rows `keep` (indices into the current batch), in that order."""
-        index = torch.tensor(keep, dtype=torch.int64, device=self.top_ps.device)
+        index = host_ints_to_device(list(keep), self.top_ps.device)
         for name in _ROW_TENSORS:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value[index])
+        if self.rows_on_host is not None:
+            self.rows_on_host = [self.rows_on_host[row] for row in keep]
         self._refresh_flags()
 
     def merge(self, other: SamplingBatchInfo) -> None:
@@ -183,6 +212,10 @@ class SamplingBatchInfo:
             mine, theirs = getattr(self, name), getattr(other, name)
             if mine is not None:
                 setattr(self, name, torch.cat((mine, theirs)))
+        if self.rows_on_host is not None and other.rows_on_host is not None:
+            self.rows_on_host = self.rows_on_host + other.rows_on_host
+        else:
+            self.rows_on_host = None
         self._refresh_flags()
 
     def _ensure_penalties(self) -> None:
@@ -197,7 +230,13 @@ class SamplingBatchInfo:
         self.seen_tokens = torch.zeros((batch, self.vocab_size), dtype=torch.bool, device=device)
 
     def _refresh_flags(self) -> None:
-        # Host syncs, but only when the batch composition changes (not every step).
+        if self.rows_on_host is not None:
+            rows = self.rows_on_host
+            self.all_greedy = all(row.greedy for row in rows)
+            self.need_top_k_or_p = any(row.top_k_or_p for row in rows)
+            self.need_min_p = any(row.min_p for row in rows)
+            return
+        # Built without host flags (benchmarks, tests): read back, a host sync.
         not_greedy = ~self.greedy
         self.all_greedy = not bool(not_greedy.any())
         self.need_top_k_or_p = bool(
@@ -231,7 +270,7 @@ def _uses_penalties(params) -> bool:
 
 
 def _column(values: list[float], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)
+    return host_values_to_device(values, torch.float32, device).unsqueeze(1)
 
 
 def set_min_token_bans(reqs: list[Req], info: SamplingBatchInfo) -> None:
@@ -247,7 +286,7 @@ def set_min_token_bans(reqs: list[Req], info: SamplingBatchInfo) -> None:
             rows += [row] * len(banned)
             token_ids += sorted(banned)
     if rows:
-        info.banned_rows = torch.tensor(rows, dtype=torch.int64, device=device)
-        info.banned_token_ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
+        info.banned_rows = host_ints_to_device(rows, device)
+        info.banned_token_ids = host_ints_to_device(token_ids, device)
     else:
         info.banned_rows = info.banned_token_ids = None

@@ -95,6 +95,35 @@ def test_penalty_counts_follow_sampled_tokens_and_batch_changes():
     assert info.output_counts[0, 3].item() == 2
 
 
+def _flags(info: SamplingBatchInfo) -> tuple[bool, bool, bool]:
+    return info.all_greedy, info.need_top_k_or_p, info.need_min_p
+
+
+def _flags_from_tensors(info: SamplingBatchInfo) -> tuple[bool, bool, bool]:
+    info.rows_on_host, kept_rows = None, info.rows_on_host
+    info._refresh_flags()  # the device tensors' reading
+    flags = _flags(info)
+    info.rows_on_host = kept_rows
+    info._refresh_flags()
+    return flags
+
+
+def test_batch_flags_follow_filter_and_merge_from_host_rows():
+    # The flags come from per-row host records (no read-back of the device tensors, which
+    # would wait for the step in flight); they must say what the tensors say.
+    greedy, top_p, min_p = make_req(temperature=0), make_req(top_p=0.5), make_req(min_p=0.2)
+    info = info_for(greedy, top_p, min_p)
+    assert _flags(info) == (False, True, True) == _flags_from_tensors(info)
+    info.filter([2, 0])  # min-p and greedy rows, reordered
+    assert len(info.rows_on_host) == info.batch_size == 2
+    assert _flags(info) == (False, False, True) == _flags_from_tensors(info)
+    info.filter([1])
+    assert _flags(info) == (True, False, False) == _flags_from_tensors(info)
+    info.merge(info_for(make_req(top_k=3)))
+    assert _flags(info) == (False, True, False) == _flags_from_tensors(info)
+    assert info.top_ks.tolist() == [VOCAB, 3] and info.greedy.tolist() == [True, False]
+
+
 def test_greedy_rows_take_argmax_even_in_mixed_batch():
     logits = torch.tensor([[0.0, 5.0, 1.0, 0, 0, 0, 0, 0]]).repeat(2, 1)
     info = info_for(make_req(temperature=0), make_req(temperature=1.0, seed=3))
@@ -216,3 +245,19 @@ def test_logit_bias_is_added_per_row_and_survives_filter_and_merge(device):
     assert sampler(logits[:1], masked, None).next_token_ids.tolist() == [1]
     with pytest.raises(ValueError, match="logit_bias"):
         SamplingParams.from_dict({"logit_bias": {"-1": 1.0}})
+
+
+@pytest.mark.gpu
+def test_gpu_batch_changes_do_not_wait_for_the_device():
+    # Requests joining and leaving the running batch while a step is in flight.
+    device = torch.device("cuda")
+    reqs = [make_req(temperature=0), make_req(top_p=0.5, seed=1), make_req(min_p=0.1, seed=2)]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        info = SamplingBatchInfo.from_reqs(reqs, VOCAB, device)
+        info.filter([2, 0])
+        info.merge(SamplingBatchInfo.from_reqs([make_req(top_k=3)], VOCAB, device))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert _flags(info) == (False, True, True)
+    assert info.top_ks.tolist() == [VOCAB, VOCAB, 3] and info.seeds.tolist() == [2, 0, 0]
