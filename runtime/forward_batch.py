@@ -220,8 +220,8 @@ ALIGN_BYTES = 16
 def host_parts_to_device(
     parts: list[list], device: torch.device, dtype: torch.dtype = torch.int64
 ) -> list[torch.Tensor]:
-    """`dtype` tensors of each list of `parts`, through one copy (`host_ints_to_device`),
-    each starting ALIGN_BYTES-aligned (the packed lists padded)."""
+    """`dtype` tensors of each list of `parts`, through one copy that does not wait for the
+    device (as `host_ints_to_device`), each starting ALIGN_BYTES-aligned (lists padded)."""
     per_align = ALIGN_BYTES // dtype.itemsize
     padded, sizes = [], []
     for values in parts:
