@@ -139,6 +139,11 @@ def decode_split_kernel(
     split_len = tl.cdiv(tl.cdiv(seq_len - kv_start, num_kv_splits), BLOCK_N) * BLOCK_N
     split_start = kv_start + split * split_len
     split_end = tl.minimum(split_start + split_len, seq_len)
+    # Splits holding positions (>= 1: split 0 stands for an empty range). The split count is
+    # fixed per batch size (CUDA graphs), so a short context leaves most splits empty: they
+    # neither store partials nor get merged (at batch 1 on the H200, 64 splits, a few hundred
+    # tokens: the merge walked all 64 twice, 15 us a layer).
+    used_splits = tl.maximum(tl.cdiv(seq_len - kv_start, tl.maximum(split_len, 1)), 1)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
@@ -172,17 +177,24 @@ def decode_split_kernel(
     if split_end > split_start:
         lse = m_i + tl.math.log2(l_i)
         out = acc * (v_scale / l_i[:, None])
-    else:  # an empty split (a short range): weight 0 in the merge
+    else:  # an empty split 0 (an empty range): weight 0 in the merge
         lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    tl.store(
-        partial_out_ptr
-        + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
-        + offs_d[None, :],
-        out,
-        mask=mask_h[:, None] & mask_d[None, :],
-    )
-    tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
+    # The separate merge (MERGE off: tree attention, and callers that merge themselves) reads
+    # every split: all store. The in-kernel merge reads only the used ones.
+    if MERGE:
+        stored_splits = used_splits
+    else:
+        stored_splits = num_kv_splits
+    if split < stored_splits:
+        tl.store(
+            partial_out_ptr
+            + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
+            + offs_d[None, :],
+            out,
+            mask=mask_h[:, None] & mask_d[None, :],
+        )
+        tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
     if MERGE:
         # Every thread's partials are stored before the release of the (one-thread) atomic.
         tl.debug_barrier()
@@ -192,7 +204,7 @@ def decode_split_kernel(
             tl.debug_barrier()  # the acquire above orders every thread's loads below
             out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head
             _merge_group(
-                partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits,
+                partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits,
                 out_ptrs + offs_d[None, :], mask_h, offs_d, mask_d, HEAD_DIM, BLOCK_H, BLOCK_D,
             )  # fmt: skip
             tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
@@ -200,14 +212,15 @@ def decode_split_kernel(
 
 @triton.jit
 def _merge_group(
-    partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, out_ptrs, mask_h, offs_d,
-    mask_d, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits, out_ptrs, mask_h,
+    offs_d, mask_d, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Merges every split of the GQA group's heads (`partial_row`: [BLOCK_H] rows) into
-    `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them)."""
+    """Merges the first `used_splits` splits (the others are empty and unwritten) of the GQA
+    group's heads (`partial_row`: [BLOCK_H] rows; `num_kv_splits`: the buffers' split stride)
+    into `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them)."""
     lse_rows = partial_lse_ptr + partial_row * num_kv_splits
     lse_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    for s in range(0, num_kv_splits):
+    for s in range(0, used_splits):
         lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
         lse_max = tl.maximum(lse_max, lse)
     # Split 0 is never empty for seq_len >= 1: finite for every real head (padding: 0).
@@ -215,7 +228,7 @@ def _merge_group(
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     weight_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
     out_rows = partial_out_ptr + (partial_row * num_kv_splits)[:, None] * HEAD_DIM
-    for s in range(0, num_kv_splits):
+    for s in range(0, used_splits):
         lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
         weight = tl.math.exp2(lse - lse_max)  # [BLOCK_H]
         partial = tl.load(

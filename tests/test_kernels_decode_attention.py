@@ -47,6 +47,7 @@ CPU_CASES = [
     ([100], 4, 4, 128, 3),  # MHA, head_dim 128, splits not a power of two
     ([45, 9], 8, 1, 64, 1),  # MQA (group 8), one split
     ([20, 51], 2, 1, 96, 2),  # head_dim padded to 128
+    ([3, 40], 8, 2, 64, 16),  # most splits empty: the in-kernel merge reads only the used ones
 ]
 
 
