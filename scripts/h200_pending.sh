@@ -2,6 +2,11 @@
 # The H200 runs still pending after the sixth session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
+#   decode-merge [7/14] item 4 (and every batch-1 target): bench latency batch 1, 128/256,
+#               `.base` = main at f5070b5 (`git archive --prefix=.base/ f5070b5 | tar -x`, stripped as
+#               for no-regress) vs this tree: e06af57 stopped the in-kernel decode-attention
+#               merge from walking all 64 splits at batch 1 (15 us a layer in the sixth
+#               session's profile, contexts of a few hundred tokens)
 #   gpu-tests   every GPU test (`pytest -m gpu`; 109 passed at 04875d9 in the sixth session;
 #               905cb8a's aligned index tensors and pinned verify rows not yet through them)
 #   fp8-profile [8/14] where a large decode step goes (offline 1000 x 1000/1000 was 1.21x bf16,
@@ -85,6 +90,9 @@ for stage in "$@"; do
       OUT=$OUT STAGES="kernels serving" bash scripts/lora_h200.sh ;;
     constrained)
       OUT=$OUT/constrained TREES=new REPEATS=4 bash scripts/ab_bench.sh . serving-json-new ;;
+    decode-merge)
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/decode_merge bash scripts/ab_bench.sh .base latency ;;
     no-regress)
       # The tiny weights were stripped from .base to fit the carry: the tokenizer of the
       # dummy 8B folder comes from tiny's assets.
