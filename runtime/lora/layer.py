@@ -10,7 +10,9 @@ At decode on CUDA, a projection's LoRA shrink (which reads only `x` and `A`) run
 stream beside the base GEMM, so only the expand, which adds into the base output, is on the
 layer's critical path (at batch 1 on the H200 the two decode kernels of each of 128
 projections per step cost about as much as the 15% the multi-LoRA target allows in all;
-docs/lora.md). CUDA graphs capture the fork and the join as graph edges.
+docs/lora.md). CUDA graphs capture the fork and the join as graph edges. For o_proj and
+down_proj, whose outputs the decoder layer adds to the residual stream next, the delta goes
+into the residual instead (`apply_adding_to`), so there both halves run beside the base GEMM.
 """
 
 from __future__ import annotations
@@ -91,32 +93,66 @@ class LoRALinearMethod(LinearMethod):
         )
         return y
 
+    def apply_adding_to(
+        self, layer: LinearBase, x: torch.Tensor, add_to: torch.Tensor
+    ) -> torch.Tensor:
+        """The delta goes into `add_to` (the residual stream the caller adds the output to
+        next) rather than into the output: at decode on CUDA, shrink and expand both run on
+        the side stream beside the base GEMM, so none of it is on the critical path."""
+        segments = self.state.segments
+        if segments is None or not add_to.is_contiguous():
+            return self.apply(layer, x)
+        x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
+        target = add_to.view(-1, layer.output_size)  # [T, out]
+        side = self.state.shrink_stream
+        if side is None or not takes_decode_kernels(segments, layer.output_sizes):
+            self._apply_delta(
+                x_2d, target, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
+            )
+            return self.base.apply(layer, x)
+        launch, partials = self._plan_decode(layer, x_2d, segments)
+        main = torch.cuda.current_stream(x.device)
+        side.wait_stream(main)  # x and add_to are ready
+        with torch.cuda.stream(side):
+            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
+            self._expand(layer, partials, target, segments, launch)
+        y = self.base.apply(layer, x)  # [..., out]
+        main.wait_stream(side)  # add_to is complete before the caller adds y to it
+        return y
+
     def _apply_decode_beside_base(
         self, layer: LinearBase, x: torch.Tensor, segments: LoRASegments, side: torch.cuda.Stream
     ) -> torch.Tensor:
         """Decode: the shrink on `side` while the base GEMM runs, then the expand in line."""
         x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
-        check_lora_operands(
-            x_2d, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
-        )
-        launch = plan_decode_launch(
-            x_2d.shape[0], x_2d.shape[1], layer.output_size, self.lora_a.shape[0], on_cuda=True
-        )
-        # Allocated on the layer's stream, which frees it only after the join below.
-        partials = decode_partials(x_2d, self.lora_a, launch)
+        launch, partials = self._plan_decode(layer, x_2d, segments)
         main = torch.cuda.current_stream(x.device)
         side.wait_stream(main)  # x is ready
         with torch.cuda.stream(side):
             lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
         y = self.base.apply(layer, x)  # [..., out]
         main.wait_stream(side)
+        self._expand(layer, partials, y.view(-1, y.shape[-1]), segments, launch)
+        return y
+
+    def _plan_decode(self, layer: LinearBase, x_2d: torch.Tensor, segments: LoRASegments):
+        """(launch plan, the shrink's partial sums buffer) of one decode delta."""
+        check_lora_operands(
+            x_2d, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
+        )
+        launch = plan_decode_launch(
+            x_2d.shape[0], x_2d.shape[1], layer.output_size, self.lora_a.shape[0], on_cuda=True
+        )
+        # Allocated on the layer's stream, which frees it only after the join.
+        return launch, decode_partials(x_2d, self.lora_a, launch)
+
+    def _expand(self, layer, partials, target, segments, launch) -> None:
         lora_decode_expand(
             partials,
-            y.view(-1, y.shape[-1]),
+            target,
             self.lora_b,
             self.scalings,
             segments.token_slots,
             layer.output_sizes,
             launch,
         )
-        return y

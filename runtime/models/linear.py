@@ -108,6 +108,14 @@ class LinearMethod(abc.ABC):
     def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
         """`x: [..., input_size]` -> `[..., output_size]` in x's dtype."""
 
+    def apply_adding_to(
+        self, layer: LinearBase, x: torch.Tensor, add_to: torch.Tensor
+    ) -> torch.Tensor:
+        """`apply`, for a caller that adds the output into `add_to` next: a method may add
+        terms of its output to `add_to` (in place) instead of returning them, the sum being
+        the same. Default: `apply`, `add_to` untouched."""
+        return self.apply(layer, x)
+
 
 class UnquantizedLinearMethod(LinearMethod):
     """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
@@ -282,8 +290,18 @@ class LinearBase(nn.Module):
         may quantize its output in its own pass instead of the layer doing it)."""
         return isinstance(self.method, Fp8LinearMethod)
 
-    def forward(self, x: torch.Tensor | Fp8Activations) -> torch.Tensor:  # [..., input_size]
-        return self.method.apply(self, x)
+    def forward(
+        self,
+        x: torch.Tensor | Fp8Activations,  # [..., input_size]
+        add_to: torch.Tensor | None = None,  # [..., output_size]
+    ) -> torch.Tensor:  # [..., output_size]
+        """`add_to`: the tensor (a residual stream) the caller adds the output into next; the
+        method may add part of the output there directly (LoRA's delta, beside the base GEMM:
+        `LinearMethod.apply_adding_to`). Only where nothing happens to the output in between
+        (not before a tensor-parallel all-reduce)."""
+        if add_to is None:
+            return self.method.apply(self, x)
+        return self.method.apply_adding_to(self, x, add_to)
 
     def load_weight(self, name: str, tensor: torch.Tensor, shard: int = 0) -> None:
         """Copies checkpoint tensor `name` of shard `shard` into its rows.

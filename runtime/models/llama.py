@@ -105,6 +105,7 @@ class LlamaAttention(nn.Module):
         hidden_states: torch.Tensor | Fp8Activations,  # [num_tokens, hidden_size]
         forward_batch: ForwardBatch,
         rotary_emb: RotaryEmbedding,
+        residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
         num_tokens = hidden_states.shape[0]
         qkv = self.qkv_proj(hidden_states)
@@ -126,8 +127,11 @@ class LlamaAttention(nn.Module):
         attn_output = forward_batch.attn_backend.forward(
             q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=not pool.is_fp8
         )
+        attn_output = attn_output.reshape(num_tokens, self.q_size)
         # Row parallel: each rank's heads contribute a partial sum of the output.
-        return self.parallel.all_reduce(self.o_proj(attn_output.reshape(num_tokens, self.q_size)))
+        if self.parallel.size > 1:
+            return self.parallel.all_reduce(self.o_proj(attn_output))
+        return self.o_proj(attn_output, add_to=residual)
 
 
 class LlamaMLP(nn.Module):
@@ -163,7 +167,9 @@ class LlamaMLP(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor | Fp8Activations
+        self,
+        x: torch.Tensor | Fp8Activations,
+        residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
         gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
         # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
@@ -175,7 +181,9 @@ class LlamaMLP(nn.Module):
             activated = F.silu(gate) * up
             if quantize:
                 activated = quantize_fp8_activations(activated)
-        return self.parallel.all_reduce(self.down_proj(activated))  # row parallel: summed
+        if self.parallel.size > 1:  # row parallel: summed over the ranks
+            return self.parallel.all_reduce(self.down_proj(activated))
+        return self.down_proj(activated, add_to=residual)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -210,11 +218,13 @@ class LlamaDecoderLayer(nn.Module):
             normed, residual = self.input_layernorm.add_and_norm(
                 hidden_states, residual, quantize_qkv
             )
-        attn_output = self.self_attn(normed, forward_batch, rotary_emb)
+        # The projections before each residual add may add part of their output (LoRA deltas)
+        # to `residual` directly.
+        attn_output = self.self_attn(normed, forward_batch, rotary_emb, residual)
         normed, residual = self.post_attention_layernorm.add_and_norm(
             attn_output, residual, self.mlp.gate_up_proj.takes_fp8_activations
         )
-        return self.mlp(normed), residual
+        return self.mlp(normed, residual), residual
 
 
 class LlamaModel(nn.Module):
