@@ -29,10 +29,13 @@ from radixgen.kernels.fp8_gemm import (
 @triton.jit
 def _silu_and_mul_kernel(
     x_ptr,  # [num_rows, 2 * n]
+    delta_ptr,  # [num_rows, 2 * n] fp32, added to x first (read only if HAS_DELTA)
     out_ptr,  # [num_rows, n]
     stride_x_row,
+    stride_delta_row,
     stride_out_row,
     n,
+    HAS_DELTA: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -40,6 +43,12 @@ def _silu_and_mul_kernel(
     mask = offs < n
     gate = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x_row + n + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_DELTA:  # rounded to x's dtype, as adding the delta into x first would be
+        delta_row = delta_ptr + row * stride_delta_row
+        gate += tl.load(delta_row + offs, mask=mask, other=0.0)
+        up += tl.load(delta_row + n + offs, mask=mask, other=0.0)
+        gate = gate.to(x_ptr.dtype.element_ty).to(tl.float32)
+        up = up.to(x_ptr.dtype.element_ty).to(tl.float32)
     silu = (gate * tl.sigmoid(gate)).to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(
         out_ptr + row * stride_out_row + offs, (silu * up).to(out_ptr.dtype.element_ty), mask=mask
@@ -71,13 +80,18 @@ def _silu_and_mul_fp8_kernel(
 
 
 def silu_and_mul(
-    x: torch.Tensor, quantize_fp8: bool = False
+    x: torch.Tensor, quantize_fp8: bool = False, delta: torch.Tensor | None = None
 ) -> torch.Tensor | Fp8Activations:  # [..., 2n] -> [..., n]
     """silu(gate) * up, with gate and up the two halves of the last dimension of x; with
     `quantize_fp8`, quantized per row (`Fp8Activations` of [num_rows, n]).
 
+    Args:
+        delta: fp32 of x's shape, added to x first (rounded to x's dtype, as `x + delta`
+            would be): a LoRA delta computed beside the gate_up GEMM (runtime/lora/layer.py).
+
     Raises:
-        ValueError naming x when its last dimension is odd (or, quantizing, above 65536).
+        ValueError naming x when its last dimension is odd (or, quantizing, above 65536), or
+        naming delta when its shape or dtype does not fit (or it comes with quantize_fp8).
     """
     if x.shape[-1] % 2 != 0:
         raise ValueError(f"x's last dimension must be even (gate | up), got {x.shape[-1]}")
@@ -85,13 +99,29 @@ def silu_and_mul(
     rows = x.reshape(-1, 2 * n)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
+    if delta is not None:
+        if quantize_fp8 or delta.shape != x.shape or delta.dtype != torch.float32:
+            raise ValueError(
+                f"delta must be float32 of x's shape {tuple(x.shape)} and without quantize_fp8,"
+                f" got {delta.dtype} {tuple(delta.shape)}"
+            )
+        delta = delta.reshape(-1, 2 * n).contiguous()
     if quantize_fp8:
         return _silu_and_mul_fp8(rows, n)
     out = torch.empty((rows.shape[0], n), dtype=x.dtype, device=x.device)
     if rows.shape[0] > 0 and n > 0:
         block = min(1024, triton.next_power_of_2(n))
         _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(n, block))](
-            rows, out, rows.stride(0), out.stride(0), n, BLOCK=block, num_warps=4
+            rows,
+            rows if delta is None else delta,  # not read without a delta
+            out,
+            rows.stride(0),
+            0 if delta is None else delta.stride(0),
+            out.stride(0),
+            n,
+            HAS_DELTA=delta is not None,
+            BLOCK=block,
+            num_warps=4,
         )
     return out.view(*x.shape[:-1], n)
 

@@ -95,6 +95,20 @@ def test_silu_and_mul_matches_reference(shape, dtype):
     torch.testing.assert_close(silu_and_mul(x), silu_and_mul_ref(x))
 
 
+@pytest.mark.parametrize("shape", [(4, 200), (2, 3, 1376)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_silu_and_mul_adds_a_delta_as_the_unfused_sum(shape, dtype):
+    # A LoRA delta computed beside the gate_up GEMM: the same as adding it into x first.
+    x = randn(*shape, dtype=dtype) * 4
+    delta = randn(*shape, dtype=torch.float32, seed=1)
+    expected = silu_and_mul((x.float() + delta).to(dtype))
+    assert torch.equal(silu_and_mul(x, delta=delta), expected)
+    with pytest.raises(ValueError, match="delta"):
+        silu_and_mul(x, delta=delta.half())  # not float32
+    with pytest.raises(ValueError, match="delta"):
+        silu_and_mul(x, quantize_fp8=True, delta=delta)
+
+
 def test_silu_and_mul_rejects_odd_width():
     with pytest.raises(ValueError, match="even"):
         silu_and_mul(torch.zeros(2, 7))

@@ -12,7 +12,8 @@ layer's critical path (at batch 1 on the H200 the two decode kernels of each of 
 projections per step cost about as much as the 15% the multi-LoRA target allows in all;
 docs/lora.md). CUDA graphs capture the fork and the join as graph edges. For o_proj and
 down_proj, whose outputs the decoder layer adds to the residual stream next, the delta goes
-into the residual instead (`apply_adding_to`), so there both halves run beside the base GEMM.
+into the residual instead (`apply_adding_to`), and gate_up's goes into a buffer of its own that
+the SiLU-and-mul kernel adds (`apply_with_delta`): there both halves run beside the base GEMM.
 """
 
 from __future__ import annotations
@@ -119,6 +120,38 @@ class LoRALinearMethod(LinearMethod):
         y = self.base.apply(layer, x)  # [..., out]
         main.wait_stream(side)  # add_to is complete before the caller adds y to it
         return y
+
+    def apply_with_delta(
+        self, layer: LinearBase, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """At decode: the delta into its own float32 buffer for the next kernel to add
+        (gate_up: the SiLU-and-mul); on CUDA zeroed, shrunk and expanded on the side stream
+        beside the base GEMM. Extend batches: the delta is in the output, as `apply`."""
+        segments = self.state.segments
+        if segments is None or not takes_decode_kernels(segments, layer.output_sizes):
+            return self.apply(layer, x), None
+        x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
+        rows, out = x_2d.shape[0], layer.output_size
+        side = self.state.shrink_stream
+        if side is None:  # in line (the torch reference on the CPU)
+            delta = torch.zeros(rows, out, dtype=torch.float32, device=x.device)  # [T, out]
+            self._apply_delta(
+                x_2d, delta, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
+            )
+            y = self.base.apply(layer, x)  # [..., out]
+            return y, delta.view(y.shape)
+        launch, partials = self._plan_decode(layer, x_2d, segments)
+        # [T, out] fp32, zeroed on the side stream (the expand adds into it).
+        delta = torch.empty(rows, out, dtype=torch.float32, device=x.device)
+        main = torch.cuda.current_stream(x.device)
+        side.wait_stream(main)  # x is ready
+        with torch.cuda.stream(side):
+            delta.zero_()
+            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
+            self._expand(layer, partials, delta, segments, launch)
+        y = self.base.apply(layer, x)  # [..., out]
+        main.wait_stream(side)  # the delta is complete before the next kernel reads it
+        return y, delta.view(y.shape)
 
     def _apply_decode_beside_base(
         self, layer: LinearBase, x: torch.Tensor, segments: LoRASegments, side: torch.cuda.Stream

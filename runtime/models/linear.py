@@ -116,6 +116,14 @@ class LinearMethod(abc.ABC):
         the same. Default: `apply`, `add_to` untouched."""
         return self.apply(layer, x)
 
+    def apply_with_delta(
+        self, layer: LinearBase, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`(y, delta)` whose sum `y + delta` (rounded to y's dtype) is `apply`'s output, for
+        a caller whose next kernel adds `delta` itself; `delta` is float32 or None. Default:
+        `(apply(...), None)`."""
+        return self.apply(layer, x), None
+
 
 class UnquantizedLinearMethod(LinearMethod):
     """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
@@ -294,11 +302,22 @@ class LinearBase(nn.Module):
         self,
         x: torch.Tensor | Fp8Activations,  # [..., input_size]
         add_to: torch.Tensor | None = None,  # [..., output_size]
-    ) -> torch.Tensor:  # [..., output_size]
-        """`add_to`: the tensor (a residual stream) the caller adds the output into next; the
-        method may add part of the output there directly (LoRA's delta, beside the base GEMM:
-        `LinearMethod.apply_adding_to`). Only where nothing happens to the output in between
-        (not before a tensor-parallel all-reduce)."""
+        *,
+        with_delta: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:  # [..., output_size]
+        """The output; `(y, delta)` with `with_delta`.
+
+        Args:
+            add_to: the tensor (a residual stream) the caller adds the output into next; the
+                method may add part of the output there directly (LoRA's delta, beside the
+                base GEMM: `LinearMethod.apply_adding_to`). Only where nothing happens to the
+                output in between (not before a tensor-parallel all-reduce).
+            with_delta: return the output as `(y, delta)`, `y + delta` rounded to y's dtype,
+                for a caller whose next kernel adds a float32 `delta` itself (None: the method
+                has none; `LinearMethod.apply_with_delta`).
+        """
+        if with_delta:
+            return self.method.apply_with_delta(self, x)
         if add_to is None:
             return self.method.apply(self, x)
         return self.method.apply_adding_to(self, x, add_to)

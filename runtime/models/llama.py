@@ -171,11 +171,15 @@ class LlamaMLP(nn.Module):
         x: torch.Tensor | Fp8Activations,
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
+        # [num_tokens, 2 * intermediate] each; a LoRA delta (computed beside the GEMM) is
+        # added by the activation kernel.
+        gate_up, delta = self.gate_up_proj(x, with_delta=True)
         # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
         quantize = self.down_proj.takes_fp8_activations
+        if delta is not None and (quantize or not gate_up.is_cuda):
+            gate_up, delta = (gate_up.float() + delta).to(gate_up.dtype), None
         if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
-            activated = silu_and_mul(gate_up, quantize)
+            activated = silu_and_mul(gate_up, quantize, delta)
         else:
             gate, up = gate_up.split(self.intermediate_size, dim=-1)
             activated = F.silu(gate) * up
