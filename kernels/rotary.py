@@ -30,17 +30,39 @@ def _round(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _rotate_heads(
-    src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads, cos1, cos2, sin1, sin2,
-    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+def _load_heads(
+    src_ptr, delta_ptr, stride_src_head, num_heads,
+    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, HAS_DELTA: tl.constexpr,
 ):  # fmt: skip
+    """One token's heads as their two halves, fp32 `[BLOCK_H, BLOCK_HALF]` each (with
+    HAS_DELTA plus the fp32 delta, `[num_heads, 2 * HALF]` contiguous, rounded to the input
+    dtype as adding it into the input first would be), and their mask."""
     dtype = src_ptr.dtype.element_ty
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
     mask = (offs_h[:, None] < num_heads) & (offs_d[None, :] < HALF)
     src = src_ptr + offs_h[:, None] * stride_src_head + offs_d[None, :]
-    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H, BLOCK_HALF]
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    if HAS_DELTA:
+        delta = delta_ptr + offs_h[:, None] * (2 * HALF) + offs_d[None, :]
+        x1 = _round(x1 + tl.load(delta, mask=mask, other=0.0), dtype)
+        x2 = _round(x2 + tl.load(delta + HALF, mask=mask, other=0.0), dtype)
+    return x1, x2, mask
+
+
+@triton.jit
+def _rotate_heads(
+    src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads, cos1, cos2, sin1, sin2,
+    delta_ptr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+    HAS_DELTA: tl.constexpr,
+):  # fmt: skip
+    dtype = src_ptr.dtype.element_ty
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_HALF)
+    x1, x2, mask = _load_heads(  # [BLOCK_H, BLOCK_HALF] each
+        src_ptr, delta_ptr, stride_src_head, num_heads, HALF, BLOCK_HALF, BLOCK_H, HAS_DELTA
+    )
     out1 = _round(x1 * cos1[None, :], dtype) + _round(-x2 * sin1[None, :], dtype)
     out2 = _round(x2 * cos2[None, :], dtype) + _round(x1 * sin2[None, :], dtype)
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
@@ -50,18 +72,20 @@ def _rotate_heads(
 
 @triton.jit
 def _copy_heads(
-    src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads,
-    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+    src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads, delta_ptr,
+    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, HAS_DELTA: tl.constexpr,
 ):  # fmt: skip
-    """Copies `[num_heads, 2 * HALF]` (one token's values) into the cache's dtype."""
+    """Copies `[num_heads, 2 * HALF]` (one token's values, plus the delta) into the cache's
+    dtype."""
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
-    mask = (offs_h[:, None] < num_heads) & (offs_d[None, :] < HALF)
-    src = src_ptr + offs_h[:, None] * stride_src_head + offs_d[None, :]
+    x1, x2, mask = _load_heads(
+        src_ptr, delta_ptr, stride_src_head, num_heads, HALF, BLOCK_HALF, BLOCK_H, HAS_DELTA
+    )
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
     dtype = dst_ptr.dtype.element_ty
-    tl.store(dst, tl.load(src, mask=mask, other=0.0).to(dtype), mask=mask)
-    tl.store(dst + HALF, tl.load(src + HALF, mask=mask, other=0.0).to(dtype), mask=mask)
+    tl.store(dst, x1.to(dtype), mask=mask)
+    tl.store(dst + HALF, x2.to(dtype), mask=mask)
 
 
 @triton.jit
@@ -77,6 +101,8 @@ def _rotary_kernel(
     k_cache_ptr,  # [num_slots, num_kv_heads, head_dim]       (STORE_KV only)
     v_cache_ptr,  # [num_slots, num_kv_heads, head_dim]       (STORE_KV only)
     slots_ptr,  # [num_tokens] int, each token's cache slot   (STORE_KV only)
+    delta_ptr,  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] fp32 (HAS_DELTA only)
+    stride_delta_token,
     stride_q_token, stride_q_head, stride_k_token, stride_k_head,
     stride_qo_token, stride_qo_head, stride_ko_token, stride_ko_head,
     stride_cos_row,
@@ -88,8 +114,12 @@ def _rotary_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     STORE_KV: tl.constexpr,
+    HAS_DELTA: tl.constexpr,  # q, k and v get a delta (laid out as q | k | v) added first
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
+    delta_q = delta_ptr + token * stride_delta_token
+    delta_k = delta_q + num_heads * (2 * HALF)
+    delta_v = delta_k + num_kv_heads * (2 * HALF)
     dtype = q_ptr.dtype.element_ty
     position = tl.load(positions_ptr + token).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_HALF)
@@ -102,11 +132,13 @@ def _rotary_kernel(
     sin2 = _round(tl.load(sin_row + HALF, mask=mask_d, other=0.0), dtype)
     _rotate_heads(
         q_ptr + token * stride_q_token, q_out_ptr + token * stride_qo_token, stride_q_head,
-        stride_qo_head, num_heads, cos1, cos2, sin1, sin2, HALF, BLOCK_HALF, BLOCK_HQ,
+        stride_qo_head, num_heads, cos1, cos2, sin1, sin2, delta_q, HALF, BLOCK_HALF,
+        BLOCK_HQ, HAS_DELTA,
     )  # fmt: skip
     _rotate_heads(
         k_ptr + token * stride_k_token, k_out_ptr + token * stride_ko_token, stride_k_head,
-        stride_ko_head, num_kv_heads, cos1, cos2, sin1, sin2, HALF, BLOCK_HALF, BLOCK_HK,
+        stride_ko_head, num_kv_heads, cos1, cos2, sin1, sin2, delta_k, HALF, BLOCK_HALF,
+        BLOCK_HK, HAS_DELTA,
     )  # fmt: skip
     if STORE_KV:
         slot = tl.load(slots_ptr + token).to(tl.int64)
@@ -114,11 +146,12 @@ def _rotary_kernel(
         # global-memory round trip (and no barrier between the two stores).
         _rotate_heads(
             k_ptr + token * stride_k_token, k_cache_ptr + slot * stride_kc_slot, stride_k_head,
-            stride_kc_head, num_kv_heads, cos1, cos2, sin1, sin2, HALF, BLOCK_HALF, BLOCK_HK,
+            stride_kc_head, num_kv_heads, cos1, cos2, sin1, sin2, delta_k, HALF, BLOCK_HALF,
+            BLOCK_HK, HAS_DELTA,
         )  # fmt: skip
         _copy_heads(
             v_ptr + token * stride_v_token, v_cache_ptr + slot * stride_vc_slot, stride_v_head,
-            stride_vc_head, num_kv_heads, HALF, BLOCK_HALF, BLOCK_HK,
+            stride_vc_head, num_kv_heads, delta_v, HALF, BLOCK_HALF, BLOCK_HK, HAS_DELTA,
         )  # fmt: skip
 
 
@@ -142,8 +175,11 @@ def _check_rotary_inputs(positions, q, k, cos_cache, sin_cache) -> None:
         raise ValueError("cos_cache and sin_cache must share a layout")
 
 
-def _launch(positions, q, k, cos_cache, sin_cache, store) -> tuple[torch.Tensor, torch.Tensor]:
-    """Runs the kernel; `store`: None or (v, k_cache, v_cache, slots), already checked."""
+def _launch(
+    positions, q, k, cos_cache, sin_cache, store, delta=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs the kernel; `store`: None or (v, k_cache, v_cache, slots), and `delta`: None or
+    the fp32 q | k | v delta, already checked."""
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if q.shape[0] == 0:
@@ -153,6 +189,7 @@ def _launch(positions, q, k, cos_cache, sin_cache, store) -> tuple[torch.Tensor,
     half = q.shape[2] // 2
     _rotary_kernel[(q.shape[0],)](
         positions, q, k, q_out, k_out, cos_cache, sin_cache, v, k_cache, v_cache, slots,
+        cos_cache if delta is None else delta, 0 if delta is None else delta.stride(0),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
         cos_cache.stride(0),
@@ -164,6 +201,7 @@ def _launch(positions, q, k, cos_cache, sin_cache, store) -> tuple[torch.Tensor,
         BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
         BLOCK_HK=triton.next_power_of_2(k.shape[1]),
         STORE_KV=store is not None,
+        HAS_DELTA=delta is not None,
         num_warps=4,
     )  # fmt: skip
     return q_out, k_out
@@ -195,9 +233,14 @@ def rotary_embedding_and_store_kv(
     k_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim], written at `slots`
     v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim], written at `slots`
     slots: torch.Tensor,  # [num_tokens] int, distinct
+    delta: torch.Tensor | None = None,  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`rotary_embedding`, and each token's rotated key and value written to its cache slot
     (cast to the cache's dtype), in the same launch.
+
+    `delta` (float32, laid out as q | k | v, a LoRA delta computed beside the qkv GEMM) is
+    added to q, k and v first, rounded to their dtype as adding it into them would be; `v`
+    itself is left as given (the cache gets v + delta).
 
     Returns:
         Rotated copies of q and k, as `rotary_embedding`.
@@ -216,7 +259,16 @@ def rotary_embedding_and_store_kv(
             )
     if slots.shape != (q.shape[0],) or slots.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"slots must be an int32/int64 [num_tokens={q.shape[0]}] tensor")
-    return _launch(positions, q, k, cos_cache, sin_cache, (v, k_cache, v_cache, slots))
+    width = (q.shape[1] + 2 * k.shape[1]) * q.shape[2]
+    if delta is not None and (
+        delta.shape != (q.shape[0], width) or delta.dtype != torch.float32 or delta.stride(1) != 1
+    ):
+        raise ValueError(
+            f"delta must be float32 [num_tokens={q.shape[0]}, {width}] (q | k | v), contiguous "
+            f"in its last dimension, got {delta.dtype} {tuple(delta.shape)}"
+        )
+    store = (v, k_cache, v_cache, slots)
+    return _launch(positions, q, k, cos_cache, sin_cache, store, delta)
 
 
 def rotary_embedding_ref(positions, q, k, cos_cache, sin_cache):

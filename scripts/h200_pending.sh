@@ -21,7 +21,7 @@
 #               64 MiB carry: the stage copies tiny's weights back on the device) vs this tree
 #   lora        [11/14] the decode sweep and serving again (sixth session: batch 64 0.836x,
 #               met; batch 1 1.213x, target <= 1.15x), now with o/down deltas added into the
-#               residual and gate_up's by the SiLU kernel, both off the critical path; run
+#               residual, gate_up's by the SiLU kernel, qkv's by the rotary kernel; run
 #               `pytest -m gpu tests/test_lora_parity.py tests/test_kernels_fused_layers.py` first
 #   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
 #               again (sixth session, served first: 39.99 / 32.03 s = 1.249x)

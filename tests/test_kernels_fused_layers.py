@@ -273,6 +273,68 @@ def test_rotary_embedding_and_store_kv_matches_reference(
     assert torch.equal(caches[1][slots], v.to(cache_dtype))  # values stored unrotated
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rotary_embedding_and_store_kv_adds_a_delta_as_the_unfused_sum(dtype):
+    # A LoRA delta computed beside the qkv GEMM: the same as adding it into q, k, v first.
+    num_tokens, num_heads, num_kv_heads, head_dim, num_slots = 4, 4, 2, 32, 8
+    sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+    qkv = randn(num_tokens, sum(sizes), dtype=dtype)
+    delta = randn(num_tokens, sum(sizes), dtype=torch.float32, seed=1)
+
+    def heads(tensor):
+        q, k, v = tensor.split(sizes, -1)
+        return (q.reshape(num_tokens, num_heads, head_dim),
+                k.reshape(num_tokens, num_kv_heads, head_dim),
+                v.reshape(num_tokens, num_kv_heads, head_dim))  # fmt: skip
+
+    cos, sin = rope_tables(64, head_dim)
+    positions, slots = torch.tensor([3, 0, 63, 17]), torch.tensor([5, 2, 7, 1])
+    caches = [torch.zeros(num_slots, num_kv_heads, head_dim, dtype=dtype) for _ in range(2)]
+    expected_caches = [cache.clone() for cache in caches]
+    q, k, v = heads(qkv)
+    q_out, k_out = rotary_embedding_and_store_kv(
+        positions, q, k, v, cos, sin, *caches, slots, delta=delta
+    )
+    q_sum, k_sum, v_sum = heads((qkv.float() + delta).to(dtype))
+    q_expected, k_expected = rotary_embedding_and_store_kv(
+        positions, q_sum, k_sum, v_sum, cos, sin, *expected_caches, slots
+    )
+    assert torch.equal(q_out, q_expected) and torch.equal(k_out, k_expected)
+    for cache, expected in zip(caches, expected_caches, strict=True):
+        assert torch.equal(cache, expected)
+    with pytest.raises(ValueError, match="delta"):
+        rotary_embedding_and_store_kv(
+            positions, q, k, v, cos, sin, *caches, slots, delta=delta[:, :-1]
+        )
+
+
+def test_lora_delta_consumers_compile_for_sm90_without_spills():
+    """SiLU-and-mul and the rotary + KV store with a LoRA delta, at Llama-3.1-8B sizes."""
+    i32 = "i32"
+    rotary = {
+        "positions_ptr": "*i64", "q_ptr": "*bf16", "k_ptr": "*bf16", "q_out_ptr": "*bf16",
+        "k_out_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "v_ptr": "*bf16",
+        "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "slots_ptr": "*i64",
+        "delta_ptr": "*fp32", "stride_delta_token": i32,
+        **dict.fromkeys(
+            ["stride_q_token", "stride_q_head", "stride_k_token", "stride_k_head",
+             "stride_qo_token", "stride_qo_head", "stride_ko_token", "stride_ko_head",
+             "stride_cos_row", "stride_v_token", "stride_v_head", "stride_kc_slot",
+             "stride_kc_head", "stride_vc_slot", "stride_vc_head", "num_heads", "num_kv_heads"],
+            i32,
+        ),
+    }  # fmt: skip
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.activation", "_silu_and_mul_kernel",
+         {"x_ptr": "*bf16", "delta_ptr": "*fp32", "out_ptr": "*bf16", "stride_x_row": i32,
+          "stride_delta_row": i32, "stride_out_row": i32, "n": i32},
+         {"HAS_DELTA": True, "BLOCK": 1024}, 4),
+        ("radixgen.kernels.rotary", "_rotary_kernel", rotary,
+         {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
+          "HAS_DELTA": True}, 4),
+    ])  # fmt: skip
+
+
 def test_rotary_embedding_and_store_kv_rejects_a_bad_cache():
     q = torch.zeros(2, 2, 8)
     cos, sin = rope_tables(4, 8)

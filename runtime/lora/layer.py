@@ -12,8 +12,10 @@ layer's critical path (at batch 1 on the H200 the two decode kernels of each of 
 projections per step cost about as much as the 15% the multi-LoRA target allows in all;
 docs/lora.md). CUDA graphs capture the fork and the join as graph edges. For o_proj and
 down_proj, whose outputs the decoder layer adds to the residual stream next, the delta goes
-into the residual instead (`apply_adding_to`), and gate_up's goes into a buffer of its own that
-the SiLU-and-mul kernel adds (`apply_with_delta`): there both halves run beside the base GEMM.
+into the residual instead (`apply_adding_to`), and gate_up's and qkv's go into buffers of their
+own that the next kernel adds (SiLU-and-mul; the fused rotary + KV store: `apply_with_delta`):
+then both halves run beside the base GEMM, and nothing of LoRA is on the critical path but the
+joins.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class LoRALinearMethod(LinearMethod):
         self, layer: LinearBase, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """At decode: the delta into its own float32 buffer for the next kernel to add
-        (gate_up: the SiLU-and-mul); on CUDA zeroed, shrunk and expanded on the side stream
+        (gate_up: the SiLU-and-mul; qkv: the rotary + KV store); on CUDA zeroed, shrunk and expanded on the side stream
         beside the base GEMM. Extend batches: the delta is in the output, as `apply`."""
         segments = self.state.segments
         if segments is None or not takes_decode_kernels(segments, layer.output_sizes):

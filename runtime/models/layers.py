@@ -108,13 +108,21 @@ class RotaryEmbedding(nn.Module):
         k_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
         v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
         slots: torch.Tensor,  # [num_tokens] int64
+        delta: torch.Tensor | None = None,  # [num_tokens, q | k | v] fp32
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward`, plus the rotated keys and the values written to their cache slots: one
-        Triton kernel on CUDA (the attention backend then skips its own store)."""
+        Triton kernel on CUDA (the attention backend then skips its own store). `delta` (a
+        LoRA delta computed beside the qkv GEMM) is added to q, k and v first; `v` itself is
+        left as given."""
         if q.is_cuda:
             return rotary_embedding_and_store_kv(
-                positions, q, k, v, self.cos_cache, self.sin_cache, k_cache, v_cache, slots
+                positions, q, k, v, self.cos_cache, self.sin_cache, k_cache, v_cache, slots, delta
             )
+        if delta is not None:
+            q_delta, k_delta, v_delta = delta.split([q[0].numel(), k[0].numel(), v[0].numel()], -1)
+            q = (q.float() + q_delta.view(q.shape)).to(q.dtype)
+            k = (k.float() + k_delta.view(k.shape)).to(k.dtype)
+            v = (v.float() + v_delta.view(v.shape)).to(v.dtype)
         q, k = self(positions, q, k)
         k_cache[slots] = k.to(k_cache.dtype)
         v_cache[slots] = v.to(v_cache.dtype)

@@ -108,20 +108,33 @@ class LlamaAttention(nn.Module):
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
         num_tokens = hidden_states.shape[0]
-        qkv = self.qkv_proj(hidden_states)
+        pool = forward_batch.token_to_kv_pool
+        # A LoRA delta (computed beside the GEMM) is added by the fused rotary + KV store at
+        # decode (where attention reads v from the cache, not from `v`); elsewhere here.
+        qkv, delta = self.qkv_proj(hidden_states, with_delta=True)
+        if delta is not None and (
+            pool.is_fp8 or self.q_norm is not None or forward_batch.mode != ForwardMode.DECODE
+        ):
+            qkv, delta = (qkv.float() + delta).to(qkv.dtype), None
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        pool = forward_batch.token_to_kv_pool
         if pool.is_fp8:  # the quantising store (scale, clamp, cast) is the pool's: unfused
             q, k = rotary_emb(forward_batch.positions, q, k)
         else:  # rotary and the KV-cache store of the new tokens in one kernel on CUDA
             k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
             q, k = rotary_emb.forward_and_store_kv(
-                forward_batch.positions, q, k, v, k_cache, v_cache, forward_batch.out_cache_loc
+                forward_batch.positions,
+                q,
+                k,
+                v,
+                k_cache,
+                v_cache,
+                forward_batch.out_cache_loc,
+                delta,
             )
         # [num_tokens, num_heads, head_dim]
         attn_output = forward_batch.attn_backend.forward(
