@@ -127,8 +127,9 @@ class LoRALinearMethod(LinearMethod):
         self, layer: LinearBase, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """At decode: the delta into its own float32 buffer for the next kernel to add
-        (gate_up: the SiLU-and-mul; qkv: the rotary + KV store); on CUDA zeroed, shrunk and expanded on the side stream
-        beside the base GEMM. Extend batches: the delta is in the output, as `apply`."""
+        (gate_up: the SiLU-and-mul; qkv: the rotary + KV store); on CUDA zeroed, shrunk and
+        expanded on the side stream beside the base GEMM. Extend batches: the delta is in the
+        output, as `apply`."""
         segments = self.state.segments
         if segments is None or not takes_decode_kernels(segments, layer.output_sizes):
             return self.apply(layer, x), None
