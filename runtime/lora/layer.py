@@ -6,16 +6,15 @@ methods), so the batch's adapter segments reach the wrapped layers through one
 `LoRABatchState` per model, owned by the `LoRAManager` and set by the model runner before each
 forward (CUDA graphs: set to static buffers at capture, refilled before each replay).
 
-At decode on CUDA, a projection's LoRA shrink (which reads only `x` and `A`) runs on a side
-stream beside the base GEMM, so only the expand, which adds into the base output, is on the
-layer's critical path (at batch 1 on the H200 the two decode kernels of each of 128
-projections per step cost about as much as the 15% the multi-LoRA target allows in all;
-docs/lora.md). CUDA graphs capture the fork and the join as graph edges. For o_proj and
-down_proj, whose outputs the decoder layer adds to the residual stream next, the delta goes
-into the residual instead (`apply_adding_to`), and gate_up's and qkv's go into buffers of their
-own that the next kernel adds (SiLU-and-mul; the fused rotary + KV store: `apply_with_delta`):
-then both halves run beside the base GEMM, and nothing of LoRA is on the critical path but the
-joins.
+At decode on CUDA, a projection's delta (shrink, then expand) runs on a side stream beside the
+base GEMM, so that it stays off the layer's critical path (at batch 1 on the H200 the two
+decode kernels of each of 128 projections per step cost about as much as the 15% the
+multi-LoRA target allows in all; docs/lora.md); CUDA graphs capture the fork and the join as
+graph edges. The delta then cannot go into the GEMM's output: for o_proj and down_proj, whose
+outputs the decoder layer adds to the residual stream next, it goes into the residual
+(`apply_adding_to`), and gate_up's and qkv's go into buffers of their own that the next kernel
+adds (SiLU-and-mul; the fused rotary + KV store: `apply_with_delta`). Plain `apply` adds it in
+line.
 """
 
 from __future__ import annotations
@@ -83,13 +82,12 @@ class LoRALinearMethod(LinearMethod):
         self.base.process_weights_after_loading(layer)
 
     def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        """The base output with the delta added in line (the decoder layer's projections go
+        through `apply_adding_to` / `apply_with_delta`, which overlap it with the GEMM)."""
+        y = self.base.apply(layer, x)  # [..., out]
         segments = self.state.segments
         if segments is None:
-            return self.base.apply(layer, x)  # [..., out]
-        side = self.state.shrink_stream
-        if side is not None and takes_decode_kernels(segments, layer.output_sizes):
-            return self._apply_decode_beside_base(layer, x, segments, side)
-        y = self.base.apply(layer, x)  # [..., out]
+            return y
         x_2d, y_2d = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])  # [T, in], [T, out]
         self._apply_delta(
             x_2d, y_2d, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
@@ -105,23 +103,15 @@ class LoRALinearMethod(LinearMethod):
         segments = self.state.segments
         if segments is None or not add_to.is_contiguous():
             return self.apply(layer, x)
-        x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
         target = add_to.view(-1, layer.output_size)  # [T, out]
         side = self.state.shrink_stream
         if side is None or not takes_decode_kernels(segments, layer.output_sizes):
+            x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
             self._apply_delta(
                 x_2d, target, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
             )
             return self.base.apply(layer, x)
-        launch, partials = self._plan_decode(layer, x_2d, segments)
-        main = torch.cuda.current_stream(x.device)
-        side.wait_stream(main)  # x and add_to are ready
-        with torch.cuda.stream(side):
-            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
-            self._expand(layer, partials, target, segments, launch)
-        y = self.base.apply(layer, x)  # [..., out]
-        main.wait_stream(side)  # add_to is complete before the caller adds y to it
-        return y
+        return self._base_with_delta_beside(layer, x, segments, side, target, zero_first=False)
 
     def apply_with_delta(
         self, layer: LinearBase, x: torch.Tensor
@@ -133,62 +123,61 @@ class LoRALinearMethod(LinearMethod):
         segments = self.state.segments
         if segments is None or not takes_decode_kernels(segments, layer.output_sizes):
             return self.apply(layer, x), None
-        x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
-        rows, out = x_2d.shape[0], layer.output_size
+        rows = x.numel() // x.shape[-1]
         side = self.state.shrink_stream
         if side is None:  # in line (the torch reference on the CPU)
-            delta = torch.zeros(rows, out, dtype=torch.float32, device=x.device)  # [T, out]
+            delta = torch.zeros(rows, layer.output_size, dtype=torch.float32, device=x.device)
             self._apply_delta(
-                x_2d, delta, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
+                x.reshape(rows, -1),
+                delta,
+                self.lora_a,
+                self.lora_b,
+                self.scalings,
+                segments,
+                layer.output_sizes,
             )
             y = self.base.apply(layer, x)  # [..., out]
             return y, delta.view(y.shape)
-        launch, partials = self._plan_decode(layer, x_2d, segments)
         # [T, out] fp32, zeroed on the side stream (the expand adds into it).
-        delta = torch.empty(rows, out, dtype=torch.float32, device=x.device)
-        main = torch.cuda.current_stream(x.device)
-        side.wait_stream(main)  # x is ready
-        with torch.cuda.stream(side):
-            delta.zero_()
-            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
-            self._expand(layer, partials, delta, segments, launch)
-        y = self.base.apply(layer, x)  # [..., out]
-        main.wait_stream(side)  # the delta is complete before the next kernel reads it
+        delta = torch.empty(rows, layer.output_size, dtype=torch.float32, device=x.device)
+        y = self._base_with_delta_beside(layer, x, segments, side, delta, zero_first=True)
         return y, delta.view(y.shape)
 
-    def _apply_decode_beside_base(
-        self, layer: LinearBase, x: torch.Tensor, segments: LoRASegments, side: torch.cuda.Stream
+    def _base_with_delta_beside(
+        self,
+        layer: LinearBase,
+        x: torch.Tensor,  # [..., in]
+        segments: LoRASegments,
+        side: torch.cuda.Stream,
+        target: torch.Tensor,  # [T, out], the delta is added into it
+        zero_first: bool,
     ) -> torch.Tensor:
-        """Decode: the shrink on `side` while the base GEMM runs, then the expand in line."""
+        """Decode on CUDA: the base output, computed while `side` zeroes `target` (if asked)
+        and adds the delta into it (shrink, then expand); both are done when it returns."""
         x_2d = x.reshape(-1, x.shape[-1])  # [T, in]
-        launch, partials = self._plan_decode(layer, x_2d, segments)
-        main = torch.cuda.current_stream(x.device)
-        side.wait_stream(main)  # x is ready
-        with torch.cuda.stream(side):
-            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
-        y = self.base.apply(layer, x)  # [..., out]
-        main.wait_stream(side)
-        self._expand(layer, partials, y.view(-1, y.shape[-1]), segments, launch)
-        return y
-
-    def _plan_decode(self, layer: LinearBase, x_2d: torch.Tensor, segments: LoRASegments):
-        """(launch plan, the shrink's partial sums buffer) of one decode delta."""
         check_lora_operands(
             x_2d, self.lora_a, self.lora_b, self.scalings, segments, layer.output_sizes
         )
         launch = plan_decode_launch(
             x_2d.shape[0], x_2d.shape[1], layer.output_size, self.lora_a.shape[0], on_cuda=True
         )
-        # Allocated on the layer's stream, which frees it only after the join.
-        return launch, decode_partials(x_2d, self.lora_a, launch)
-
-    def _expand(self, layer, partials, target, segments, launch) -> None:
-        lora_decode_expand(
-            partials,
-            target,
-            self.lora_b,
-            self.scalings,
-            segments.token_slots,
-            layer.output_sizes,
-            launch,
-        )
+        # Allocated on the layer's stream, which frees it only after the join below.
+        partials = decode_partials(x_2d, self.lora_a, launch)
+        main = torch.cuda.current_stream(x.device)
+        side.wait_stream(main)  # x and target are ready
+        with torch.cuda.stream(side):
+            if zero_first:
+                target.zero_()
+            lora_decode_shrink(x_2d, self.lora_a, segments.token_slots, launch, partials)
+            lora_decode_expand(
+                partials,
+                target,
+                self.lora_b,
+                self.scalings,
+                segments.token_slots,
+                layer.output_sizes,
+                launch,
+            )
+        y = self.base.apply(layer, x)  # [..., out]
+        main.wait_stream(side)  # the delta is in target before the next kernel reads it
+        return y
