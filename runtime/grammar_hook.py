@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from radixgen.runtime.forward_batch import host_ints_to_device
+from radixgen.kernels.host_copy import host_ints_to_device
 from radixgen.runtime.req import Req, ReqStatus
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.host_copy import host_ints_to_device
 from radixgen.runtime.attention.tree_grouping import decode_shared_prefixes
-from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
+from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.io_struct import SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager
 from radixgen.runtime.req import Req, ReqStatus

@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from radixgen.kernels.host_copy import host_ints_to_device
 from radixgen.runtime.detokenizer import IncrementalDetokenizer
-from radixgen.runtime.forward_batch import ForwardMode, host_ints_to_device
+from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.grammar_hook import GrammarHook
 from radixgen.runtime.io_struct import ReqOutput, SchedulerCounters
 from radixgen.runtime.kv_cache_manager import KVCacheManager

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from radixgen.runtime.forward_batch import (
+from radixgen.kernels.host_copy import (
     host_ints_to_device,
     host_parts_to_device,
     host_values_to_device,

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.host_copy import host_parts_to_device
 from radixgen.kernels.sampling_torch import counter_uniform, sample_inverse_cdf
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode, host_parts_to_device
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.req import Req
 from radixgen.runtime.sampler import filter_probs
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
