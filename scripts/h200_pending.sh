@@ -5,7 +5,7 @@
 #   decode-merge [7/14] item 4 (and every batch-1 target): bench latency batch 1, 128/256,
 #               `.base` = main at f5070b5 (`git archive --prefix=.base/ f5070b5 | tar -x`, stripped as
 #               for no-regress) vs this tree: e06af57 stopped the in-kernel decode-attention
-#               merge from walking all 64 splits at batch 1 (15 us a layer in the sixth
+#               merge from walking all 32 splits at batch 1 (15 us a layer in the sixth
 #               session's profile, contexts of a few hundred tokens)
 #   gpu-tests   every GPU test (`pytest -m gpu`; 109 passed at 04875d9 in the sixth session;
 #               905cb8a's aligned index tensors and pinned verify rows not yet through them)
