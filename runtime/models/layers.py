@@ -71,6 +71,12 @@ def rope_inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
+def add_float_delta(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """`x + delta` for a float32 `delta` (a LoRA delta), rounded once to x's dtype: what the
+    kernels that take such a delta compute (`silu_and_mul`, the rotary + KV store)."""
+    return (x.float() + delta).to(x.dtype)
+
+
 class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE (the HF Llama layout) from a precomputed cos/sin table.
 
@@ -120,9 +126,9 @@ class RotaryEmbedding(nn.Module):
             )
         if delta is not None:
             q_delta, k_delta, v_delta = delta.split([q[0].numel(), k[0].numel(), v[0].numel()], -1)
-            q = (q.float() + q_delta.view(q.shape)).to(q.dtype)
-            k = (k.float() + k_delta.view(k.shape)).to(k.dtype)
-            v = (v.float() + v_delta.view(v.shape)).to(v.dtype)
+            q = add_float_delta(q, q_delta.view(q.shape))
+            k = add_float_delta(k, k_delta.view(k.shape))
+            v = add_float_delta(v, v_delta.view(v.shape))
         q, k = self(positions, q, k)
         k_cache[slots] = k.to(k_cache.dtype)
         v_cache[slots] = v.to(v_cache.dtype)

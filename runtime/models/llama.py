@@ -27,7 +27,7 @@ from radixgen.kernels.fp8_gemm import Fp8Activations, quantize_fp8_activations
 from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
-from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
+from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding, add_float_delta
 from radixgen.runtime.models.linear import LinearMethod, MergedLinear, RowLinear
 from radixgen.runtime.models.parallel_layers import (
     VocabParallelEmbedding,
@@ -115,7 +115,7 @@ class LlamaAttention(nn.Module):
         if delta is not None and (
             pool.is_fp8 or self.q_norm is not None or forward_batch.mode != ForwardMode.DECODE
         ):
-            qkv, delta = (qkv.float() + delta).to(qkv.dtype), None
+            qkv, delta = add_float_delta(qkv, delta), None
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
@@ -190,7 +190,7 @@ class LlamaMLP(nn.Module):
         # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
         quantize = self.down_proj.takes_fp8_activations
         if delta is not None and (quantize or not gate_up.is_cuda):
-            gate_up, delta = (gate_up.float() + delta).to(gate_up.dtype), None
+            gate_up, delta = add_float_delta(gate_up, delta), None
         if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
             activated = silu_and_mul(gate_up, quantize, delta)
         else:
