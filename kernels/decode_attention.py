@@ -17,7 +17,8 @@ Algorithm, two launches (one with `merge_counters`):
    output and resets the counter to 0 for the next layer. At decode batch 1 that saves one
    launch per layer (32 a step of the 8B model, ~2 us each in a CUDA graph).
 
-FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded; the per-tensor
+FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded (on CUDA
+with a bf16 q, q and the tiles go to fp16 instead: `default_fp8_dot_fp16`); the per-tensor
 `k_scale` is folded into the softmax scale and `v_scale` into each split's normalised output,
 so the math stays fp32-accumulated exactly as for a bf16 pool.
 
@@ -123,6 +124,7 @@ def decode_split_kernel(
     num_kv_splits,  # runtime: tuning it does not recompile
     HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
     MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
+    DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (exact for e4m3 and e5m2)
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -156,6 +158,9 @@ def decode_split_kernel(
         mask=mask_h[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_H, BLOCK_D]
+    if DOT_FP16:
+        # Hopper converts e4m3/e5m2 to fp16 in one instruction; to bf16 only through fp32.
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     acc, m_i, l_i = attend_paged_range(
         q,
         k_buffer_ptr + kv_head * stride_kb_head,
@@ -301,11 +306,25 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
 
-def default_decode_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_N, num_warps, num_stages); measured on the H200."""
+def default_decode_blocks(
+    head_dim: int, device: torch.device, kv_dtype: torch.dtype | None = None
+) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages); measured on the H200. An FP8 pool (half the bytes a
+    position) takes 128-position tiles: 227 vs 305 us at 256 x 1024, 218 vs 285 us at 64 x 4096
+    (with fp16 dots; docs/benchmarks.md, the seventh session)."""
     if device.type != "cuda":
         return 32, 4, 1
+    if kv_dtype in FP8_KV_DTYPES and head_dim <= 128:
+        return 128, 4, 3
     return (64, 4, 3) if head_dim <= 128 else (32, 4, 2)
+
+
+def default_fp8_dot_fp16(device: torch.device) -> bool:
+    """Whether a bf16 model's FP8 pool is read through fp16 dots: on CUDA, yes. Hopper converts
+    e4m3/e5m2 to fp16 in one instruction but to bf16 only through fp32, and the conversions, not
+    the bytes, bounded the kernel (305 -> 234 us at 256 x 1024 on the H200). Both conversions
+    are exact; q is clamped to fp16's range (+-65504) first."""
+    return device.type == "cuda"
 
 
 def check_decode_inputs(
@@ -372,6 +391,7 @@ def decode_attention(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     merge_counters: torch.Tensor | None = None,
+    fp8_dot_fp16: bool | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -388,6 +408,8 @@ def decode_attention(
         k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale).
         merge_counters: int32 zeros, at least `batch * num_kv_heads`, left zeros: the splits
             are then merged in the same launch (one per call; callers keep one per batch).
+        fp8_dot_fp16: an FP8 pool's tiles and q converted to fp16 (not q's dtype) for the dots;
+            a tuning override (benchmarks), default `default_fp8_dot_fp16`.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -428,7 +450,12 @@ def decode_attention(
         )
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
-    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
+    default_n, default_warps, default_stages = default_decode_blocks(
+        head_dim, q.device, k_buffer.dtype
+    )
+    fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
+    if fp8_dot_fp16 is None:
+        fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
@@ -455,6 +482,7 @@ def decode_attention(
         num_kv_splits,
         HAS_KV_STARTS=False,
         MERGE=merge,
+        DOT_FP16=fp8_pool and fp8_dot_fp16 and q.dtype == torch.bfloat16,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

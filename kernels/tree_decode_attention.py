@@ -343,6 +343,7 @@ def tree_decode_attention(
         num_kv_splits,
         HAS_KV_STARTS=True,
         MERGE=False,
+        DOT_FP16=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

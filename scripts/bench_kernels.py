@@ -1,6 +1,6 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
-    python scripts/bench_kernels.py [--quick] [--sweep]
+    python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
@@ -10,6 +10,8 @@ Prints one table per kernel:
 - extend: TFLOP/s of extend_attention for one causal prefill (prefix 0) of 1k..8k tokens, and one
   4k-prefix + 4k-extend case; torch SDPA (flash) beside it for scale;
 - vocab mask: apply_token_bitmask_ on 64 rows x 128256 tokens against the torch reference.
+`--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
+bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16.
 Times are medians of triton.testing.do_bench.
 """
 
@@ -40,10 +42,11 @@ def bench_copy() -> float:
     return 2 * src.numel() * src.element_size() / ms / 1e9  # TB/s
 
 
-def decode_case(batch: int, context: int, shuffled: bool):
+def decode_case(batch: int, context: int, shuffled: bool, kv_dtype: torch.dtype = DTYPE):
     num_slots = batch * context + 1
     k_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
     v_buffer = torch.randn_like(k_buffer)
+    k_buffer, v_buffer = k_buffer.to(kv_dtype), v_buffer.to(kv_dtype)  # N(0, 1): in FP8's range
     slots = torch.arange(1, num_slots, device="cuda", dtype=torch.int32)
     if shuffled:
         slots = slots[torch.randperm(num_slots - 1, device="cuda")]
@@ -60,11 +63,16 @@ def decode_case(batch: int, context: int, shuffled: bool):
 
 
 def bench_decode(
-    batch: int, context: int, shuffled: bool = False, graph: bool = False, **tuning
+    batch: int,
+    context: int,
+    shuffled: bool = False,
+    graph: bool = False,
+    kv_dtype: torch.dtype = DTYPE,
+    **tuning,
 ) -> tuple[float, float]:
     """(us, TB/s); graph=True times CUDA-graph replays (no launch overhead, as in serving).
     `merge_counters=True` merges the splits in the split kernel (the engine's path)."""
-    args = decode_case(batch, context, shuffled)
+    args = decode_case(batch, context, shuffled, kv_dtype)
     if tuning.pop("merge_counters", False):
         tuning["merge_counters"] = torch.zeros(
             batch * NUM_KV_HEADS, dtype=torch.int32, device="cuda"
@@ -77,8 +85,35 @@ def bench_decode(
         ms = triton.testing.do_bench_cudagraph(run, rep=100, return_mode="median")
     else:
         ms = median_ms(run)
-    kv_bytes = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * DTYPE.itemsize
+    kv_bytes = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * kv_dtype.itemsize
     return ms * 1e3, kv_bytes / ms / 1e9  # us, TB/s
+
+
+def sweep_fp8_kv_decode() -> None:
+    """Decode attention over an e4m3 pool against bf16, per launch size and dot dtype. Graph
+    replays with the in-kernel merge (the engine's path); TB/s of each pool's own bytes."""
+    fp8 = torch.float8_e4m3fn
+    print("batch x context | pool | block_n warps stages | dots | us | TB/s")
+    for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
+        case = f"{batch} x {context}"
+        us, tbs = bench_decode(batch, context, graph=True, merge_counters=True)
+        print(f"{case} | bf16 | default | bf16 | {us:.1f} | {tbs:.2f}")
+        configs = ((None, None, None), (64, 4, 4), (64, 8, 3), (128, 4, 3), (128, 8, 3),
+                   (128, 8, 4), (32, 4, 4), (256, 8, 3))  # fmt: skip
+        for block_n, num_warps, num_stages in configs if batch > 1 else configs[:1]:
+            for dot_fp16 in (False, True):
+                try:
+                    us, tbs = bench_decode(
+                        batch, context, graph=True, kv_dtype=fp8, merge_counters=True,
+                        block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                        fp8_dot_fp16=dot_fp16,
+                    )  # fmt: skip
+                except Exception as error:  # noqa: BLE001 (a launch size past shared memory)
+                    print(f"{case} | e4m3 | {block_n} {num_warps} {num_stages} | failed: {error}")
+                    continue
+                launch = "default" if block_n is None else f"{block_n} {num_warps} {num_stages}"
+                dots = "fp16" if dot_fp16 else "bf16"
+                print(f"{case} | e4m3 | {launch} | {dots} | {us:.1f} | {tbs:.2f}")
 
 
 def extend_case(prefix_len: int, extend_len: int):
@@ -140,9 +175,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--sweep", action="store_true", help="also sweep tuning parameters")
+    parser.add_argument("--fp8-kv-sweep", action="store_true", help="only the FP8-pool sweep")
     args = parser.parse_args()
     device = torch.cuda.get_device_name()
     print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.fp8_kv_sweep:
+        sweep_fp8_kv_decode()
+        return
     copy_tbs = bench_copy()
     print(f"copy bandwidth: {copy_tbs:.2f} TB/s (read + write)")
 

@@ -107,7 +107,8 @@ def test_decode_attention_rejects_bad_inputs():
 
 def test_split_kernel_compiles_for_sm90_without_spills():
     """The split kernel at Llama-3.1-8B's GQA (4 query heads per KV head, head dim 128), bf16,
-    with and without the in-kernel merge, through Triton's compiler and ptxas for sm_90."""
+    with and without the in-kernel merge, and over an e4m3 pool with fp16 dots, through
+    Triton's compiler and ptxas for sm_90."""
     strides = (
         "stride_q_batch",
         "stride_q_head",
@@ -136,11 +137,12 @@ def test_split_kernel_compiles_for_sm90_without_spills():
         "v_scale": "fp32",
         **dict.fromkeys(strides, "i32"),
     }
+    fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
     assert_compile_for_sm90_without_spills([
-        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature,
-         {"HAS_KV_STARTS": False, "MERGE": merge, "GROUP_SIZE": 4, "HEAD_DIM": 128,
-          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64}, 4)
-        for merge in (False, True)
+        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
+         {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "GROUP_SIZE": 4,
+          "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64}, 4)
+        for merge, pool, dot_fp16 in ((False, {}, False), (True, {}, False), (True, fp8_pool, True))
     ])  # fmt: skip
 
 

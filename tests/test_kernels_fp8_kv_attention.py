@@ -84,9 +84,10 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         device="cuda",
     )
     fp8_decode = to_fp8_pool(decode, fp8_dtype, k_scale=0.5, v_scale=1.5)
-    out = decode_attention(**fp8_decode)
-    assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
-    assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
+    for dot_fp16 in (False, True):  # the tiles as bf16, or as fp16 (the FP8 conversion's type)
+        out = decode_attention(**fp8_decode, fp8_dot_fp16=dot_fp16)
+        assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
+        assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     extend = make_extend_case(
         prefix_lens=[0, 300, 1000, 7],
         extend_lens=[1024, 77, 500, 1],
