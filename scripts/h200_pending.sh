@@ -49,18 +49,55 @@ for stage in "$@"; do
         timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
           --batch-size 256 --input-len 1024 --steps 16 $quant --out "$OUT/fp8_profile" 2>&1 | tail -22
       done ;;
+    fp8-kv-attn)
+      timeout 300 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | tee "$OUT/fp8_kv_attn.log" ;;
+    fp8-profile-fp8)
+      mkdir -p "$OUT/fp8_profile"
+      timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+        --batch-size 256 --input-len 1024 --steps 16 --quantization fp8 --kv-cache-dtype fp8_e4m3 \
+        --out "$OUT/fp8_profile" 2>&1 | head -24 ;;
+    fp8-kv-ab)
+      # [8/14] the FP8-KV decode step at batch 256, 1024-token prompts: .base = main before the
+      # fp16 dots and 128-position tiles (c4b5ba5), then this tree
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      mkdir -p "$OUT/fp8_kv_ab"
+      for tree in .base .; do
+        name=$([ $tree = . ] && echo new || echo base)
+        (cd $tree && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+         python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
+           --batch-sizes 256 --input-len 1024 --output-len 32 --quantization fp8 \
+           --kv-cache-dtype fp8_e4m3 --output-json "$OUT/fp8_kv_ab/latency_$name.json" 2>&1 \
+           | grep '^{' | tail -1)
+      done
+      python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 ;;
+    gemv-ab)
+      # bench latency batch 1 with the shipped GEMV table, the fifth session's swept one, the
+      # shipped one again (ABA: the noise between runs of one tree)
+      mkdir -p "$OUT/gemv_ab"
+      cp kernels/gemv_configs.json /tmp/gemv_configs_shipped.json
+      for table in shipped swept shipped2; do
+        if [ $table = swept ]; then
+          cp docs/results/h200-2026-12-01/session5/gemv/gemv_configs.json kernels/
+        else
+          cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json
+        fi
+        python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
+          --batch-sizes 1 --input-len 128 --output-len 256 \
+          --output-json "$OUT/gemv_ab/latency_$table.json" 2>&1 | grep '^{' | tail -1
+      done
+      cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json ;;
     fresh)
       OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh serving-fresh-eager ;;
     lean)
       OUT=$OUT/lean TREES=new bash scripts/ab_bench.sh . gsp-served gsp-offline
       mkdir -p "$OUT/lean_again" && OUT=$OUT/lean_again TREES=new bash scripts/ab_bench.sh . gsp-served ;;
     gemv-why)
-      mkdir -p "$OUT/gemv_why"
+      mkdir -p "$OUT/gemv_why/empty" "$OUT/gemv_why/swept"
       cp kernels/gemv_configs.json /tmp/gemv_configs_shipped.json
       for table in empty swept; do
         [ $table = swept ] && cp docs/results/h200-2026-12-01/session5/gemv/gemv_configs.json kernels/
         timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
-          --steps 64 --out "$OUT/gemv_why/profile_$table.json" 2>&1 | tail -25
+          --steps 64 --out "$OUT/gemv_why/$table" 2>&1 | tail -25
       done
       cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json ;;
     fp8-bs1)

@@ -9,7 +9,9 @@ decode steps)
 under `torch.profiler` and prints the GPU kernels per decode step, grouped by name: count per
 step, microseconds per step, share of the step. Kernels replayed from CUDA graphs are traced
 too. "step wall" is the generate's duration over its steps; "kernels" the summed kernel time
-per step; the difference is time the GPU sat idle (launch gaps, host work, syncs). `--lora`: every
+per step; the difference is time the GPU sat idle (launch gaps, host work, syncs). The prefill
+is profiled on its own too and its kernels subtracted (by name), so a large batch's prefill does
+not drown the steps. `--lora`: every
 request uses one random rank-16 adapter on all linear modules (as scripts/bench_lora.py's).
 JSON to --out/profile_decode_step[_QUANT][_lora]_bsN.json.
 """
@@ -69,28 +71,37 @@ def main() -> None:
     ]
     params = {"max_new_tokens": args.steps + 1, "temperature": 0.0, "ignore_eos": True}
     with Engine(model_path=args.model_path, **options) as engine:
+
+        def profiled_generate(new_tokens: int):  # -> (profile, seconds), the cache flushed after
+            with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+                start = time.perf_counter()
+                engine.generate(
+                    input_ids=prompts,
+                    sampling_params={**params, "max_new_tokens": new_tokens},
+                    lora_path=adapter,
+                )
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+            engine.flush_cache()
+            return prof, seconds
+
         # warm: graphs, kernels
         engine.generate(input_ids=prompts, sampling_params=params, lora_path=adapter)
         engine.flush_cache()
-        first = {**params, "max_new_tokens": 1}
-        start = time.perf_counter()
-        engine.generate(input_ids=prompts, sampling_params=first, lora_path=adapter)
-        prefill_s = time.perf_counter() - start
-        engine.flush_cache()
-        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-            start = time.perf_counter()
-            engine.generate(input_ids=prompts, sampling_params=params, lora_path=adapter)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            total_s = time.perf_counter() - start
+        prefill_prof, prefill_s = profiled_generate(1)
+        prof, total_s = profiled_generate(args.steps + 1)
     step_us = (total_s - prefill_s) / args.steps * 1e6
     kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
-            row = kernels[event.name[:90]]
-            row[0] += 1
-            row[1] += event.device_time  # us
-    rows = sorted(kernels.items(), key=lambda item: -item[1][1])
+    for events, sign in ((prof.events(), 1), (prefill_prof.events(), -1)):
+        for event in events:
+            if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+                row = kernels[event.name[:90]]
+                row[0] += sign
+                row[1] += sign * event.device_time  # us
+    rows = sorted(
+        ((name, row) for name, row in kernels.items() if row[1] > 0), key=lambda item: -item[1][1]
+    )
     kernel_us = sum(total for _, (_, total) in rows) / args.steps
     print(
         f"step wall {step_us:.1f} us, kernels {kernel_us:.1f} us per step "
