@@ -54,6 +54,20 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     # The overlapped pass (ids left on the device) decodes the synced pass's greedy tokens.
     assert all(row["decode_ms_per_step_overlapped_median"] > 0 for row in rows)
     assert all(row["overlapped_same_tokens"] is True for row in rows)
+    # A batch past --max-prefill-tokens prefills in forwards of whole prompts (2 + 1 here):
+    # the same greedy tokens as the one forward above.
+    chunked_json = tmp_path / "latency_chunked.json"
+    assert radixgen_main(
+        ["bench", "latency", "--batch-size", "3", "--input-len", "8", "--output-len", "4",
+         "--max-prefill-tokens", "16", "--output-file", str(chunked_json)]
+    ) == 0  # fmt: skip
+    assert radixgen_main(
+        ["bench", "latency", "--batch-size", "3", "--input-len", "8", "--output-len", "4",
+         "--output-file", str(latency_json)]
+    ) == 0  # fmt: skip
+    (chunked,) = json.loads(chunked_json.read_text())["results"]
+    (whole,) = json.loads(latency_json.read_text())["results"]
+    assert chunked["greedy_tokens_digest"] == whole["greedy_tokens_digest"]
 
     offline_json = tmp_path / "offline.json"
     assert radixgen_main(

@@ -1,7 +1,9 @@
 """`radixgen bench latency`: one static batch through the model runner, no scheduler.
 
 A batch of `batch_size` random prompts of `input_len` tokens is prefilled in one extend
-forward, then decoded greedily for `output_len` steps. Prefill ms and decode ms per step are
+forward (in several, of whole prompts, where the batch holds more than `max_prefill_tokens`:
+one forward over 256 x 1024 tokens would need ~14 GiB for a single 8B activation), then decoded
+greedily for `output_len` steps. Prefill ms and decode ms per step are
 reported separately (the decode median, so one slow step does not move it). This isolates
 the model runner (kernels, CUDA graphs) from scheduling, like SGLang's `bench_one_batch`.
 
@@ -10,11 +12,14 @@ step's ids read back, so its batch building (~0.3 ms on the H200 at batch 1) is 
 step while the device waits. `decode_ms_per_step_overlapped_median` decodes the same positions
 again with the ids left on the device, the host one step ahead (as the engine's overlapped
 decode runs), timed between step starts on the device: the kernels' step, host work hidden;
-`overlapped_same_tokens` checks that both runs decoded the same greedy tokens.
+`overlapped_same_tokens` checks that both runs decoded the same greedy tokens, and
+`greedy_tokens_digest` (a hash of the first token and every step's) tells two trees or two
+launch settings that decoded the same tokens apart from ones that did not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import time
@@ -120,15 +125,19 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
     try:
         _sync(runner.device)
         start = time.perf_counter()
-        batch = runner.build_forward_batch(
-            mode=ForwardMode.EXTEND,
-            input_ids=prompts.tolist(),
-            req_pool_indices=rows,
-            prefix_lens=[0] * batch_size,
-            out_cache_loc=per_request[:, : args.input_len].reshape(-1),
-        )
-        logits = runner.forward(batch)  # [batch, vocab]
-        next_ids = first_ids = logits.argmax(dim=-1)
+        per_forward = max(1, runner.server_args.max_prefill_tokens // args.input_len)
+        first_ids = []
+        for group in range(0, batch_size, per_forward):
+            requests = slice(group, group + per_forward)
+            batch = runner.build_forward_batch(
+                mode=ForwardMode.EXTEND,
+                input_ids=prompts[requests].tolist(),
+                req_pool_indices=rows[requests],
+                prefix_lens=[0] * len(prompts[requests]),
+                out_cache_loc=per_request[requests, : args.input_len].reshape(-1),
+            )
+            first_ids.append(runner.forward(batch).argmax(dim=-1))  # [requests]
+        next_ids = first_ids = torch.cat(first_ids)
         synced_ids = []
         _sync(runner.device)
         prefill_s = time.perf_counter() - start
@@ -166,6 +175,9 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
         "decode_ms_per_step_median": 1000 * median_step,
         "decode_ms_per_step_mean": 1000 * statistics.fmean(decode_s),
         "decode_tokens_per_s": batch_size / median_step,
+        "greedy_tokens_digest": hashlib.sha256(
+            json.dumps([first_ids.tolist()] + [ids.tolist() for ids in synced_ids]).encode()
+        ).hexdigest()[:16],
     }
     if overlapped:
         # The step as the engine runs it: the host's per-step work hidden behind the device.
