@@ -57,17 +57,17 @@ for stage in "$@"; do
         --batch-size 256 --input-len 1024 --steps 16 --quantization fp8 --kv-cache-dtype fp8_e4m3 \
         --out "$OUT/fp8_profile" 2>&1 | head -24 ;;
     fp8-kv-ab)
-      # [8/14] the FP8-KV decode step at batch 256, 1024-token prompts: .base = main before the
-      # fp16 dots and 128-position tiles (c4b5ba5), then this tree
+      # [8/14] the FP8-KV decode step at batch 256, 1024-token prompts, profiled (bench latency
+      # of the base prefills 256 x 1024 tokens in one forward: out of memory): .base = main
+      # before the fp16 dots and 128-position tiles (c4b5ba5), then this tree
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
-      mkdir -p "$OUT/fp8_kv_ab"
       for tree in .base .; do
         name=$([ $tree = . ] && echo new || echo base)
+        mkdir -p "$OUT/fp8_kv_ab/$name"
         (cd $tree && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-         python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
-           --batch-sizes 256 --input-len 1024 --output-len 32 --quantization fp8 \
-           --kv-cache-dtype fp8_e4m3 --output-json "$OUT/fp8_kv_ab/latency_$name.json" 2>&1 \
-           | grep '^{' | tail -1)
+         timeout 85 python3 "$OLDPWD/scripts/profile_decode_step.py" --model-path $MODEL \
+           --load-format dummy --batch-size 256 --input-len 1024 --steps 16 --quantization fp8 \
+           --kv-cache-dtype fp8_e4m3 --out "$OUT/fp8_kv_ab/$name" 2>&1 | sed -n '2,6p')
       done
       python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 ;;
     gemv-ab)
