@@ -45,6 +45,59 @@ FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
+def attend_paged_range_kv_lhs(
+    q,  # [BLOCK_M, BLOCK_D] in the compute dtype
+    k_base,
+    v_base,
+    slot_row_ptr,
+    start,
+    end,
+    qk_scale,
+    stride_k_slot,
+    stride_v_slot,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """`attend_paged_range` with K and V as the dots' left operands (transposed scores
+    `K q^T` and output `V^T P^T`). Same arguments and results. Why: an operand converted after
+    its load (an FP8 pool's tiles) can feed Hopper's tensor cores from registers only on the
+    left; on the right it goes back through shared memory first. A tuning variant (`kv_lhs`)
+    until the H200 sweep decides."""
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < HEAD_DIM
+    q_t = tl.trans(q)  # [BLOCK_D, BLOCK_M]
+    acc_t = tl.zeros([BLOCK_D, BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for n in range(start, end, BLOCK_N):
+        pos = n + offs_n
+        mask_n = pos < end
+        slots = tl.load(slot_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
+        k = tl.load(
+            k_base + slots[:, None] * stride_k_slot + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
+        v_t = tl.load(
+            v_base + slots[None, :] * stride_v_slot + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None],
+            other=0.0,
+        ).to(q.dtype)  # [BLOCK_D, BLOCK_N]
+        qk_t = tl.dot(k, q_t) * qk_scale  # [BLOCK_N, BLOCK_M], log2 units
+        qk_t = tl.where(mask_n[:, None], qk_t, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk_t, 0))
+        p_t = tl.math.exp2(qk_t - m_new[None, :])  # [BLOCK_N, BLOCK_M]
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p_t, 0)
+        acc_t = acc_t * alpha[None, :] + tl.dot(v_t, p_t.to(v_t.dtype))
+        m_i = m_new
+    return tl.trans(acc_t), m_i, l_i
+
+
+@triton.jit
 def attend_paged_range(
     q,  # [BLOCK_M, BLOCK_D] in the compute dtype
     k_base,  # K of one KV head: slot s at k_base + s * stride_k_slot
@@ -59,12 +112,30 @@ def attend_paged_range(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    KV_LHS: tl.constexpr = False,  # K/V on the dots' left: `attend_paged_range_kv_lhs`
 ):
     """Online softmax of q's rows over positions [start, end) of one paged history, base 2.
 
     K/V tiles are converted to q's dtype (a no-op unless the pool stores another dtype) for the
     tensor-core dots; accumulators are fp32. Returns (acc [M, D], row max [M], row sum [M]).
     """
+    if KV_LHS:
+        acc, m_i, l_i = attend_paged_range_kv_lhs(
+            q,
+            k_base,
+            v_base,
+            slot_row_ptr,
+            start,
+            end,
+            qk_scale,
+            stride_k_slot,
+            stride_v_slot,
+            BLOCK_M,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+        )
+        return acc, m_i, l_i
     offs_d = tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
     mask_d = offs_d < HEAD_DIM
@@ -125,6 +196,7 @@ def decode_split_kernel(
     HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
     MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
     DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (exact for e4m3 and e5m2)
+    KV_LHS: tl.constexpr,  # K/V on the dots' left (`attend_paged_range_kv_lhs`)
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -175,6 +247,7 @@ def decode_split_kernel(
         HEAD_DIM,
         BLOCK_D,
         BLOCK_N,
+        KV_LHS,
     )
 
     # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
@@ -306,16 +379,12 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
 
-def default_decode_blocks(
-    head_dim: int, device: torch.device, kv_dtype: torch.dtype | None = None
-) -> tuple[int, int, int]:
-    """(BLOCK_N, num_warps, num_stages); measured on the H200. An FP8 pool (half the bytes a
-    position) takes 128-position tiles: 227 vs 305 us at 256 x 1024, 218 vs 285 us at 64 x 4096
-    (with fp16 dots; docs/benchmarks.md, the seventh session)."""
+def default_decode_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages); measured on the H200. (An FP8 pool in 128-position
+    tiles measured 3-6% faster than in 64-position ones, with fp16 dots, but spills registers
+    under Triton 3.9's sm_90 compile; docs/benchmarks.md, the seventh session.)"""
     if device.type != "cuda":
         return 32, 4, 1
-    if kv_dtype in FP8_KV_DTYPES and head_dim <= 128:
-        return 128, 4, 3
     return (64, 4, 3) if head_dim <= 128 else (32, 4, 2)
 
 
@@ -392,6 +461,7 @@ def decode_attention(
     v_scale: float = 1.0,
     merge_counters: torch.Tensor | None = None,
     fp8_dot_fp16: bool | None = None,
+    kv_lhs: bool = False,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -410,6 +480,8 @@ def decode_attention(
             are then merged in the same launch (one per call; callers keep one per batch).
         fp8_dot_fp16: an FP8 pool's tiles and q converted to fp16 (not q's dtype) for the dots;
             a tuning override (benchmarks), default `default_fp8_dot_fp16`.
+        kv_lhs: K/V tiles as the dots' left operands (`attend_paged_range_kv_lhs`); a tuning
+            variant for the benchmarks, the same results.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -450,9 +522,7 @@ def decode_attention(
         )
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
-    default_n, default_warps, default_stages = default_decode_blocks(
-        head_dim, q.device, k_buffer.dtype
-    )
+    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
     fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
     if fp8_dot_fp16 is None:
         fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
@@ -483,6 +553,7 @@ def decode_attention(
         HAS_KV_STARTS=False,
         MERGE=merge,
         DOT_FP16=fp8_pool and fp8_dot_fp16 and q.dtype == torch.bfloat16,
+        KV_LHS=kv_lhs,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -344,6 +344,7 @@ def tree_decode_attention(
         HAS_KV_STARTS=True,
         MERGE=False,
         DOT_FP16=False,
+        KV_LHS=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -90,30 +90,35 @@ def bench_decode(
 
 
 def sweep_fp8_kv_decode() -> None:
-    """Decode attention over an e4m3 pool against bf16, per launch size and dot dtype. Graph
-    replays with the in-kernel merge (the engine's path); TB/s of each pool's own bytes."""
+    """Decode attention over an e4m3 pool against bf16, per launch size, dot dtype and side of
+    the dots the K/V tiles take (`kv_lhs`). Graph replays with the in-kernel merge (the
+    engine's path); TB/s of each pool's own bytes."""
     fp8 = torch.float8_e4m3fn
-    print("batch x context | pool | block_n warps stages | dots | us | TB/s")
+    print("batch x context | pool | block_n warps stages | dots | K/V side | us | TB/s")
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
-        us, tbs = bench_decode(batch, context, graph=True, merge_counters=True)
-        print(f"{case} | bf16 | default | bf16 | {us:.1f} | {tbs:.2f}")
+        for kv_lhs in (False, True):
+            us, tbs = bench_decode(batch, context, graph=True, merge_counters=True, kv_lhs=kv_lhs)
+            side = "left" if kv_lhs else "right"
+            print(f"{case} | bf16 | default | bf16 | {side} | {us:.1f} | {tbs:.2f}")
         configs = ((None, None, None), (64, 4, 4), (64, 8, 3), (128, 4, 3), (128, 8, 3),
-                   (128, 8, 4), (32, 4, 4), (256, 8, 3))  # fmt: skip
+                   (32, 4, 4))  # fmt: skip
+        variants = ((False, False), (True, False), (True, True))  # (fp16 dots, K/V on the left)
         for block_n, num_warps, num_stages in configs if batch > 1 else configs[:1]:
-            for dot_fp16 in (False, True):
+            for dot_fp16, kv_lhs in variants:
                 try:
                     us, tbs = bench_decode(
                         batch, context, graph=True, kv_dtype=fp8, merge_counters=True,
                         block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                        fp8_dot_fp16=dot_fp16,
+                        fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs,
                     )  # fmt: skip
                 except Exception as error:  # noqa: BLE001 (a launch size past shared memory)
                     print(f"{case} | e4m3 | {block_n} {num_warps} {num_stages} | failed: {error}")
                     continue
                 launch = "default" if block_n is None else f"{block_n} {num_warps} {num_stages}"
                 dots = "fp16" if dot_fp16 else "bf16"
-                print(f"{case} | e4m3 | {launch} | {dots} | {us:.1f} | {tbs:.2f}")
+                side = "left" if kv_lhs else "right"
+                print(f"{case} | e4m3 | {launch} | {dots} | {side} | {us:.1f} | {tbs:.2f}")
 
 
 def extend_case(prefix_len: int, extend_len: int):

@@ -107,8 +107,8 @@ def test_decode_attention_rejects_bad_inputs():
 
 def test_split_kernel_compiles_for_sm90_without_spills():
     """The split kernel at Llama-3.1-8B's GQA (4 query heads per KV head, head dim 128), bf16,
-    with and without the in-kernel merge, and over an e4m3 pool with fp16 dots, through
-    Triton's compiler and ptxas for sm_90."""
+    with and without the in-kernel merge, and over an e4m3 pool with fp16 dots (K/V on either
+    side of them), through Triton's compiler and ptxas for sm_90."""
     strides = (
         "stride_q_batch",
         "stride_q_head",
@@ -140,10 +140,32 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
-         {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "GROUP_SIZE": 4,
-          "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64}, 4)
-        for merge, pool, dot_fp16 in ((False, {}, False), (True, {}, False), (True, fp8_pool, True))
+         {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "KV_LHS": kv_lhs,
+          "GROUP_SIZE": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n}, 4)
+        for merge, pool, dot_fp16, kv_lhs, block_n in (
+            (False, {}, False, False, 64), (True, {}, False, False, 64),
+            (True, fp8_pool, True, False, 64), (True, fp8_pool, True, True, 64),
+        )
     ])  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_kv_lhs_variant_matches_reference(dtype):
+    """K/V as the dots' left operands (transposed scores and output): the same attention."""
+    for seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits in (CPU_CASES[0], CPU_CASES[3]):
+        args = make_decode_case(
+            seq_lens=seq_lens,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            dtype=dtype,
+        )
+        counters = torch.zeros(len(seq_lens) * num_kv_heads, dtype=torch.int32)
+        out = decode_attention(
+            **args, num_kv_splits=num_kv_splits, merge_counters=counters, kv_lhs=True
+        )
+        ref = decode_attention_ref(**args)
+        assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
 
 
 @pytest.mark.gpu
@@ -161,9 +183,9 @@ def test_decode_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
     ref = decode_attention_ref(**args)
     counters = torch.zeros(5 * num_kv_heads, dtype=torch.int32, device="cuda")
     for num_kv_splits in (None, 1, 7, 32):
-        for merge_counters in (None, counters, counters):
+        for merge_counters, kv_lhs in ((None, False), (counters, False), (counters, True)):
             out = decode_attention(
-                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters
+                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters, kv_lhs=kv_lhs
             )
             assert relative_error(out, ref) < 1e-2
             assert not counters.any()

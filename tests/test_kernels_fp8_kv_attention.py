@@ -33,9 +33,10 @@ def test_decode_attention_reads_fp8_pool(fp8_dtype, k_scale, v_scale):
         seq_lens=[1, 70, 33], num_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.float32
     )
     fp8_args = to_fp8_pool(args, fp8_dtype, k_scale, v_scale)
-    out = decode_attention(**fp8_args, num_kv_splits=4)
-    assert relative_error(out, decode_attention_ref(**fp8_args)) < 1e-5
-    assert relative_error(out, decode_attention_ref(**args)) < FP8_ERROR[fp8_dtype]
+    for kv_lhs in (False, True):  # the converted tiles on either side of the dots
+        out = decode_attention(**fp8_args, num_kv_splits=4, kv_lhs=kv_lhs)
+        assert relative_error(out, decode_attention_ref(**fp8_args)) < 1e-5
+        assert relative_error(out, decode_attention_ref(**args)) < FP8_ERROR[fp8_dtype]
 
 
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -84,8 +85,9 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         device="cuda",
     )
     fp8_decode = to_fp8_pool(decode, fp8_dtype, k_scale=0.5, v_scale=1.5)
-    for dot_fp16 in (False, True):  # the tiles as bf16, or as fp16 (the FP8 conversion's type)
-        out = decode_attention(**fp8_decode, fp8_dot_fp16=dot_fp16)
+    # The tiles as bf16, or as fp16 (the FP8 conversion's type), on either side of the dots.
+    for dot_fp16, kv_lhs in ((False, False), (True, False), (True, True)):
+        out = decode_attention(**fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs)
         assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     extend = make_extend_case(
