@@ -7,6 +7,7 @@ import json
 import pytest
 
 from radixgen.runtime.request_schema import (
+    MAX_JSON_DEPTH,
     MAX_N,
     MAX_PROMPTS_PER_REQUEST,
     MAX_STOP_STRING_CHARS,
@@ -18,6 +19,7 @@ from radixgen.runtime.request_schema import (
     SamplingParams,
     build_request,
     check_num_prompts,
+    json_depth,
     validate_request,
 )
 
@@ -150,3 +152,16 @@ def test_structural_tag_is_normalised_to_canonical_json():
     from_text = build_request({"structural_tag": json.dumps(TAG)}, text="hi")
     assert from_dict == from_text.sampling_params.structural_tag
     assert json.loads(from_dict) == {"structures": [STRUCTURE], "triggers": ["<a>"]}
+
+
+def test_json_depth_counts_arrays_and_objects_however_mixed():
+    ids = list(range(2176))  # a prompt's token ids: one level
+    assert [json_depth(value) for value in (7, "s", None, [], {}, ids)] == [0, 0, 0, 1, 1, 1]
+    assert json_depth({"input_ids": ids, "sampling_params": {"stop": ["a", "b"]}}) == 3
+    # A container after many scalars, or among them, is still walked.
+    assert json_depth([*ids, [[1]]]) == 3
+    assert json_depth({"a": 1, "b": [{"c": [True, None, 1.5, {"d": []}]}]}) == 6
+    deep = []
+    for _ in range(MAX_JSON_DEPTH + 5):
+        deep = [1, deep, "x"]
+    assert json_depth(deep) > MAX_JSON_DEPTH  # stops walking past the limit
