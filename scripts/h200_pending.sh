@@ -1,33 +1,20 @@
 #!/usr/bin/env bash
-# The H200 runs still pending after the sixth session of 2026-12-01, by stage, in priority
+# The H200 runs still pending after the seventh session of 2026-12-01, by stage, in priority
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
-#   decode-merge [7/14] item 4 (and every batch-1 target): bench latency batch 1, 128/256,
-#               `.base` = main at f5070b5 (`git archive --prefix=.base/ f5070b5 | tar -x`, stripped as
-#               for no-regress) vs this tree: e06af57 stopped the in-kernel decode-attention
-#               merge from walking all 32 splits at batch 1 (15 us a layer in the sixth
-#               session's profile, contexts of a few hundred tokens)
-#   gpu-tests   every GPU test (`pytest -m gpu`; 109 passed at 04875d9 in the sixth session;
-#               905cb8a's aligned index tensors and pinned verify rows not yet through them)
-#   fp8-profile [8/14] where a large decode step goes (offline 1000 x 1000/1000 was 1.21x bf16,
-#               target 1.6x): kernels per step at batch 256, 1024-token contexts, bf16 vs FP8
-#               weights + FP8 KV
-#   gemv-why    [7/14] item 4: the bf16 batch-1 step profiled with cuBLAS and with the GEMV
-#               table the fifth session's sweep wrote (its microbenchmark said faster, the
-#               step was 5.27 -> 5.69 ms): per-kernel time of both
-#   no-regress  [13/14] item 5: bench latency batch 1 and offline 1000 x 200/200, main before
-#               tensor parallelism (`git archive --prefix=.base/ 9c99b46 | tar -x`; strip
-#               runtime/tiny_assets/*.safetensors, docs/ and tests/ from it to stay under the
-#               64 MiB carry: the stage copies tiny's weights back on the device) vs this tree
-#   lora        [11/14] the decode sweep and serving again (sixth session: batch 64 0.836x,
-#               met; batch 1 1.213x, target <= 1.15x), now with o/down deltas added into the
-#               residual, gate_up's by the SiLU kernel, qkv's by the rotary kernel; run
-#               `pytest -m gpu tests/test_lora_parity.py tests/test_kernels_fused_layers.py` first
-#   lean        [7/14] item 1: generated-shared-prefix served, then in-process, then served
-#               again (sixth session, served first: 39.99 / 32.03 s = 1.249x)
-# Done in the sixth session (docs/benchmarks.md): lora, fp8-table, fresh (first / second run
-# 1.070x and 1.021x, target met), lean (once); in the fifth: gemv, int4, fp8, fp8-bs1 (kept as
-# stages for re-runs); spec and constrained in the fourth.
+#   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
+#   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:
+#               1.21x, target 1.6x), now with the FP8 pool's fp16 dots and 128-position tiles
+#               (decode attention 10.7 -> 8.3 ms a step at batch 256 in the seventh session)
+#   fp8-kv-attn [8/14] bench_kernels.py --fp8-kv-sweep again after any change to the FP8 path
+#   fp8-kv-ab   [8/14] the FP8 step at batch 256 profiled, `.base` (c4b5ba5 in the seventh
+#               session; `git archive --prefix=.base/ REV | tar -x`, stripped of docs/, tests/
+#               and runtime/tiny_assets/*.safetensors) vs this tree
+#   lean        [7/14] item 1: generated-shared-prefix served, in-process, served again
+#               (seventh session: 1.208x and 1.160x, target 1.10x)
+#   decode-merge, no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
+#               seventh sessions, docs/benchmarks.md), kept for re-runs; gemv, int4, fp8-bs1
+#               in the fifth; spec and constrained in the fourth.
 # Usage: bash scripts/h200_pending.sh STAGE...
 set -uo pipefail
 OUT=${OUT:-h200_out}
