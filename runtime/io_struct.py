@@ -142,6 +142,11 @@ class SchedulerStats:
     num_spec_verified_reqs: int = 0  # requests in the verify forwards, summed over steps
     # Mean tokens a request gains per verify step (SGLang's accept length; 1.0 = no gain).
     spec_accept_length: float = 0.0
+    # Wall seconds the scheduler loop spent inside `step()` and shipping its outputs: the same
+    # workload in-process and served runs the same steps, so a difference here is per-step
+    # cost, and a difference in the run's duration beyond it is outside the scheduler.
+    step_time_s: float = 0.0
+    deliver_time_s: float = 0.0
 
 
 @dataclass
@@ -163,6 +168,8 @@ class SchedulerCounters:
     spec_emitted_tokens: int = 0  # tokens appended by verify steps (accepted + the target's)
     retractions: int = 0
     finished_reqs: int = 0
+    step_time_s: float = 0.0  # wall time inside Scheduler.step (SchedulerLoop)
+    deliver_time_s: float = 0.0  # wall time shipping the steps' outputs (SchedulerLoop)
 
     def reset(self) -> None:
         """Zeroes every count in place (the batch builder and result processor share this
@@ -207,4 +214,6 @@ class SchedulerCounters:
             num_spec_accepted_tokens=self.spec_accepted_tokens,
             num_spec_verified_reqs=self.spec_verified_reqs,
             spec_accept_length=self.spec_emitted_tokens / max(self.spec_verified_reqs, 1),
+            step_time_s=self.step_time_s,
+            deliver_time_s=self.deliver_time_s,
         )

@@ -20,6 +20,7 @@ sockets to the tokenizer manager and the detokenizer (`runtime/server/scheduler_
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 
 from radixgen.runtime.io_struct import (
@@ -82,6 +83,7 @@ class SchedulerLoop:
         """Runs until the transport closes. An exception in a step is a bug or a device
         fault: every waiter gets it (`transport.fail`), then it propagates."""
         scheduler, transport = self.scheduler, self.transport
+        counters = scheduler.counters
         try:
             while transport.is_open():
                 idle = not scheduler.has_work()
@@ -91,10 +93,14 @@ class SchedulerLoop:
                 if idle and not messages:  # a whole poll interval without work
                     scheduler.check_integrity_when_idle()
                 elif scheduler.has_work():
+                    start = time.perf_counter()
                     outputs = scheduler.step()
+                    stepped = time.perf_counter()
+                    counters.step_time_s += stepped - start
                     if outputs:
                         for rid in transport.deliver(outputs):
                             scheduler.abort_request(rid)  # its receiver is gone: free the KV
+                        counters.deliver_time_s += time.perf_counter() - stepped
                     else:
                         transport.after_empty_step()
         except BaseException as error:

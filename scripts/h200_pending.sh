@@ -11,7 +11,9 @@
 #               session; `git archive --prefix=.base/ REV | tar -x`, stripped of docs/, tests/
 #               and runtime/tiny_assets/*.safetensors) vs this tree
 #   lean        [7/14] item 1: generated-shared-prefix served, in-process, served again
-#               (seventh session: 1.208x and 1.160x, target 1.10x)
+#               (seventh session: 1.208x and 1.160x, target 1.10x, with the same 297 / 296
+#               forward steps): compare `step_time_s` (new) of the served run's server info
+#               with the in-process `engine_stats`: per-step cost, or time outside the loop
 #   decode-merge, no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
 #               seventh sessions, docs/benchmarks.md), kept for re-runs; gemv, int4, fp8-bs1
 #               in the fifth; spec and constrained in the fourth.

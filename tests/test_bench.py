@@ -79,6 +79,8 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     assert summary["successful_requests"] == 4
     assert summary["total_input_tokens"] == 4 * 16
     assert summary["total_output_tokens"] == 4 * 5  # ignore_eos forces the length
+    stats = summary["engine_stats"]  # the scheduler loop's time: in steps, then shipping
+    assert stats["step_time_s"] > 0 and stats["deliver_time_s"] > 0
 
 
 def test_bench_engine_flags_reach_server_args():

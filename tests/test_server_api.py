@@ -164,7 +164,10 @@ def test_info_metrics_and_flush(http):
     assert 0.0 <= info["kv_usage"] <= 1.0 and 0.0 <= info["cache_hit_rate"] <= 1.0
     assert info["server_args"]["api_key"] == "<set>"  # never echoed back
     # One finished request of its own, so the counters exist when this test runs alone.
+    step_time_before = info["scheduler"]["step_time_s"]
     http.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+    scheduler = server_info(http)["scheduler"]  # the loop's own time: steps, then shipping
+    assert scheduler["step_time_s"] > step_time_before and scheduler["deliver_time_s"] > 0
     metrics = http.get("/metrics")
     assert metrics.status_code == 200
     text = metrics.text
