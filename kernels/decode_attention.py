@@ -11,10 +11,11 @@ Algorithm, two launches (one with `merge_counters`):
    Empty ranges (short requests) write lse = -inf.
 2. Stage 2, grid `(batch, num_heads)`: merges the splits, weighting each partial output by
    `exp2(lse_s - max_s lse)`. With `merge_counters` (int32 zeros, one per request and KV head,
-   kept by the attention backend's metadata) stage 1 merges instead: each program counts
-   itself on its (request, KV head)'s counter after storing its partials (acquire-release),
-   and the one that completes the count merges the group's heads over every split, writes the
-   output and resets the counter to 0 for the next layer. At decode batch 1 that saves one
+   kept by the attention backend's metadata) stage 1 merges instead: each program of a
+   non-empty split counts itself on its (request, KV head)'s counter after storing its
+   partials (acquire-release), and the one that completes the count (of the used splits)
+   merges the group's heads over those splits, writes the output and resets the counter to 0
+   for the next layer. At decode batch 1 that saves one
    launch per layer (32 a step of the 8B model, ~2 us each in a CUDA graph).
 
 FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded (on CUDA
@@ -273,12 +274,15 @@ def decode_split_kernel(
             mask=mask_h[:, None] & mask_d[None, :],
         )
         tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
-    if MERGE:
+    # Only the used splits arrive at the group's counter: an empty split has nothing to merge
+    # (at batch 1, 32 splits over a few hundred positions, 4 or 5 arrive instead of 32 atomics
+    # on one address). Every program computes the same `used_splits`.
+    if MERGE and split < used_splits:
         # Every thread's partials are stored before the release of the (one-thread) atomic.
         tl.debug_barrier()
         counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
         arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_kv_splits - 1:
+        if arrived == used_splits - 1:
             tl.debug_barrier()  # the acquire above orders every thread's loads below
             out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head
             _merge_group(
