@@ -3,6 +3,8 @@
 # order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
+#   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
+#               only the used splits arrived at the in-kernel merge's counter) vs this tree
 #   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:
 #               1.21x, target 1.6x), now with the FP8 pool's fp16 dots and 128-position tiles
 #               (decode attention 10.7 -> 8.3 ms a step at batch 256 in the seventh session)
@@ -14,7 +16,7 @@
 #               (seventh session: 1.208x and 1.160x, target 1.10x, with the same 297 / 296
 #               forward steps): compare `step_time_s` (new) of the served run's server info
 #               with the in-process `engine_stats`: per-step cost, or time outside the loop
-#   decode-merge, no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
+#   no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
 #               seventh sessions, docs/benchmarks.md), kept for re-runs; gemv, int4, fp8-bs1
 #               in the fifth; spec and constrained in the fourth.
 # Usage: bash scripts/h200_pending.sh STAGE...
