@@ -15,8 +15,8 @@ Algorithm, two launches (one with `merge_counters`):
    non-empty split counts itself on its (request, KV head)'s counter after storing its
    partials (acquire-release), and the one that completes the count (of the used splits)
    merges the group's heads over those splits, writes the output and resets the counter to 0
-   for the next layer. At decode batch 1 that saves one
-   launch per layer (32 a step of the 8B model, ~2 us each in a CUDA graph).
+   for the next layer. At decode batch 1 that saves one launch per layer (32 a step of the 8B
+   model, ~2 us each in a CUDA graph).
 
 FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded (on CUDA
 with a bf16 q, q and the tiles go to fp16 instead: `default_fp8_dot_fp16`); the per-tensor
