@@ -4,7 +4,7 @@
 
 Starts `radixgen serve` (tiny model on the CPU unless --model-path), runs `bench serving` on
 a scaled-down generated-shared-prefix workload (or random ids), and reports, per process (HTTP + tokenizer
-manager, scheduler, detokenizer):
+manager, scheduler, detokenizer), and for `bench serving`'s client (this process):
 - the CPU seconds it used during the run (/proc/PID/stat), against the run's wall time;
 - a cProfile of its main thread during the run, top functions by own time.
 Then it runs the same workload in-process (`bench offline`'s Engine) for the served /
@@ -107,12 +107,14 @@ def main() -> None:
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         for pid in pids.values():
             os.kill(pid, signal.SIGUSR1)
-        start = time.perf_counter()
+        start, client_start = time.perf_counter(), time.process_time()
         summary, _ = asyncio.run(run_serving(serving, requests))
         wall_s = time.perf_counter() - start
+        client_s = time.process_time() - client_start  # this process: bench serving's client
         for pid in pids.values():
             os.kill(pid, signal.SIGUSR2)
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        cpu["client"] = client_s
         time.sleep(1.0)  # the profiles are written by the signal handlers
     print(f"workload: {len(requests)} requests, {dataclasses.asdict(dataset)}")
     print(

@@ -221,7 +221,12 @@ async def run_serving(
 ) -> tuple[dict, list[RequestResult]]:
     import httpx
 
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # No idle connections kept: httpcore 1.0's pool walks every connection for every idle one
+    # each time a request starts or ends, so keeping a finished request's connection makes
+    # the client's own work quadratic in the requests in flight (1,024 requests at once: 14 s
+    # of client CPU, against 3 s without; docs/benchmarks.md). Each request opens its own
+    # connection, as SGLang's client (a session per request) does.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=args.timeout_s, limits=limits) as client:
         model = args.model
         if args.backend == "openai" and model is None:

@@ -229,7 +229,11 @@ def create_router_app(args: RouterArgs) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         timeout = httpx.Timeout(args.request_timeout_s, connect=5.0)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # No idle connections kept, as in `bench serving`'s client: httpcore 1.0's pool walks
+        # every connection for every idle one on each request's start and end (quadratic in
+        # the requests in flight), and a kept connection the worker has closed fails the
+        # request reusing it (docs/benchmarks.md, the benchmark client's connection pool).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
         router.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         checker = asyncio.create_task(router.check_health_forever())
         try:
