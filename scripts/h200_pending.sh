@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The H200 runs still pending after the seventh session of 2026-12-01, by stage, in priority
-# order (about 2-5 minutes each; a lease runs the first few). Through the device tool with
+# The H200 runs still pending after the seventh session of 2026-12-01, by stage (about 2-5
+# minutes each; a lease runs the first few). Suggested order: gpu-tests fp8-kv-attn, lean, fp8,
+# decode-merge. Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
@@ -15,7 +16,9 @@
 #   lean        [7/14] item 1: generated-shared-prefix served, in-process, served again
 #               (seventh session: 1.208x and 1.160x, target 1.10x, with the same 297 / 296
 #               forward steps): compare `step_time_s` (new) of the served run's server info
-#               with the in-process `engine_stats`: per-step cost, or time outside the loop
+#               with the in-process `engine_stats`: per-step cost, or time outside the loop;
+#               and the first run with the client keeping no idle connections (71a50df: its
+#               pool work was quadratic in the 1,024 requests in flight)
 #   no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
 #               seventh sessions, docs/benchmarks.md), kept for re-runs; gemv, int4, fp8-bs1
 #               in the fifth; spec and constrained in the fourth.
