@@ -7,7 +7,7 @@
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
 #               only the used splits arrived at the in-kernel merge's counter) vs this tree
 #   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:
-#               1.21x, target 1.6x), now with the FP8 pool's fp16 dots and 128-position tiles
+#               1.21x, target 1.6x), now with the FP8 pool's fp16 dots
 #               (decode attention 10.7 -> 8.3 ms a step at batch 256 in the seventh session)
 #   fp8-kv-attn [8/14] bench_kernels.py --fp8-kv-sweep again after any change to the FP8 path
 #   fp8-kv-ab   [8/14] the FP8 step at batch 256 profiled, `.base` (c4b5ba5 in the seventh
