@@ -11,7 +11,8 @@ Prints one table per kernel:
   4k-prefix + 4k-extend case; torch SDPA (flash) beside it for scale;
 - vocab mask: apply_token_bitmask_ on 64 rows x 128256 tokens against the torch reference.
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
-bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16.
+bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
+either side of the dots (`kv_lhs`).
 Times are medians of triton.testing.do_bench.
 """
 

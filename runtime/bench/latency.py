@@ -3,9 +3,9 @@
 A batch of `batch_size` random prompts of `input_len` tokens is prefilled in one extend
 forward (in several, of whole prompts, where the batch holds more than `max_prefill_tokens`:
 one forward over 256 x 1024 tokens would need ~14 GiB for a single 8B activation), then decoded
-greedily for `output_len` steps. Prefill ms and decode ms per step are
-reported separately (the decode median, so one slow step does not move it). This isolates
-the model runner (kernels, CUDA graphs) from scheduling, like SGLang's `bench_one_batch`.
+greedily for `output_len` steps. Prefill ms and decode ms per step are reported separately (the
+decode median, so one slow step does not move it). This isolates the model runner (kernels,
+CUDA graphs) from scheduling, like SGLang's `bench_one_batch`.
 
 `decode_ms_per_step_median` is the synced step: the host builds each step from the previous
 step's ids read back, so its batch building (~0.3 ms on the H200 at batch 1) is inside the
