@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import io
+import json
 import os
 import pstats
 import signal
@@ -34,15 +35,29 @@ from radixgen.runtime.server.subprocess_launcher import ServerProcess
 from radixgen.runtime.server_args import ServerArgs
 
 SITECUSTOMIZE = """
-import cProfile, os, signal
+import cProfile, gc, json, os, signal, time
 _profile_dir = os.environ.get("RADIXGEN_PROFILE_DIR")
 if _profile_dir:
     _profiler = cProfile.Profile()
+    _gc = {"on": False, "start": 0.0, "seconds": [0.0, 0.0, 0.0], "count": [0, 0, 0]}
+    def _gc_timer(phase, info):  # collector pauses between the two signals, per generation
+        if not _gc["on"]:
+            return
+        if phase == "start":
+            _gc["start"] = time.perf_counter()
+        else:
+            _gc["seconds"][info["generation"]] += time.perf_counter() - _gc["start"]
+            _gc["count"][info["generation"]] += 1
+    gc.callbacks.append(_gc_timer)
     def _start(signum, frame):
+        _gc["on"] = True
         _profiler.enable()
     def _stop(signum, frame):
         _profiler.disable()
+        _gc["on"] = False
         _profiler.dump_stats(os.path.join(_profile_dir, f"{os.getpid()}.prof"))
+        with open(os.path.join(_profile_dir, f"{os.getpid()}.gc.json"), "w") as file:
+            json.dump({"seconds": _gc["seconds"], "count": _gc["count"]}, file)
     signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _stop)
 """
@@ -123,9 +138,17 @@ def main() -> None:
     )
     tokens = summary["total_output_tokens"]
     for name, seconds in cpu.items():
+        gc_path = os.path.join(profile_dir, f"{pids.get(name)}.gc.json")
+        collector = ""
+        if os.path.exists(gc_path):  # the server processes' garbage-collector pauses
+            gc_stats = json.loads(open(gc_path).read())
+            collector = (
+                f"; GC {sum(gc_stats['seconds']):.2f} s, "
+                f"{gc_stats['count'][2]} full collections ({gc_stats['seconds'][2]:.2f} s)"
+            )
         print(
             f"  {name:<12} CPU {seconds:6.2f} s  ({100 * seconds / wall_s:5.1f}% of wall, "
-            f"{1e6 * seconds / tokens:6.1f} us per output token)"
+            f"{1e6 * seconds / tokens:6.1f} us per output token{collector})"
         )
     if not args.skip_offline:
         offline = run_offline(

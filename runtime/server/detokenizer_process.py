@@ -16,7 +16,11 @@ from multiprocessing.connection import Connection
 import zmq
 
 from radixgen.runtime.detokenizer import IncrementalDetokenizer, add_tokens_batch
-from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
+from radixgen.runtime.server.child_process import (
+    freeze_startup_heap,
+    parent_is_alive,
+    setup_child_process,
+)
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain_multipart
 from radixgen.runtime.server.messages import (
     DetokenizeSpec,
@@ -123,6 +127,7 @@ def run_detokenizer_process(
     push = connect_push(context, ipc_paths.tokenizer_input)
     ready_writer.send(ProcessReady("detokenizer"))
     manager = DetokenizerManager(tokenizer)
+    freeze_startup_heap()
     while parent_is_alive(parent_pid):
         if not pull.poll(POLL_INTERVAL_MS):
             continue

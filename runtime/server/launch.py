@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 import uvicorn
 
 from radixgen.runtime.distributed import disable_nvlink_multicast
-from radixgen.runtime.server.child_process import configure_logging
+from radixgen.runtime.server.child_process import configure_logging, freeze_startup_heap
 from radixgen.runtime.server.detokenizer_process import run_detokenizer_process
 from radixgen.runtime.server.ipc import IpcPaths
 from radixgen.runtime.server.messages import ProcessFailed, ProcessReady, ServedModelInfo
@@ -264,6 +264,7 @@ def _serve_http(
         timeout_graceful_shutdown=CONNECTION_CLOSE_S,
     )
     server = DrainingServer(config, manager, server_args.shutdown_timeout)
+    freeze_startup_heap()
     crash = asyncio.run(_serve_with_watchdog(server, manager, children))
     if crash is not None:
         raise ServerFailure(crash)

@@ -20,7 +20,11 @@ import zmq
 from radixgen.runtime.io_struct import AbortReq, ReqOutput
 from radixgen.runtime.request_schema import GenerateReq
 from radixgen.runtime.scheduler_loop import SchedulerLoop, SchedulerTransport
-from radixgen.runtime.server.child_process import parent_is_alive, setup_child_process
+from radixgen.runtime.server.child_process import (
+    freeze_startup_heap,
+    parent_is_alive,
+    setup_child_process,
+)
 from radixgen.runtime.server.ipc import IpcPaths, bind_pull, connect_push, drain
 from radixgen.runtime.server.messages import (
     DetokenizeSpec,
@@ -166,6 +170,7 @@ def run_scheduler_process(
         except Exception:  # a broken model or kernel: never report healthy
             logger.exception("warm-up failed; the scheduler exits")
             raise SystemExit(1) from None
+    freeze_startup_heap()
     transport.to_tokenizer.send_pyobj(WarmupDone(report.num_requests, report.duration_s))
     SchedulerLoop(scheduler, transport).run()
     scheduler.runner.stop_followers()
