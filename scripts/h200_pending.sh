@@ -18,7 +18,8 @@
 #               forward steps): compare `step_time_s` (new) of the served run's server info
 #               with the in-process `engine_stats`: per-step cost, or time outside the loop;
 #               and the first run with the client keeping no idle connections (71a50df: its
-#               pool work was quadratic in the 1,024 requests in flight)
+#               pool work was quadratic in the 1,024 requests in flight) and the server
+#               processes' start-up heaps frozen (f555339: full GC pauses of 200-300 ms)
 #   no-regress, gemv-why, gemv-ab, lora, fp8-table, fresh: done (sixth and
 #               seventh sessions, docs/benchmarks.md), kept for re-runs; gemv, int4, fp8-bs1
 #               in the fifth; spec and constrained in the fourth.
