@@ -104,7 +104,7 @@ def run_follower_process(
 
     A failed collective (rank 0 or a peer died, or `dist_timeout` passed) exits non-zero.
     """
-    from radixgen.runtime.server.child_process import setup_child_process
+    from radixgen.runtime.server.child_process import freeze_startup_heap, setup_child_process
     from radixgen.runtime.server.messages import ProcessFailed, ProcessReady
 
     setup_child_process(f"tp-rank-{rank}", server_args.log_level)
@@ -116,6 +116,7 @@ def run_follower_process(
         ready_writer.send(ProcessFailed(f"tp-rank-{rank}", traceback.format_exc()))
         raise SystemExit(1) from None
     ready_writer.send(ProcessReady(f"tp-rank-{rank}", info={}))
+    freeze_startup_heap()  # a collection's pause here would stall every rank's collective
     try:
         with torch.no_grad():
             runner.follow()

@@ -19,7 +19,7 @@ import time
 import uvicorn
 
 from radixgen.runtime.router.app import RouterArgs, create_router_app
-from radixgen.runtime.server.child_process import configure_logging
+from radixgen.runtime.server.child_process import configure_logging, freeze_startup_heap
 from radixgen.runtime.server.launch import ShutdownRequested, signals_raise_shutdown
 from radixgen.runtime.server.subprocess_launcher import find_free_port
 from radixgen.runtime.server_args import ServerArgs
@@ -38,7 +38,9 @@ def serve_router(args: RouterArgs, *, host: str, port: int, log_level: str = "in
     """Serves the router until SIGINT / SIGTERM; returns 0."""
     configure_logging("router", log_level)
     logger.info("routing (%s) over %s", args.routing_policy, ", ".join(args.worker_urls))
-    uvicorn.run(create_router_app(args), host=host, port=port, log_level=log_level.lower())
+    app = create_router_app(args)
+    freeze_startup_heap()
+    uvicorn.run(app, host=host, port=port, log_level=log_level.lower())
     return 0
 
 
