@@ -108,9 +108,7 @@ class SamplingBatchInfo:
             greedy=greedy_tensor.bool(),
             seeds=seeds,
             vocab_size=vocab_size,
-            all_greedy=all(greedy),
-            need_top_k_or_p=any(row.top_k_or_p for row in rows),
-            need_min_p=any(row.min_p for row in rows),
+            **_batch_flags(rows),
             rows_on_host=rows,
         )
         if any(_uses_penalties(p) for p in params):
@@ -231,10 +229,8 @@ class SamplingBatchInfo:
 
     def _refresh_flags(self) -> None:
         if self.rows_on_host is not None:
-            rows = self.rows_on_host
-            self.all_greedy = all(row.greedy for row in rows)
-            self.need_top_k_or_p = any(row.top_k_or_p for row in rows)
-            self.need_min_p = any(row.min_p for row in rows)
+            for name, value in _batch_flags(self.rows_on_host).items():
+                setattr(self, name, value)
             return
         # Built without host flags (benchmarks, tests): read back, a host sync.
         not_greedy = ~self.greedy
@@ -267,6 +263,15 @@ def _uses_penalties(params) -> bool:
         or params.presence_penalty != 0.0
         or params.repetition_penalty != 1.0
     )
+
+
+def _batch_flags(rows: list[RowSampling]) -> dict[str, bool]:
+    """The batch's sampler flags from its rows' host records."""
+    return {
+        "all_greedy": all(row.greedy for row in rows),
+        "need_top_k_or_p": any(row.top_k_or_p for row in rows),
+        "need_min_p": any(row.min_p for row in rows),
+    }
 
 
 def _column(values: list[float], device: torch.device) -> torch.Tensor:

@@ -140,8 +140,9 @@ def main() -> None:
     for name, seconds in cpu.items():
         gc_path = os.path.join(profile_dir, f"{pids.get(name)}.gc.json")
         collector = ""
-        if os.path.exists(gc_path):  # the server processes' garbage-collector pauses
-            gc_stats = json.loads(open(gc_path).read())
+        if name in pids and os.path.exists(gc_path):  # a server process's collector pauses
+            with open(gc_path) as file:
+                gc_stats = json.load(file)
             collector = (
                 f"; GC {sum(gc_stats['seconds']):.2f} s, "
                 f"{gc_stats['count'][2]} full collections ({gc_stats['seconds'][2]:.2f} s)"

@@ -129,11 +129,12 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
         first_ids = []
         for group in range(0, batch_size, per_forward):
             requests = slice(group, group + per_forward)
+            group_rows = rows[requests]
             batch = runner.build_forward_batch(
                 mode=ForwardMode.EXTEND,
                 input_ids=prompts[requests].tolist(),
-                req_pool_indices=rows[requests],
-                prefix_lens=[0] * len(prompts[requests]),
+                req_pool_indices=group_rows,
+                prefix_lens=[0] * len(group_rows),
                 out_cache_loc=per_request[requests, : args.input_len].reshape(-1),
             )
             first_ids.append(runner.forward(batch).argmax(dim=-1))  # [requests]
