@@ -13,6 +13,7 @@
 #   fp8-kv-ab   [8/14] the FP8 step at batch 256 profiled, `.base` (c4b5ba5 in the seventh
 #               session; `git archive --prefix=.base/ REV | tar -x`, stripped of docs/, tests/
 #               and runtime/tiny_assets/*.safetensors) vs this tree
+#   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
 #   lean        [7/14] item 1: generated-shared-prefix served, in-process, served again
 #               (seventh session: 1.208x and 1.160x, target 1.10x, with the same 297 / 296
 #               forward steps): compare `step_time_s` (new) of the served run's server info
@@ -44,6 +45,11 @@ for stage in "$@"; do
         timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
           --batch-size 256 --input-len 1024 --steps 16 $quant --out "$OUT/fp8_profile" 2>&1 | tail -22
       done ;;
+    int4-profile)
+      # [9/14] batch 1 with int4 weights: 4.27 ms a step while the GEMVs stream in 2.29 ms
+      mkdir -p "$OUT/int4_profile"
+      timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+        --quantization awq --steps 64 --out "$OUT/int4_profile" 2>&1 | tail -30 ;;
     fp8-kv-attn)
       timeout 300 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | tee "$OUT/fp8_kv_attn.log" ;;
     fp8-profile-fp8)
