@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The H200 runs still pending after the seventh session of 2026-12-01, by stage (about 2-5
-# minutes each; a lease runs the first few). Suggested order: gpu-tests fp8-kv-attn, lean, fp8,
-# decode-merge. Through the device tool with
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eighth
+# session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8; none is
+# pending from earlier sessions. Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
