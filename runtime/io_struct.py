@@ -147,6 +147,11 @@ class SchedulerStats:
     # cost, and a difference in the run's duration beyond it is outside the scheduler.
     step_time_s: float = 0.0
     deliver_time_s: float = 0.0
+    # The rest of the loop's wall time: receiving and adding requests (`intake_time_s`), and
+    # waiting for a message with nothing to run (`idle_time_s`; since start-up). A run's
+    # duration is the four's sum plus whatever lies outside the scheduler (arrival, delivery).
+    intake_time_s: float = 0.0
+    idle_time_s: float = 0.0
 
 
 @dataclass
@@ -170,6 +175,8 @@ class SchedulerCounters:
     finished_reqs: int = 0
     step_time_s: float = 0.0  # wall time inside Scheduler.step (SchedulerLoop)
     deliver_time_s: float = 0.0  # wall time shipping the steps' outputs (SchedulerLoop)
+    intake_time_s: float = 0.0  # wall time receiving and adding requests (SchedulerLoop)
+    idle_time_s: float = 0.0  # wall time waiting for a message with no work (SchedulerLoop)
 
     def reset(self) -> None:
         """Zeroes every count in place (the batch builder and result processor share this
@@ -216,4 +223,6 @@ class SchedulerCounters:
             spec_accept_length=self.spec_emitted_tokens / max(self.spec_verified_reqs, 1),
             step_time_s=self.step_time_s,
             deliver_time_s=self.deliver_time_s,
+            intake_time_s=self.intake_time_s,
+            idle_time_s=self.idle_time_s,
         )

@@ -183,7 +183,7 @@ stage_gsp_served() {  # generated-shared-prefix defaults (1024 x 2048+128/256) t
     --random-output-len 8 >/dev/null
   log "$1: generated-shared-prefix defaults, served"
   serve_bench --dataset generated-shared-prefix --output-json "$OUT/$1_gsp_served.json" \
-    | grep -E "duration|mean_ttft|output_token_throughput" | tail -3
+    | grep -E "^(duration|mean_ttft|output_token_throughput|last_|server_[a-z_]*time)" | tail -9
   # The scheduler's counters (forward steps, prefill tokens computed) beside the in-process
   # run's `engine_stats`: does the served run schedule differently, or only pay around it?
   python3 -c "import httpx; print(httpx.get('http://127.0.0.1:30000/get_server_info').text)" \

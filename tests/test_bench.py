@@ -81,6 +81,7 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     assert summary["total_output_tokens"] == 4 * 5  # ignore_eos forces the length
     stats = summary["engine_stats"]  # the scheduler loop's time: in steps, then shipping
     assert stats["step_time_s"] > 0 and stats["deliver_time_s"] > 0
+    assert stats["intake_time_s"] > 0 and stats["idle_time_s"] >= 0
 
 
 def test_bench_engine_flags_reach_server_args():
@@ -146,6 +147,14 @@ def test_bench_serving(server, tmp_path, backend, dataset_flags, expected_reques
     assert summary["successful_requests"] == expected_requests, summary.get("first_error")
     assert summary["failed_requests"] == 0
     assert summary["mean_ttft_ms"] > 0 and summary["median_e2e_latency_ms"] > 0
+    # The timeline: the last request started before the run ended, and the server's scheduler
+    # loop accounts for its time during the run (steps, shipping, intake, waiting).
+    duration_ms = 1000 * summary["duration_s"]
+    assert 0 <= summary["last_send_ms"] < summary["last_first_token_ms"] <= duration_ms
+    loop_s = [summary[f"server_{name}"] for name in ("step_time_s", "deliver_time_s",
+                                                    "intake_time_s", "idle_time_s")]  # fmt: skip
+    assert loop_s[0] > 0 and loop_s[1] > 0 and all(value >= 0 for value in loop_s)
+    assert sum(loop_s) < summary["duration_s"] + 0.5  # the loop's time during the run only
     if dataset_flags[1] != "random-ids":
         # Shared system prompts and earlier turns are served from the radix cache.
         assert summary["client_cached_tokens"] > 0 or summary.get("server_cache_hit_rate", 0) > 0

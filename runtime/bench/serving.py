@@ -56,6 +56,7 @@ class RequestResult:
     output_len: int = 0
     ttft_s: float = 0.0
     e2e_s: float = 0.0
+    start_s: float = 0.0  # when the client began sending it, since the run's start
     itl_s: list[float] = field(default_factory=list)  # gaps between streamed chunks
     cached_tokens: int = 0
     output_ids: list[int] | None = None
@@ -210,6 +211,11 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
     ):
         for stat, value in _percentiles(values).items():
             summary[f"{stat}_{name}"] = value
+    if ok:
+        # The run's timeline: the client's sending span, and when the last request saw its
+        # first token (the end of the prefill phase when every request arrives at once).
+        summary["last_send_ms"] = 1000 * max(r.start_s for r in ok)
+        summary["last_first_token_ms"] = 1000 * max(r.start_s + r.ttft_s for r in ok)
     errors = [r.error for r in results if not r.ok and r.error]
     if errors:
         summary["first_error"] = errors[0]
@@ -241,6 +247,7 @@ async def run_serving(
             input_ids = request.input_ids
             if request.conversation is not None:
                 input_ids = histories.get(request.conversation, []) + request.input_ids
+            sent_at = time.perf_counter()
             try:
                 if args.backend == "radixgen":
                     result = await _send_native(client, args, request, input_ids)
@@ -248,6 +255,7 @@ async def run_serving(
                     result = await _send_openai(client, args, request, input_ids, model)
             except Exception as error:  # noqa: BLE001 - a failed request is a result
                 return RequestResult(ok=False, error=f"{type(error).__name__}: {error}")
+            result.start_s = sent_at - start
             if request.conversation is not None:
                 answer = result.output_ids or [request.input_ids[-1]] * result.output_len
                 histories[request.conversation] = input_ids + answer
@@ -293,7 +301,23 @@ async def run_serving(
     summary = summarize(results, duration_s)
     if server_after:
         summary["server_cache_hit_rate"] = _cache_hit_rate(server_before, server_after)
+        summary.update(_scheduler_time(server_before, server_after))
     return summary, results
+
+
+SCHEDULER_TIMES = ("step_time_s", "deliver_time_s", "intake_time_s", "idle_time_s")
+
+
+def _scheduler_time(before: dict | None, after: dict) -> dict:
+    """Where the server's scheduler loop spent this run's wall time (`server_step_time_s`,
+    ...): set beside the run's duration, what is left was spent outside the scheduler."""
+    old = (before or {}).get("scheduler") or {}
+    new = after.get("scheduler") or {}
+    return {
+        f"server_{name}": float(new[name]) - float(old.get(name, 0.0))
+        for name in SCHEDULER_TIMES
+        if name in new
+    }
 
 
 def _cache_hit_rate(before: dict | None, after: dict) -> float | None:
@@ -330,7 +354,12 @@ def main_serving(serving: ServingArgs, dataset: DatasetArgs, output_json: str | 
     print_summary(f"serving {dataset.dataset}", summary)
     if output_json:
         per_request = [
-            {"ttft_ms": 1000 * r.ttft_s, "e2e_ms": 1000 * r.e2e_s, "output_len": r.output_len}
+            {
+                "start_ms": 1000 * r.start_s,
+                "ttft_ms": 1000 * r.ttft_s,
+                "e2e_ms": 1000 * r.e2e_s,
+                "output_len": r.output_len,
+            }
             for r in results
             if r.ok
         ]
