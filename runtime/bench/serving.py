@@ -294,6 +294,12 @@ async def run_serving(
                 tasks.append(asyncio.create_task(guarded(request)))
                 if args.request_rate != float("inf"):
                     await asyncio.sleep(rng.exponential(1.0 / args.request_rate))
+                else:
+                    # Each request starts (and the earlier ones send) before the next is built:
+                    # otherwise every request's body is encoded before the first byte leaves,
+                    # and the server idles for the client's whole build-up (1,024 requests of
+                    # 2,176 ids on the H200: the last began 1.2 s in; docs/benchmarks.md).
+                    await asyncio.sleep(0)
             results = list(await asyncio.gather(*tasks))
         duration_s = time.perf_counter() - start
         progress.close()
