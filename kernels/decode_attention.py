@@ -466,6 +466,7 @@ def decode_attention(
     merge_counters: torch.Tensor | None = None,
     fp8_dot_fp16: bool | None = None,
     kv_lhs: bool = False,
+    max_registers: int | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -486,6 +487,10 @@ def decode_attention(
             a tuning override (benchmarks), default `default_fp8_dot_fp16`.
         kv_lhs: K/V tiles as the dots' left operands (`attend_paged_range_kv_lhs`); a tuning
             variant for the benchmarks, the same results.
+        max_registers: a cap on the split kernel's registers per thread (ptxas `.maxnreg`); a
+            tuning override (benchmarks). An FP8 pool's kernel takes 168 registers (sm_90,
+            64-position tiles, 4 warps: 3 programs an SM, against 5 over a bf16 pool at 96);
+            128 fits 4 without spilling.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -565,6 +570,7 @@ def decode_attention(
         BLOCK_N=block_n or default_n,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
+        **({} if max_registers is None else {"maxnreg": max_registers}),
     )
     if merge:
         return out

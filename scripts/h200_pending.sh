@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eighth
-# session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8; none is
-# pending from earlier sessions. Through the device tool with
+# session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8. Pending
+# after it, in order: fp8-kv-attn (register caps), lean (alternating). Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
@@ -9,7 +9,11 @@
 #   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:
 #               1.21x, target 1.6x), now with the FP8 pool's fp16 dots
 #               (decode attention 10.7 -> 8.3 ms a step at batch 256 in the seventh session)
-#   fp8-kv-attn [8/14] bench_kernels.py --fp8-kv-sweep again after any change to the FP8 path
+#   fp8-kv-attn [8/14] bench_kernels.py --fp8-kv-sweep: the FP8 pool's decode attention with
+#               its registers capped (`max_registers` 128, more stages); the default launch
+#               takes 168 registers (3 programs an SM against 5 over a bf16 pool) and reads at
+#               ~2.3 TB/s against ~4.1. If a capped launch wins, make it the FP8 default
+#               (`default_decode_blocks`), then `fp8` (offline 1000 x 1000/1000: 1.38x, 1.6x)
 #   fp8-kv-ab   [8/14] the FP8 step at batch 256 profiled, `.base` (c4b5ba5 in the seventh
 #               session; `git archive --prefix=.base/ REV | tar -x`, stripped of docs/, tests/
 #               and runtime/tiny_assets/*.safetensors) vs this tree

@@ -141,12 +141,27 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
          {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "KV_LHS": kv_lhs,
-          "GROUP_SIZE": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n}, 4)
-        for merge, pool, dot_fp16, kv_lhs, block_n in (
-            (False, {}, False, False, 64), (True, {}, False, False, 64),
-            (True, fp8_pool, True, False, 64), (True, fp8_pool, True, True, 64),
+          "GROUP_SIZE": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
+         4, options)
+        for merge, pool, dot_fp16, kv_lhs, block_n, options in (
+            (False, {}, False, False, 64, {}), (True, {}, False, False, 64, {}),
+            (True, fp8_pool, True, False, 64, {}), (True, fp8_pool, True, True, 64, {}),
+            # The FP8 pool's launches of the sweep capped at 128 registers (`max_registers`).
+            (True, fp8_pool, True, False, 64, {"maxnreg": 128}),
+            (True, fp8_pool, True, False, 64, {"maxnreg": 128, "num_stages": 5}),
         )
     ])  # fmt: skip
+
+
+def test_register_cap_keeps_the_result():
+    """`max_registers` (ptxas `.maxnreg`) only changes how the kernel is compiled."""
+    seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits = CPU_CASES[0]
+    args = make_decode_case(
+        seq_lens=seq_lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        dtype=torch.float32,
+    )  # fmt: skip
+    out = decode_attention(**args, num_kv_splits=num_kv_splits, max_registers=128)
+    assert relative_error(out, decode_attention_ref(**args)) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
