@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.gemv import GemvConfig, gemv
 from radixgen.kernels.launch_tables import (
     BucketRows,
     load_json_table,
@@ -432,13 +433,17 @@ def fp8_linear(
     weight: torch.Tensor,  # [N, K] e4m3
     weight_scale: torch.Tensor,  # [N] fp32
     bias: torch.Tensor | None = None,  # [N]
-    split_k_counters: torch.Tensor | None = None,  # int32 zeros (`fp8_gemm`)
+    split_k_counters: torch.Tensor | None = None,  # int32 zeros (`fp8_gemm`, `gemv`)
+    gemv_configs: dict[int, GemvConfig] | None = None,  # tokens -> the FP8 GEMV's launch
 ) -> torch.Tensor:  # [..., N], x.dtype
     """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
 
-    CUDA: the Triton skinny GEMM for M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the
-    Triton GEMM too where cuBLASLt's rules fail: fp16/fp32 output, K or N not a multiple of
-    16). Elsewhere: `fp8_linear_ref`. `Fp8Activations` skip the quantization.
+    CUDA: the FP8 split-K GEMV (`gemv.py`) for the token counts `gemv_configs` lists (the
+    layer resolves them from `gemv_fp8_configs.json` once), else the Triton skinny GEMM for
+    M <= SMALL_M_MAX tokens,
+    `torch._scaled_mm` above (the Triton GEMM too where cuBLASLt's rules fail: fp16/fp32
+    output, K or N not a multiple of 16). Elsewhere: `fp8_linear_ref`. `Fp8Activations` skip
+    the quantization.
     """
     if not weight.is_cuda:
         return fp8_linear_ref(x, weight, weight_scale, bias)
@@ -455,7 +460,13 @@ def fp8_linear(
     n = weight.shape[0]
     # cuBLASLt row-wise scaling: bf16 output, K and N multiples of 16.
     use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and dtype == torch.bfloat16
-    if use_cublas:
+    gemv_config = gemv_configs.get(m) if gemv_configs else None
+    if gemv_config is not None:
+        out = gemv(
+            xq, weight, gemv_config, split_k_counters, x_scale=x_scale,
+            weight_scale=weight_scale, out_dtype=dtype,
+        )  # fmt: skip
+    elif use_cublas:
         out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, dtype)
     else:
         out = fp8_gemm(xq, x_scale, weight, weight_scale, dtype, split_k_counters=split_k_counters)

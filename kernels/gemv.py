@@ -1,4 +1,5 @@
-"""A split-K GEMV for 16-bit weights at decode batch 1: `out = x @ W.T`, W `[N, K]` row-major.
+"""A split-K GEMV for 16-bit or FP8 weights at decode batch 1: `out = x @ W.T`, W `[N, K]`
+row-major.
 
 At batch 1 every linear layer streams its weight once, and cuBLAS reaches ~3.1 TB/s on the
 q/k/v and o shapes of Llama-3.1-8B and ~4 TB/s on gate/up and down (H200, 2026-12-01), with a
@@ -16,6 +17,12 @@ It is used only where the per-shape table (`gemv_configs.json`, written by
 `F.linear` there) has a row; otherwise, and on the CPU, `F.linear`. The shipped table is empty
 until that sweep has run. Products are summed in fp32 in another order than cuBLAS: outputs
 agree within bf16 rounding.
+
+FP8 (W8A8, `fp8_gemm.py`'s quantization): e4m3 activations and weights, each converted to fp32
+in registers (the products of e4m3 values overflow fp16), the per-token and per-channel scales
+applied once to each split's sums: `fp8_gemm`'s math on the CUDA cores instead of the tensor
+cores, whose tiles pad one token to 16 rows. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py
+--sweep --fp8`, against the model's FP8 path), empty until swept.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from radixgen.kernels.launch_tables import (
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("gemv_configs.json")
+FP8_TABLE_PATH = Path(__file__).with_name("gemv_fp8_configs.json")
 
 
 @dataclass(frozen=True)
@@ -94,9 +102,11 @@ def select_gemv_config(
 def _gemv_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K], rows contiguous
-    out_ptr,  # [M, N] x's dtype
+    out_ptr,  # [M, N] x's dtype (FP8: the output dtype)
     partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
     counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
+    x_scale_ptr,  # [M] fp32 (SCALED only)
+    w_scale_ptr,  # [N] fp32 (SCALED only)
     N,
     K,
     k_per_split,  # a multiple of BLOCK_K
@@ -106,6 +116,7 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
+    SCALED: tl.constexpr,  # FP8: sums times x_scale[row] * w_scale[n]
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -130,9 +141,13 @@ def _gemv_kernel(
         x = tl.load(x_row + cols, mask=cols < k_end, other=0.0).to(tl.float32)  # [BLOCK_K]
         acc += w.to(tl.float32) * x[None, :]
         w = next_w
+    sums = tl.sum(acc, axis=1)  # [BLOCK_N]
+    if SCALED:  # a linear map of each split's sums: the split-K total is scaled alike
+        w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
+        sums = sums * (tl.load(x_scale_ptr + row) * w_scale)
     tile = row * tl.num_programs(1) + tl.program_id(1)
     store_split(
-        tl.sum(acc, axis=1), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
+        sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
     )  # fmt: skip
 
@@ -145,13 +160,19 @@ def gemv_counter_slots(out_features: int, max_tokens: int = 4) -> int:
 
 
 def gemv(
-    x: torch.Tensor,  # [M, K] bf16/fp16/fp32, contiguous in K
+    x: torch.Tensor,  # [M, K] bf16/fp16/fp32 (or e4m3 with x_scale), contiguous in K
     weight: torch.Tensor,  # [N, K], x's dtype, contiguous in K
     config: GemvConfig,
     split_k_counters: torch.Tensor | None = None,  # int32 zeros, >= M * cdiv(N, block_n)
-) -> torch.Tensor:  # [M, N] x's dtype
+    *,
+    x_scale: torch.Tensor | None = None,  # [M] fp32: FP8 only
+    weight_scale: torch.Tensor | None = None,  # [N] fp32: FP8 only
+    out_dtype: torch.dtype | None = None,  # FP8: required; else x's dtype
+) -> torch.Tensor:  # [M, N] out_dtype
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
+    FP8 (e4m3 x and weight, `fp8_gemm`'s W8A8): `(x @ weight.T) * x_scale[:, None] *
+    weight_scale[None, :]` in `out_dtype`.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
@@ -167,7 +188,16 @@ def gemv(
         raise ValueError("x and weight must be contiguous in K")
     m, k = x.shape
     n = weight.shape[0]
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    scaled = x.dtype == torch.float8_e4m3fn
+    if scaled:
+        for name, scale, size in (("x_scale", x_scale, m), ("weight_scale", weight_scale, n)):
+            if scale is None or scale.shape != (size,) or scale.dtype != torch.float32:
+                raise ValueError(f"{name} must be a float32 [{size}] tensor for FP8 operands")
+        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise TypeError(f"out_dtype must be bf16/fp16/fp32 for FP8 operands, got {out_dtype}")
+    elif x_scale is not None or weight_scale is not None:
+        raise ValueError("x_scale and weight_scale are for e4m3 operands only")
+    out = torch.empty((m, n), dtype=out_dtype if scaled else x.dtype, device=x.device)
     if m == 0:
         return out
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
@@ -175,8 +205,9 @@ def gemv(
     grid = (m, triton.cdiv(n, config.block_n), splits)
     split_mode, partial, counters = split_buffers(out, splits, m * grid[1], split_k_counters)
     _gemv_kernel[grid](
-        x, weight, out, partial, counters, n, k, k_per_split, x.stride(0), weight.stride(0),
+        x, weight, out, partial, counters, x_scale if scaled else out,
+        weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
-        num_warps=config.num_warps,
+        SCALED=scaled, num_warps=config.num_warps,
     )  # fmt: skip
     return finish_splits(split_mode, partial, out)

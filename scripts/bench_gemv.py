@@ -1,7 +1,9 @@
 """The split-K GEMV (`kernels/gemv.py`) against `F.linear` at batch 1, Llama-3.1-8B shapes, bf16,
-on the GPU; `--sweep` writes the launch table the linear layers read.
+on the GPU; `--sweep` writes the launch table the linear layers read. With `--fp8`: the FP8
+GEMV (e4m3 weights and activations, W8A8) against the FP8 layers' skinny GEMM (`fp8_gemm`, what
+they run without a table row), writing `gemv_fp8_configs.json`.
 
-    python scripts/bench_gemv.py [--sweep] [--out DIR]      # JSON (and the table) to DIR / $OUT
+    python scripts/bench_gemv.py [--sweep] [--fp8] [--out DIR]   # JSON (and the table) to DIR / $OUT
 
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM as in a decode step, replayed from a CUDA graph (`bench_fp8_gemm.py`'s timer).
@@ -28,6 +30,12 @@ import triton
 # Same shapes, HBM-streaming copies and timer as the FP8 GEMM benchmark beside it.
 from bench_fp8_gemm import SHAPES, STREAM_BYTES, median_ms
 
+from radixgen.kernels.fp8_gemm import (
+    fp8_gemm,
+    fp8_split_k_counter_slots,
+    quantize_fp8_per_token,
+    quantize_fp8_per_token_ref,
+)
 from radixgen.kernels.gemv import GemvConfig, gemv, gemv_counter_slots
 from radixgen.kernels.launch_tables import format_shape_table
 
@@ -36,15 +44,78 @@ SWEEP_BUDGET_S = 150.0
 MAX_ELEMENTS_PER_THREAD = 64  # more spill registers on sm_90 (tests/test_kernels_gemv.py)
 
 
-def sweep_configs() -> list[GemvConfig]:
-    """Tiles of at most MAX_ELEMENTS_PER_THREAD weight elements per thread, 1-8 K splits."""
+def sweep_configs(fp8: bool = False) -> list[GemvConfig]:
+    """Tiles of at most MAX_ELEMENTS_PER_THREAD weight elements per thread, 1-8 K splits (FP8:
+    longer K steps, the same bytes a step with half the bytes an element)."""
     configs = []
+    block_ks = (512, 1024) if fp8 else (256, 512)
     for block_n, block_k, warps, split_k in itertools.product(
-        (8, 16, 32), (256, 512), (4, 8), (1, 2, 4, 8)
+        (8, 16, 32), block_ks, (4, 8), (1, 2, 4, 8)
     ):
         if block_n * block_k <= MAX_ELEMENTS_PER_THREAD * 32 * warps:
             configs.append(GemvConfig(block_n, block_k, split_k, warps))
     return configs
+
+
+def sweep_shape(
+    row: dict, configs: list[GemvConfig], run, reference, copies: int, weight_bytes: int,
+    baseline_ms: float, deadline: float,
+) -> dict:  # fmt: skip
+    """Adds the fastest of `configs` to `row`: `run(i, config)` multiplies weight copy i; each
+    config is checked against `reference` (copy 0) before it is timed, until `deadline`."""
+    best, tried = None, 0
+    for config in configs:
+        if time.monotonic() > deadline:
+            break
+        if not torch.allclose(run(0, config).float(), reference, atol=2e-2, rtol=2e-2):
+            raise AssertionError(f"{row['shape']}: {config} disagrees with the baseline")
+        calls = lambda c=config: [run(i, c) for i in range(copies)]  # noqa: E731
+        # 25 ms of replays per config rather than 100: more configs within the budget.
+        ms = triton.testing.do_bench_cudagraph(calls, rep=25, return_mode="median") / copies
+        tried += 1
+        if best is None or ms < best[1]:
+            best = (config, ms)
+    if best is not None:
+        row |= {
+            "gemv_best": dataclasses.asdict(best[0]),
+            "gemv_ms": best[1],
+            "gemv_tb_per_s": weight_bytes / best[1] / 1e9,
+            "speedup": baseline_ms / best[1],
+        }
+    return row | {"configs_tried": tried}
+
+
+def bench_shape_fp8(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict:
+    """The FP8 GEMV against `fp8_gemm` (the FP8 layers' path at 1 token), e4m3 operands."""
+    copies = max(2, min(64, -(-STREAM_BYTES // (n * k))))
+    weights = [
+        quantize_fp8_per_token_ref(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+        for _ in range(copies)
+    ]  # (e4m3 [n, k], fp32 [n]) per copy
+    xq, x_scale = quantize_fp8_per_token(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
+    counters = torch.zeros(
+        max(fp8_split_k_counter_slots(n), gemv_counter_slots(n)), dtype=torch.int32, device="cuda"
+    )
+
+    def skinny(i):
+        return fp8_gemm(xq, x_scale, *weights[i], torch.bfloat16, split_k_counters=counters)
+
+    def fp8_gemv(i, config):
+        wq, w_scale = weights[i]
+        return gemv(
+            xq, wq, config, counters, x_scale=x_scale, weight_scale=w_scale,
+            out_dtype=torch.bfloat16,
+        )  # fmt: skip
+
+    baseline_ms = median_ms(lambda: [skinny(i) for i in range(copies)], copies)
+    row = {"shape": name, "n": n, "k": k, "fp8_gemm_ms": baseline_ms,
+           "fp8_gemm_tb_per_s": n * k / baseline_ms / 1e9}  # fmt: skip
+    if not sweep:
+        return row
+    return sweep_shape(
+        row, sweep_configs(fp8=True), fp8_gemv, skinny(0).float(), copies, n * k, baseline_ms,
+        deadline,
+    )  # fmt: skip
 
 
 def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict:
@@ -60,58 +131,44 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
     if not sweep:
         return row
     reference = F.linear(x.float(), weights[0].float())
-    best, tried = None, 0
-    for config in sweep_configs():
-        if time.monotonic() > deadline:
-            break
-        out = gemv(x, weights[0], config, counters)
-        if not torch.allclose(out.float(), reference, atol=2e-2, rtol=2e-2):
-            raise AssertionError(f"{name}: {config} disagrees with F.linear")
-        calls = lambda c=config: [gemv(x, w, c, counters) for w in weights]  # noqa: E731
-        # 25 ms of replays per config rather than 100: more configs within the budget.
-        ms = triton.testing.do_bench_cudagraph(calls, rep=25, return_mode="median") / copies
-        tried += 1
-        if best is None or ms < best[1]:
-            best = (config, ms)
-    if best is not None:
-        row |= {
-            "gemv_best": dataclasses.asdict(best[0]),
-            "gemv_ms": best[1],
-            "gemv_tb_per_s": 2 * n * k / best[1] / 1e9,
-            "speedup": linear_ms / best[1],
-        }
-    row["configs_tried"] = tried
-    return row
+    return sweep_shape(
+        row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), reference, copies,
+        2 * n * k, linear_ms, deadline,
+    )  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--fp8", action="store_true", help="the FP8 GEMV against fp8_gemm")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    bench, baseline = (bench_shape_fp8, "fp8_gemm_ms") if args.fp8 else (bench_shape, "linear_ms")
+    prefix = "gemv_fp8" if args.fp8 else "gemv"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + SWEEP_BUDGET_S
     rows, shapes = [], {}
     for i, (name, (n, k)) in enumerate(SHAPES.items()):
         share = time.monotonic() + max(0.0, deadline - time.monotonic()) / (len(SHAPES) - i)
-        row = bench_shape(name, n, k, args.sweep, share)
+        row = bench(name, n, k, args.sweep, share)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if row.get("gemv_ms", float("inf")) <= MIN_GAIN * row["linear_ms"]:
+        if row.get("gemv_ms", float("inf")) <= MIN_GAIN * row[baseline]:
             shapes[f"{k}x{n}"] = [{"max_tokens": 1, **row["gemv_best"]}]
     result = {"device": torch.cuda.get_device_name(), "triton": triton.__version__,
               "date": time.strftime("%Y-%m-%d"), "rows": rows}  # fmt: skip
-    (out_dir / "bench_gemv.json").write_text(json.dumps(result, indent=1))
+    (out_dir / f"bench_{prefix}.json").write_text(json.dumps(result, indent=1))
     if args.sweep:
+        against = "fp8_gemm" if args.fp8 else "F.linear"
         table = {
-            "note": "From scripts/bench_gemv.py --sweep: shapes where the GEMV beat F.linear by "
-            f"{round((1 - MIN_GAIN) * 100)}% or more at 1 token; copy over "
-            "kernels/gemv_configs.json.",
+            "note": f"From scripts/bench_gemv.py --sweep{' --fp8' if args.fp8 else ''}: shapes "
+            f"where the GEMV beat {against} by {round((1 - MIN_GAIN) * 100)}% or more at 1 "
+            f"token; copy over kernels/{prefix}_configs.json.",
             "source": f"{result['device']}, triton {triton.__version__}, {result['date']}",
             "shapes": shapes,
         }
-        (out_dir / "gemv_configs.json").write_text(format_shape_table(table))
+        (out_dir / f"{prefix}_configs.json").write_text(format_shape_table(table))
 
 
 if __name__ == "__main__":

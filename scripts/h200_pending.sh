@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eighth
 # session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8. Pending
-# after it, in order: fp8-kv-attn (register caps), lean (alternating). Through the device tool with
+# after it, in order: gpu-tests, fp8-kv-attn (register caps), fp8-gemv, lean (alternating),
+# fp8-rows. Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
@@ -17,6 +18,9 @@
 #   fp8-kv-ab   [8/14] the FP8 step at batch 256 profiled, `.base` (c4b5ba5 in the seventh
 #               session; `git archive --prefix=.base/ REV | tar -x`, stripped of docs/, tests/
 #               and runtime/tiny_assets/*.safetensors) vs this tree
+#   fp8-gemv    [8/14] the FP8 split-K GEMV swept against the skinny GEMM at batch 1, its
+#               table installed, bench latency --quantization fp8 batch 1 before and after
+#   fp8-rows    [8/14] offline 1000 x 1000/1000 with FP8 weights only and FP8 KV only
 #   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
 #   lean        [7/14] item 1: generated-shared-prefix in-process, served, twice (eighth
 #               session: 1.115x with the client starting each request before building the
@@ -53,6 +57,23 @@ for stage in "$@"; do
         --quantization awq --steps 64 --out "$OUT/int4_profile" 2>&1 | tail -30 ;;
     fp8-kv-attn)
       timeout 300 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | tee "$OUT/fp8_kv_attn.log" ;;
+    fp8-gemv)
+      # [8/14] batch 1 with FP8 weights (4.16 ms, target 2.6): the FP8 GEMV swept against the
+      # skinny GEMM (which streams the qkv / o / down weights at 1.4-2.3 TB/s), its table
+      # installed, then bench latency batch 1 with the table (bf16 and FP8 before it).
+      mkdir -p "$OUT/fp8_gemv"
+      for when in before after; do
+        if [ $when = after ]; then
+          timeout 200 python3 scripts/bench_gemv.py --sweep --fp8 --out "$OUT/fp8_gemv" 2>&1 | tail -5
+          [ -s "$OUT/fp8_gemv/gemv_fp8_configs.json" ] && cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
+        fi
+        python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
+          --batch-sizes 1 --input-len 128 --output-len 256 --quantization fp8 \
+          --output-json "$OUT/fp8_gemv/latency_fp8_$when.json" 2>&1 | grep '^{' | tail -1
+      done ;;
+    fp8-rows)
+      # [8/14] the offline rows the issue also asks for: FP8 weights only, FP8 KV only
+      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-w8 fp8-offline-kv8 ;;
     fp8-profile-fp8)
       mkdir -p "$OUT/fp8_profile"
       timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \

@@ -91,15 +91,20 @@ def test_gemv_table():
 
 
 def test_gemv_compiles_for_sm90_without_spills():
-    """The kernel at the sweep's tiles, bf16, all three split modes: no GPU needed."""
+    """The kernel at the sweep's tiles, bf16 and FP8, all three split modes: no GPU needed."""
     sizes = ("N", "K", "k_per_split", "stride_xm", "stride_wn", "stride_split")
     signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "partial_ptr": "*fp32",
-                 "counters_ptr": "*i32", **dict.fromkeys(sizes, "i32")}  # fmt: skip
+                 "counters_ptr": "*i32", "x_scale_ptr": "*fp32", "w_scale_ptr": "*fp32",
+                 **dict.fromkeys(sizes, "i32")}  # fmt: skip
+    fp8 = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv"}
     assert_compile_for_sm90_without_spills([
-        ("radixgen.kernels.gemv", "_gemv_kernel", signature,
-         {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": mode}, warps)
-        for block_n, block_k, warps, mode in ((16, 256, 4, 2), (32, 512, 8, 2), (8, 512, 4, 0),
-                                              (32, 128, 4, 1))
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature | (fp8 if scaled else {}),
+         {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": mode, "SCALED": scaled}, warps)
+        for block_n, block_k, warps, mode, scaled in (
+            (16, 256, 4, 2, False), (32, 512, 8, 2, False), (8, 512, 4, 0, False),
+            (32, 128, 4, 1, False), (16, 512, 4, 2, True), (8, 512, 4, 2, True),
+            (8, 1024, 4, 0, True),
+        )
     ])  # fmt: skip
 
 
@@ -128,4 +133,79 @@ def test_gpu_linear_layer_takes_the_gemv_from_the_table(monkeypatch):
         static.copy_(x[i : i + 1])
         graph.replay()
         torch.testing.assert_close(out, expected[i : i + 1], atol=2e-2, rtol=2e-2)
+    assert not layer.split_k_counters.any()
+
+
+def fp8_operands(m, n, k, seed=0):
+    """e4m3 activations and weights with their per-token / per-channel scales (`fp8_gemm`'s
+    quantization), and their product in float32."""
+    from radixgen.kernels.fp8_gemm import quantize_fp8_per_token_ref
+
+    x, weight = operands(m, n, k, torch.float32, seed)
+    xq, x_scale = quantize_fp8_per_token_ref(x)
+    wq, w_scale = quantize_fp8_per_token_ref(weight)
+    expected = (xq.float() @ wq.float().t()) * x_scale[:, None] * w_scale[None, :]
+    return xq, x_scale, wq, w_scale, expected
+
+
+@pytest.mark.parametrize(
+    "m,n,k,config",
+    [
+        (1, 70, 300, GemvConfig(block_n=16, block_k=32, split_k=3, num_warps=1)),
+        (2, 40, 256, GemvConfig(block_n=8, block_k=64, split_k=1, num_warps=2)),
+    ],
+)
+def test_fp8_gemv_matches_the_w8a8_product(m, n, k, config):
+    """e4m3 operands, scales applied per split: `fp8_gemm`'s W8A8 math, in each output dtype;
+    split-K summed by a second launch and in-kernel alike."""
+    xq, x_scale, wq, w_scale, expected = fp8_operands(m, n, k, seed=n)
+    scales = {"x_scale": x_scale, "weight_scale": w_scale}
+    out = gemv(xq, wq, config, **scales, out_dtype=torch.float32)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    counters = torch.zeros(gemv_counter_slots(n, m), dtype=torch.int32)
+    assert torch.equal(gemv(xq, wq, config, counters, **scales, out_dtype=torch.float32), out)
+    assert not counters.any()
+    half = gemv(xq, wq, config, **scales, out_dtype=torch.float16)
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), expected, atol=2e-3, rtol=2e-3)
+
+
+def test_fp8_gemv_rejects_bad_scales():
+    xq, x_scale, wq, w_scale, _ = fp8_operands(1, 8, 32)
+    config = GemvConfig(block_n=8, block_k=16, split_k=1, num_warps=1)
+    with pytest.raises(ValueError, match="x_scale"):
+        gemv(xq, wq, config, weight_scale=w_scale, out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="weight_scale"):
+        gemv(xq, wq, config, x_scale=x_scale, weight_scale=w_scale[:4], out_dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="out_dtype"):
+        gemv(xq, wq, config, x_scale=x_scale, weight_scale=w_scale)
+    x, weight = operands(1, 8, 32, torch.float32)
+    with pytest.raises(ValueError, match="e4m3 operands only"):
+        gemv(x, weight, config, x_scale=x_scale)
+
+
+def test_fp8_gemv_table_ships_empty():
+    from radixgen.kernels.gemv import FP8_TABLE_PATH
+
+    assert load_gemv_table(FP8_TABLE_PATH) == {}  # every shape: the skinny GEMM until swept
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_layer_takes_the_fp8_gemv_from_its_table(monkeypatch):
+    """An FP8 layer whose shape the FP8 GEMV table lists runs the GEMV at 1 token (matching the
+    skinny GEMM within bf16 rounding: the same W8A8 math) and the skinny GEMM at 8."""
+    from radixgen.kernels.fp8_gemm import fp8_linear
+    from radixgen.runtime.models import linear as linear_module
+    from radixgen.runtime.models.linear import FP8_FROM_HIGH_PRECISION, Fp8LinearMethod, RowLinear
+
+    row = {"max_tokens": 1, "block_n": 16, "block_k": 512, "split_k": 4, "num_warps": 4}
+    table = parse_gemv_table({"shapes": {"4096x1024": [row]}})
+    monkeypatch.setattr(linear_module, "load_gemv_table", lambda path: table)
+    layer = RowLinear(4096, 1024, bias=False, method=Fp8LinearMethod(FP8_FROM_HIGH_PRECISION))
+    x, weight = operands(8, 1024, 4096, torch.bfloat16, device="cuda")
+    layer.load_weight("weight", weight)
+    assert layer.fp8_gemv_configs == {1: GemvConfig(16, 512, 4, 4)}
+    skinny = fp8_linear(x, layer.weight, layer.weight_scale)  # no GEMV configs
+    torch.testing.assert_close(layer(x[:1]), skinny[:1], atol=2e-2, rtol=2e-2)
+    assert torch.equal(layer(x), skinny)  # 8 tokens: the skinny GEMM
     assert not layer.split_k_counters.any()

@@ -29,7 +29,13 @@ from radixgen.kernels.fp8_gemm import (
     fp8_split_k_counter_slots,
     quantize_fp8_per_token_ref,
 )
-from radixgen.kernels.gemv import gemv, gemv_counter_slots, select_gemv_config
+from radixgen.kernels.gemv import (
+    FP8_TABLE_PATH,
+    gemv,
+    gemv_counter_slots,
+    load_gemv_table,
+    select_gemv_config,
+)
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,7 @@ class Fp8LinearMethod(LinearMethod):
         self.block_size = block_size
 
     def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
+        layer.fp8_gemv_configs = {}  # tokens -> GemvConfig, filled once the weight is loaded
         rows, in_features = layer.output_sizes, (layer.input_size,)
         if self.checkpoint_format == FP8_FROM_HIGH_PRECISION:
             return {"weight": ParamLayout(rows, in_features)}
@@ -237,15 +244,27 @@ class Fp8LinearMethod(LinearMethod):
             del layer.weight_scale_inv
         layer.weight = nn.Parameter(quantized.contiguous(), requires_grad=False)
         layer.weight_scale = nn.Parameter(scale.float().contiguous(), requires_grad=False)
-        # The skinny GEMM's split-K partials are summed in its own launch with these (zeros
-        # between calls; one per output tile at decode sizes).
+        # Resolved once: the FP8 GEMV's configs for this shape by token count, where the GPU's
+        # table (`kernels/gemv_fp8_configs.json`) has it faster than the skinny GEMM.
+        if quantized.is_cuda:
+            table = load_gemv_table(FP8_TABLE_PATH)
+            for tokens in range(1, GEMV_MAX_TOKENS + 1):
+                config = select_gemv_config(layer.input_size, layer.output_size, tokens, table)
+                if config is not None:
+                    layer.fp8_gemv_configs[tokens] = config
+        # The skinny GEMM's (and the GEMV's) split-K partials are summed in its own launch
+        # with these (zeros between calls; one per output tile at decode sizes).
         slots = fp8_split_k_counter_slots(quantized.shape[0])
+        if layer.fp8_gemv_configs:
+            slots = max(slots, gemv_counter_slots(quantized.shape[0], GEMV_MAX_TOKENS))
         counters = torch.zeros(slots, dtype=torch.int32, device=quantized.device)
         layer.register_buffer("split_k_counters", counters, persistent=False)
 
     def apply(self, layer: LinearBase, x: torch.Tensor | Fp8Activations) -> torch.Tensor:
         counters = layer.split_k_counters
-        return fp8_linear(x, layer.weight, layer.weight_scale, layer.bias, counters)
+        return fp8_linear(
+            x, layer.weight, layer.weight_scale, layer.bias, counters, layer.fp8_gemv_configs
+        )
 
 
 class LinearBase(nn.Module):
