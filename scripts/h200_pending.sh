@@ -2,7 +2,7 @@
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eighth
 # session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8. Pending
 # after it, in order: gpu-tests, fp8-kv-attn (register caps), fp8-gemv, lean (alternating),
-# fp8-rows. Through the device tool with
+# tree-sweep, fp8-rows. Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
@@ -21,6 +21,7 @@
 #   fp8-gemv    [8/14] the FP8 split-K GEMV swept against the skinny GEMM at batch 1, its
 #               table installed, bench latency --quantization fp8 batch 1 before and after
 #   fp8-rows    [8/14] offline 1000 x 1000/1000 with FP8 weights only and FP8 KV only
+#   tree-sweep  [6/14] scripts/bench_tree_attention.py with its launch sweep (never run)
 #   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
 #   lean        [7/14] item 1: generated-shared-prefix in-process, served, twice (eighth
 #               session: 1.115x with the client starting each request before building the
@@ -71,6 +72,12 @@ for stage in "$@"; do
           --batch-sizes 1 --input-len 128 --output-len 256 --quantization fp8 \
           --output-json "$OUT/fp8_gemv/latency_fp8_$when.json" 2>&1 | grep '^{' | tail -1
       done ;;
+    tree-sweep)
+      # [6/14] the tree kernel's launch sweep, never run (third session: 2.57x at its defaults,
+      # the shared pass at 2.5 TB/s; the 16-member shared pass takes 178 registers and 80 KB
+      # of shared memory at 4 warps / 2 stages on sm_90: 2 programs an SM)
+      timeout 300 python3 scripts/bench_tree_attention.py --out "$OUT/bench_tree_attention.json" \
+        2>&1 | tail -30 ;;
     fp8-rows)
       # [8/14] the offline rows the issue also asks for: FP8 weights only, FP8 KV only
       STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-w8 fp8-offline-kv8 ;;
