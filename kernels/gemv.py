@@ -21,8 +21,8 @@ agree within bf16 rounding.
 FP8 (W8A8, `fp8_gemm.py`'s quantization): e4m3 activations and weights, each converted to fp32
 in registers (the products of e4m3 values overflow fp16), the per-token and per-channel scales
 applied once to each split's sums: `fp8_gemm`'s math on the CUDA cores instead of the tensor
-cores, whose tiles pad one token to 16 rows. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py
---sweep --fp8`, against the model's FP8 path), empty until swept.
+cores, whose tiles pad one token to 16 rows. Its own table, `gemv_fp8_configs.json`
+(`bench_gemv.py --sweep --fp8`, against the model's FP8 path), empty until swept.
 """
 
 from __future__ import annotations

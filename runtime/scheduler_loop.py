@@ -87,7 +87,7 @@ class SchedulerLoop:
         try:
             while transport.is_open():
                 idle = not scheduler.has_work()
-                start = time.perf_counter()
+                receiving = time.perf_counter()
                 messages = transport.receive(block=idle)
                 received = time.perf_counter()
                 for message in messages:
@@ -96,10 +96,10 @@ class SchedulerLoop:
                 # A blocking receive waits (idle) until its message arrives; a polling one is
                 # intake, as is adding what arrived.
                 if idle:
-                    counters.idle_time_s += received - start
+                    counters.idle_time_s += received - receiving
                     counters.intake_time_s += handled - received
                 else:
-                    counters.intake_time_s += handled - start
+                    counters.intake_time_s += handled - receiving
                 if idle and not messages:  # a whole poll interval without work
                     scheduler.check_integrity_when_idle()
                 elif scheduler.has_work():

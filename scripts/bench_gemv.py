@@ -3,7 +3,7 @@ on the GPU; `--sweep` writes the launch table the linear layers read. With `--fp
 GEMV (e4m3 weights and activations, W8A8) against the FP8 layers' skinny GEMM (`fp8_gemm`, what
 they run without a table row), writing `gemv_fp8_configs.json`.
 
-    python scripts/bench_gemv.py [--sweep] [--fp8] [--out DIR]   # JSON (and the table) to DIR / $OUT
+    python scripts/bench_gemv.py [--sweep] [--fp8] [--out DIR]  # JSON, table: DIR or $OUT
 
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM as in a decode step, replayed from a CUDA graph (`bench_fp8_gemm.py`'s timer).

@@ -1,8 +1,8 @@
 """Compiles Triton kernels for sm_90 (H100 / H200) with Triton's compiler and ptxas, no GPU
 needed, so that the CPU suite fails on a kernel that would not compile or would spill registers
 on the H200. Pointer and `stride*` arguments carry the divisibility-by-16 hint that Triton's
-launcher gives them at real shapes. It runs in a subprocess: the suite's TRITON_INTERPRET=1 turns @triton.jit into
-interpreted functions."""
+launcher gives them at real shapes. It runs in a subprocess: the suite's TRITON_INTERPRET=1
+turns @triton.jit into interpreted functions."""
 
 from __future__ import annotations
 
