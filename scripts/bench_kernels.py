@@ -102,7 +102,7 @@ def sweep_fp8_kv_decode() -> None:
     configs = (
         (None, None, None, None), (64, 4, 3, 128), (64, 4, 4, 128), (64, 4, 5, 128),
         (64, 4, 6, 128), (64, 4, 5, None), (128, 4, 3, None), (128, 8, 3, None),
-        (128, 8, 4, 128), (32, 4, 6, 128),
+        (128, 8, 4, 128), (32, 4, 6, 128), (32, 2, 6, None),
     )  # fmt: skip
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
