@@ -440,10 +440,9 @@ def fp8_linear(
 
     CUDA: the FP8 split-K GEMV (`gemv.py`) for the token counts `gemv_configs` lists (the
     layer resolves them from `gemv_fp8_configs.json` once), else the Triton skinny GEMM for
-    M <= SMALL_M_MAX tokens,
-    `torch._scaled_mm` above (the Triton GEMM too where cuBLASLt's rules fail: fp16/fp32
-    output, K or N not a multiple of 16). Elsewhere: `fp8_linear_ref`. `Fp8Activations` skip
-    the quantization.
+    M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the Triton GEMM too where cuBLASLt's
+    rules fail: fp16/fp32 output, K or N not a multiple of 16). Elsewhere: `fp8_linear_ref`.
+    `Fp8Activations` skip the quantization.
     """
     if not weight.is_cuda:
         return fp8_linear_ref(x, weight, weight_scale, bias)

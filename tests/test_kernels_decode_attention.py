@@ -153,20 +153,11 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     ])  # fmt: skip
 
 
-def test_register_cap_keeps_the_result():
-    """`max_registers` (ptxas `.maxnreg`) only changes how the kernel is compiled."""
-    seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits = CPU_CASES[0]
-    args = make_decode_case(
-        seq_lens=seq_lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-        dtype=torch.float32,
-    )  # fmt: skip
-    out = decode_attention(**args, num_kv_splits=num_kv_splits, max_registers=128)
-    assert relative_error(out, decode_attention_ref(**args)) < 1e-5
-
-
+@pytest.mark.parametrize("variant", [{"kv_lhs": True}, {"max_registers": 128}])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_kv_lhs_variant_matches_reference(dtype):
-    """K/V as the dots' left operands (transposed scores and output): the same attention."""
+def test_tuning_variants_match_reference(dtype, variant):
+    """K/V as the dots' left operands (transposed scores and output), and a register cap
+    (ptxas `.maxnreg`, a compile option only): the same attention."""
     for seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits in (CPU_CASES[0], CPU_CASES[3]):
         args = make_decode_case(
             seq_lens=seq_lens,
@@ -177,7 +168,7 @@ def test_kv_lhs_variant_matches_reference(dtype):
         )
         counters = torch.zeros(len(seq_lens) * num_kv_heads, dtype=torch.int32)
         out = decode_attention(
-            **args, num_kv_splits=num_kv_splits, merge_counters=counters, kv_lhs=True
+            **args, num_kv_splits=num_kv_splits, merge_counters=counters, **variant
         )
         ref = decode_attention_ref(**args)
         assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)

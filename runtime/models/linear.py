@@ -31,6 +31,8 @@ from radixgen.kernels.fp8_gemm import (
 )
 from radixgen.kernels.gemv import (
     FP8_TABLE_PATH,
+    GemvConfig,
+    GemvTable,
     gemv,
     gemv_counter_slots,
     load_gemv_table,
@@ -142,10 +144,7 @@ class UnquantizedLinearMethod(LinearMethod):
     def process_weights_after_loading(self, layer: LinearBase) -> None:
         # Resolved once: the table's configs for this shape, by token count (none: F.linear).
         if layer.weight.is_cuda:
-            for tokens in range(1, GEMV_MAX_TOKENS + 1):
-                config = select_gemv_config(layer.input_size, layer.output_size, tokens)
-                if config is not None:
-                    layer.gemv_configs[tokens] = config
+            layer.gemv_configs = resolve_gemv_configs(layer)
         if layer.gemv_configs:  # the GEMV sums its K splits in-kernel with these (zeros)
             slots = gemv_counter_slots(layer.output_size, GEMV_MAX_TOKENS)
             counters = torch.zeros(slots, dtype=torch.int32, device=layer.weight.device)
@@ -163,6 +162,21 @@ class UnquantizedLinearMethod(LinearMethod):
 
 # The most tokens a linear layer's GEMV takes (decode at small batch; the table decides).
 GEMV_MAX_TOKENS = 4
+
+
+def resolve_gemv_configs(
+    layer: LinearBase, table: GemvTable | None = None
+) -> dict[int, GemvConfig]:
+    """The GEMV table's configs (default: the 16-bit one, `gemv_configs.json`) for the layer's
+    shape, by token count (1..GEMV_MAX_TOKENS); token counts without one take the layer's
+    other kernel."""
+    configs = {}
+    for tokens in range(1, GEMV_MAX_TOKENS + 1):
+        config = select_gemv_config(layer.input_size, layer.output_size, tokens, table)
+        if config is not None:
+            configs[tokens] = config
+    return configs
+
 
 # FP8 checkpoint layouts (runtime/models/quantization.py picks one from config.json).
 FP8_FROM_HIGH_PRECISION = "high_precision"  # bf16/fp16/fp32 weights, quantized at load time
@@ -247,11 +261,7 @@ class Fp8LinearMethod(LinearMethod):
         # Resolved once: the FP8 GEMV's configs for this shape by token count, where the GPU's
         # table (`kernels/gemv_fp8_configs.json`) has it faster than the skinny GEMM.
         if quantized.is_cuda:
-            table = load_gemv_table(FP8_TABLE_PATH)
-            for tokens in range(1, GEMV_MAX_TOKENS + 1):
-                config = select_gemv_config(layer.input_size, layer.output_size, tokens, table)
-                if config is not None:
-                    layer.fp8_gemv_configs[tokens] = config
+            layer.fp8_gemv_configs = resolve_gemv_configs(layer, load_gemv_table(FP8_TABLE_PATH))
         # The skinny GEMM's (and the GEMV's) split-K partials are summed in its own launch
         # with these (zeros between calls; one per output tile at decode sizes).
         slots = fp8_split_k_counter_slots(quantized.shape[0])
