@@ -383,13 +383,29 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
 
-def default_decode_blocks(head_dim: int, device: torch.device) -> tuple[int, int, int]:
+def default_decode_blocks(
+    head_dim: int, device: torch.device, *, fp8_pool: bool = False
+) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages); measured on the H200. (An FP8 pool in 128-position
     tiles measured 3-6% faster than in 64-position ones, with fp16 dots, but spills registers
-    under Triton 3.9's sm_90 compile; docs/benchmarks.md, the seventh session.)"""
+    under Triton 3.9's sm_90 compile; docs/benchmarks.md, the seventh session.) An FP8 pool's
+    launch runs 5 stages under `default_decode_max_registers`' cap: 234.8 -> 199.7 us at
+    256 x 1024 (the ninth session)."""
     if device.type != "cuda":
         return 32, 4, 1
-    return (64, 4, 3) if head_dim <= 128 else (32, 4, 2)
+    if head_dim > 128:
+        return 32, 4, 2
+    return (64, 4, 5) if fp8_pool else (64, 4, 3)
+
+
+def default_decode_max_registers(
+    head_dim: int, device: torch.device, *, fp8_pool: bool
+) -> int | None:
+    """The split kernel's register cap (ptxas `.maxnreg`), or None for the compiler's choice.
+    Over an FP8 pool the kernel takes 168 registers a thread (sm_90: 3 programs an SM, against
+    5 over a bf16 pool at 96) and so keeps a third of the bytes in flight; capped at 128 it
+    fits 4 programs without spilling (tests/test_kernels_decode_attention.py compiles it)."""
+    return 128 if device.type == "cuda" and fp8_pool and head_dim <= 128 else None
 
 
 def default_fp8_dot_fp16(device: torch.device) -> bool:
@@ -487,10 +503,9 @@ def decode_attention(
             a tuning override (benchmarks), default `default_fp8_dot_fp16`.
         kv_lhs: K/V tiles as the dots' left operands (`attend_paged_range_kv_lhs`); a tuning
             variant for the benchmarks, the same results.
-        max_registers: a cap on the split kernel's registers per thread (ptxas `.maxnreg`); a
-            tuning override (benchmarks). An FP8 pool's kernel takes 168 registers (sm_90,
-            64-position tiles, 4 warps: 3 programs an SM, against 5 over a bf16 pool at 96);
-            128 fits 4 without spilling.
+        max_registers: a cap on the split kernel's registers per thread (ptxas `.maxnreg`), a
+            tuning override (benchmarks): None for `default_decode_max_registers`, 0 for no
+            cap.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -531,8 +546,12 @@ def decode_attention(
         )
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
-    default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
     fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
+    default_n, default_warps, default_stages = default_decode_blocks(
+        head_dim, q.device, fp8_pool=fp8_pool
+    )
+    if max_registers is None:
+        max_registers = default_decode_max_registers(head_dim, q.device, fp8_pool=fp8_pool)
     if fp8_dot_fp16 is None:
         fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
@@ -570,7 +589,7 @@ def decode_attention(
         BLOCK_N=block_n or default_n,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
-        **({} if max_registers is None else {"maxnreg": max_registers}),
+        **({"maxnreg": max_registers} if max_registers else {}),
     )
     if merge:
         return out

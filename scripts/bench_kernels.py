@@ -92,17 +92,17 @@ def bench_decode(
 
 def sweep_fp8_kv_decode() -> None:
     """Decode attention over an e4m3 pool (fp16 dots, K/V on the dots' right: the shipped
-    path) against a bf16 pool, per launch size and register cap (`max_registers`). Graph
-    replays with the in-kernel merge (the engine's path); TB/s of each pool's own bytes. (The
-    eighth session measured bf16 dots and `kv_lhs` slower: docs/benchmarks.md.) Why the cap:
-    the FP8 kernel takes 168 registers a thread at the default launch (3 programs an SM; the
-    bf16 pool's takes 96, 5 programs), so it holds a third of the bytes in flight."""
+    path) against a bf16 pool, per launch size and register cap (`max_registers`, 0 for
+    none). Graph replays with the in-kernel merge (the engine's path); TB/s of each pool's
+    own bytes. (The eighth session measured bf16 dots and `kv_lhs` slower: docs/benchmarks.md.)
+    Why the cap: uncapped, the FP8 kernel takes 168 registers a thread (3 programs an SM; the
+    bf16 pool's takes 96, 5 programs), so it holds a third of the bytes in flight; the ninth
+    session made 64 / 4 warps / 5 stages at 128 registers the default."""
     fp8 = torch.float8_e4m3fn
     print("batch x context | pool | block_n warps stages | max registers | us | TB/s")
     configs = (
-        (None, None, None, None), (64, 4, 3, 128), (64, 4, 4, 128), (64, 4, 5, 128),
-        (64, 4, 6, 128), (64, 4, 5, None), (128, 4, 3, None), (128, 8, 3, None),
-        (128, 8, 4, 128), (32, 4, 6, 128), (32, 2, 6, None),
+        (None, None, None, None), (64, 4, 3, 0), (64, 4, 3, 128), (64, 4, 4, 128),
+        (64, 4, 6, 128), (64, 4, 5, 0), (128, 4, 3, 0), (128, 8, 4, 128), (32, 2, 6, 0),
     )  # fmt: skip
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
@@ -119,7 +119,8 @@ def sweep_fp8_kv_decode() -> None:
             except Exception as error:  # noqa: BLE001 (a launch size past shared memory)
                 print(f"{case} | e4m3 | {launch} | {max_registers} | failed: {error}")
                 continue
-            print(f"{case} | e4m3 | {launch} | {max_registers or '-'} | {us:.1f} | {tbs:.2f}")
+            cap = "default" if max_registers is None else max_registers or "-"
+            print(f"{case} | e4m3 | {launch} | {cap} | {us:.1f} | {tbs:.2f}")
 
 
 def extend_case(prefix_len: int, extend_len: int):
