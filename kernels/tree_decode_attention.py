@@ -321,7 +321,9 @@ def tree_decode_attention(
             BLOCK_D=block_d,
             BLOCK_N=block_n,
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
-            num_stages=num_stages or (2 if on_cuda else 1),
+            # 3 stages beat 2 at every chunk and member count of the H200 sweep (ninth session,
+            # docs/benchmarks.md: 162.5 -> 149.3 us at 16 x 16 sharing 2048 + 256).
+            num_stages=num_stages or (3 if on_cuda else 1),
         )
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,

@@ -7,10 +7,11 @@ Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV)
 scattered slots) plus `suffix` own tokens. Both kernels run on the same inputs; outputs must agree
 (relative error < 1e-2, bf16) or the script fails. Times are medians of CUDA-graph replays
 (`triton.testing.do_bench_cudagraph`, as the engine runs decode) and of eager launches; the plan
-is built once outside the timing (its host cost is reported separately). The main case is the
-issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item / chunk_tokens on it
-(and the shared pass's
-pipeline stages and warps) shows the tuning margin. JSON goes to --out, or $OUT/bench_tree_attention.json.
+is built once outside the timing (its host cost is reported separately), and each of the tree's
+kernels (shared pass, suffix pass, merge) is timed on its own under torch.profiler. The main
+case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item /
+chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin.
+JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ QUICK_CASES = CASES[:1]
 SWEEP = [
     dict(members_per_item=members, chunk_tokens=chunk, num_stages=stages, num_warps=warps)
     for members in (8, 16, 32)
-    for chunk in (256, 512, 1024)
-    for stages in (2, 3)
-    for warps in (4, 8)
+    for chunk in (512, 1024, 2048)
+    for stages in (3, 4)
+    for warps in (4,)  # 8 warps lost at every size and chunk in the ninth session's sweep
 ]
 
 
@@ -88,6 +89,24 @@ def time_us(fn, graph: bool) -> float:
     if graph:
         return 1e3 * triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
     return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def kernel_times_us(fn, repeats: int = 20) -> dict[str, float]:
+    """us per call of each GPU kernel `fn` launches (eager, under torch.profiler): which of
+    the tree's passes (shared, suffix, merge) holds the time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+            times[event.name] = times.get(event.name, 0.0) + event.device_time / repeats
+    return times
 
 
 def relative_error(out, ref) -> float:
@@ -170,6 +189,8 @@ def bench_case(
         result[f"decode_us_{mode}"] = decode_us
         result[f"tree_us_{mode}"] = tree_us
         result[f"speedup_{mode}"] = decode_us / tree_us
+    if "graph" in modes:
+        result["tree_kernels_us"] = kernel_times_us(run_tree)
     # MB / us = TB/s: the bandwidth each kernel achieves on the KV bytes it has to read.
     result["decode_tb_s"] = result["decode_kv_mb"] / result["decode_us_graph"]
     result["tree_tb_s"] = result["tree_kv_mb"] / result["tree_us_graph"]
@@ -202,6 +223,8 @@ def main() -> None:
             f"{name:>26} {row['decode_us_graph']:>10.1f} {row['tree_us_graph']:>9.1f} "
             f"{row['speedup_graph']:>7.2f}x {row['num_items']:>6}"
         )
+        passes = ", ".join(f"{name} {us:.1f}" for name, us in row["tree_kernels_us"].items())
+        print(f"{'':>26} tree kernels (eager, us): {passes}")
     if not options.quick:
         for tuning in SWEEP:
             row = bench_case(*CASES[0], modes=("graph",), **tuning)

@@ -19,6 +19,7 @@ from radixgen.kernels.tree_decode_plan import (
     TreeDecodeWorkspace,
     build_tree_decode_plan,
 )
+from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
 def random_tree_case(
@@ -333,3 +334,32 @@ def test_kv_dtype_is_a_parameter(kv_dtype):
     assert relative_error(out, expected) < 1e-5
     reference = tree_decode_attention_ref(**quantised, plan=plan, k_scale=k_scale, v_scale=v_scale)
     assert relative_error(reference, expected) < 1e-5
+
+
+def test_shared_pass_compiles_for_sm90_without_spills():
+    """The shared pass at the engine's Llama-3.1-8B launch (16 members of GQA group 4: a 64-row
+    Q tile, 64-position tiles, 4 warps, the default 3 stages), bf16 and FP8 pools: no spills."""
+    strides = ("stride_q_batch", "stride_q_head", "stride_kb_slot", "stride_kb_head",
+               "stride_vb_slot", "stride_vb_head", "stride_req_row")  # fmt: skip
+    tables = ("item_kv_rows_ptr", "item_kv_starts_ptr", "item_kv_ends_ptr",
+              "item_num_members_ptr", "item_members_ptr", "item_entries_ptr")  # fmt: skip
+    signature = {
+        "q_ptr": "*bf16",
+        "k_buffer_ptr": "*bf16",
+        "v_buffer_ptr": "*bf16",
+        "req_to_token_ptr": "*i32",
+        **dict.fromkeys(tables, "*i32"),
+        "partial_out_ptr": "*fp32",
+        "partial_lse_ptr": "*fp32",
+        "qk_scale": "fp32",
+        "num_heads": "i32",
+        **dict.fromkeys(strides, "i32"),
+    }
+    fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
+    constexprs = {"GROUP_SIZE": 4, "MEMBERS": 16, "BLOCK_G": 4, "HEAD_DIM": 128, "BLOCK_D": 128,
+                  "BLOCK_N": 64}  # fmt: skip
+    assert_compile_for_sm90_without_spills([
+        ("radixgen.kernels.tree_decode_attention", "_tree_shared_kernel", signature | pool,
+         constexprs, 4, {"num_stages": 3})
+        for pool in ({}, fp8_pool)
+    ])  # fmt: skip
