@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eighth
-# session (2026-12-02) ran gpu-tests fp8-kv-attn decode-merge int4-profile lean fp8. Pending
-# after it, in order: gpu-tests, fp8-kv-attn (register caps), fp8-gemv, lean (alternating),
-# tree-sweep, fp8-rows. Through the device tool with
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The ninth
+# session (2026-12-02) ran gpu-tests fp8-kv-attn fp8-gemv fp8 lean tree-sweep fp8-rows. Pending
+# after it, in order: gpu-tests, tree-sweep (per-kernel times, 3 stages), tree-gsp.
+# Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
@@ -21,7 +21,10 @@
 #   fp8-gemv    [8/14] the FP8 split-K GEMV swept against the skinny GEMM at batch 1, its
 #               table installed, bench latency --quantization fp8 batch 1 before and after
 #   fp8-rows    [8/14] offline 1000 x 1000/1000 with FP8 weights only and FP8 KV only
-#   tree-sweep  [6/14] scripts/bench_tree_attention.py with its launch sweep (never run)
+#   tree-sweep  [6/14] scripts/bench_tree_attention.py with its launch sweep (ninth session:
+#               2.56x at the defaults, 2.77x at 3 stages; now with each pass's kernel time)
+#   tree-gsp    [6/14] generated-shared-prefix in-process, tree attention off / on alternating,
+#               and a profile of one decode step of that batch with and without it
 #   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
 #   lean        [7/14] item 1: generated-shared-prefix in-process, served, twice (eighth
 #               session: 1.115x with the client starting each request before building the
@@ -71,6 +74,22 @@ for stage in "$@"; do
         python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
           --batch-sizes 1 --input-len 128 --output-len 256 --quantization fp8 \
           --output-json "$OUT/fp8_gemv/latency_fp8_$when.json" 2>&1 | grep '^{' | tail -1
+      done ;;
+    tree-gsp)
+      # [6/14] generated-shared-prefix in-process with tree attention off, on, off, on (third
+      # session: 31.81 / 26.87 s; target 18 s), then one decode step of that batch (1,024
+      # requests, 64 groups sharing 2,048 tokens + 128 own) profiled with and without it
+      mkdir -p "$OUT/tree_gsp"
+      for mode in notree tree notree2 tree2; do
+        timeout 150 python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
+          --load-format dummy --dataset generated-shared-prefix \
+          $(case $mode in tree*) echo --enable-tree-attention;; esac) \
+          --output-json "$OUT/tree_gsp/offline_gsp_$mode.json" 2>&1 | grep -E "^duration" | tail -1
+      done
+      for flag in "" --tree-attention; do
+        timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+          --batch-size 1024 --input-len 128 --shared-prefix-len 2048 --groups 64 --steps 32 \
+          $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
       done ;;
     tree-sweep)
       # [6/14] the tree kernel's launch sweep, never run (third session: 2.57x at its defaults,

@@ -2,7 +2,7 @@
 
     python3 scripts/profile_decode_step.py --model-path /tmp/llama-3.1-8b --load-format dummy \
         [--quantization fp8|awq] [--kv-cache-dtype fp8_e4m3] [--lora] [--batch-size 1] \
-        [--input-len 128] [--out $OUT]
+        [--input-len 128] [--shared-prefix-len 2048 --groups 64] [--tree-attention] [--out $OUT]
 
 Runs one warm greedy `Engine.generate` (128-token prompts by default, 129 new tokens: 128
 decode steps)
@@ -13,6 +13,9 @@ per step; the difference is time the GPU sat idle (launch gaps, host work, syncs
 is profiled on its own too and its kernels subtracted (by name), so a large batch's prefill does
 not drown the steps. `--lora`: every
 request uses one random rank-16 adapter on all linear modules (as scripts/bench_lora.py's).
+`--shared-prefix-len N --groups G`: the requests fall into G groups whose prompts start with
+the same N tokens (then `--input-len` own tokens), as generated-shared-prefix's; with
+`--tree-attention` decode reads each group's prefix once (`enable_tree_attention`).
 JSON to --out/profile_decode_step[_QUANT][_lora]_bsN.json.
 """
 
@@ -34,6 +37,9 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
     parser.add_argument("--lora", action="store_true", help="one random rank-16 adapter")
     parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--shared-prefix-len", type=int, default=0, help="tokens per group")
+    parser.add_argument("--groups", type=int, default=1, help="groups sharing a prefix")
+    parser.add_argument("--tree-attention", action="store_true")
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -66,8 +72,15 @@ def main() -> None:
             "lora_target_modules": ["all"],
         }
         adapter = ["adapter0"] * args.batch_size
+    if args.tree_attention:
+        options["enable_tree_attention"] = True
+    prefixes = [
+        [2000 + (g * 17 + j * 7) % 30000 for j in range(args.shared_prefix_len)]
+        for g in range(args.groups)
+    ]
     prompts = [
-        [1000 + (i * 31 + j) % 20000 for j in range(args.input_len)] for i in range(args.batch_size)
+        prefixes[i % args.groups] + [1000 + (i * 31 + j) % 20000 for j in range(args.input_len)]
+        for i in range(args.batch_size)
     ]
     params = {"max_new_tokens": args.steps + 1, "temperature": 0.0, "ignore_eos": True}
     with Engine(model_path=args.model_path, **options) as engine:
@@ -113,6 +126,8 @@ def main() -> None:
         print(f"{name:90s} {count / args.steps:7.2f} {per_step:8.1f} {per_step / step_us:6.1%}")
     suffix = (f"_{args.quantization}" if args.quantization else "") + ("_lora" if args.lora else "")
     suffix += f"_kv{args.kv_cache_dtype}" if args.kv_cache_dtype else ""
+    suffix += f"_shared{args.shared_prefix_len}x{args.groups}" if args.shared_prefix_len else ""
+    suffix += "_tree" if args.tree_attention else ""
     path = os.path.join(args.out, f"profile_decode_step{suffix}_bs{args.batch_size}.json")
     with open(path, "w") as file:
         json.dump(
@@ -121,6 +136,9 @@ def main() -> None:
                 "quantization": args.quantization,
                 "kv_cache_dtype": args.kv_cache_dtype,
                 "input_len": args.input_len,
+                "shared_prefix_len": args.shared_prefix_len,
+                "groups": args.groups,
+                "tree_attention": args.tree_attention,
                 "step_wall_us": step_us,
                 "kernel_us_per_step": kernel_us,
                 "kernels": [
