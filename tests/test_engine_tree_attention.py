@@ -1,5 +1,6 @@
 """Tree decode attention inside the engine: the grouping read from the radix cache, and greedy
-outputs unchanged with it on and off (tiny model, Triton backend; CPU: the interpreter)."""
+outputs unchanged with it on and off (tiny model, Triton backend; CPU: the interpreter, on a
+two-layer model of tiny's shape)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.request_schema import GenerateReq, SamplingParams
 from radixgen.runtime.scheduler import Scheduler
 from radixgen.runtime.server_args import ServerArgs
+from radixgen.runtime.tiny_model import TINY_CONFIG, write_random_model
 
 GREEDY = {"max_new_tokens": 2, "temperature": 0, "ignore_eos": True}  # one decode step
 
@@ -26,6 +28,15 @@ SYSTEM_LEN = 20  # the Triton interpreter is slow: short prompts, a lower sharin
 @pytest.fixture(autouse=True)
 def share_short_prefixes(monkeypatch):
     monkeypatch.setattr(tree_grouping, "MIN_SHARED_TOKENS", SYSTEM_LEN)
+
+
+@pytest.fixture(scope="module")
+def two_layer_model_path(tmp_path_factory) -> str:
+    """tiny's shape and tokenizer with two random layers: the interpreter runs each attention
+    kernel once a layer (~1.4 s a layer on 2 cores), and two layers still reuse one tree plan."""
+    folder = tmp_path_factory.mktemp("two-layer")
+    write_random_model(folder, {**TINY_CONFIG, "num_hidden_layers": 2}, seed=0)
+    return str(folder)
 
 
 def forked_prompts(seed: int = 0) -> tuple[list[list[int]], list[str | None]]:
@@ -50,29 +61,50 @@ def forked_prompts(seed: int = 0) -> tuple[list[list[int]], list[str | None]]:
     return [prompts[i] for i in order], [salts[i] for i in order]
 
 
-def run_engine(path: str, sampling_params=GREEDY, **options) -> tuple[list[list[int]], dict]:
-    engine = Engine(model_path=path, dtype="float32", max_total_tokens=2048, **options)
+def run_engine(path: str, sampling_params=GREEDY, **options) -> tuple[list[dict], dict]:
+    """The outputs of `forked_prompts()` (with the top 5 logprobs of each step) and the
+    engine's stats."""
+    # No warm-up: on the CPU its decode steps would run the Triton interpreter for ~10 s.
+    engine = Engine(
+        model_path=path, dtype="float32", max_total_tokens=2048, skip_warmup=True, **options
+    )
     try:
         prompts, salts = forked_prompts()
         outputs = engine.generate(
-            input_ids=prompts, sampling_params=sampling_params, cache_salt=salts
+            input_ids=prompts,
+            sampling_params=sampling_params,
+            cache_salt=salts,
+            return_logprob=True,
+            top_logprobs_num=5,
         )
         engine.check_integrity()
-        return [o["output_ids"] for o in outputs], engine.get_stats()
+        return outputs, engine.get_stats()
     finally:
         engine.shutdown()
 
 
-def test_tree_attention_engine_outputs_equal_the_reference(tiny_model_path):
+def output_ids(outputs: list[dict]) -> list[list[int]]:
+    return [output["output_ids"] for output in outputs]
+
+
+def test_tree_attention_engine_outputs_equal_the_reference(two_layer_model_path):
     """The Triton backend (interpreter on CPU) with tree attention on gives the greedy outputs
-    of the torch reference backend (plain decode attention)."""
+    of the torch reference backend (plain decode attention), and its logprobs."""
     with_tree, stats = run_engine(
-        tiny_model_path, attention_backend="triton", enable_tree_attention=True
+        two_layer_model_path, attention_backend="triton", enable_tree_attention=True
     )
-    reference, reference_stats = run_engine(tiny_model_path, attention_backend="torch")
+    reference, reference_stats = run_engine(two_layer_model_path, attention_backend="torch")
     assert stats["num_tree_attention_steps"] == 1  # the decode step
     assert reference_stats["num_tree_attention_steps"] == 0
-    assert with_tree == reference
+    assert output_ids(with_tree) == output_ids(reference)
+    # A random model's greedy token mostly repeats its input (the residual stream dominates),
+    # so the decode step's top logprobs, which attention moves, are compared too.
+    for got, expected in zip(with_tree, reference, strict=True):
+        got_top = got["meta_info"]["output_top_logprobs"][-1]
+        expected_top = expected["meta_info"]["output_top_logprobs"][-1]
+        assert [token for _, token, *_ in got_top] == [token for _, token, *_ in expected_top]
+        errors = [abs(a[0] - b[0]) for a, b in zip(got_top, expected_top, strict=True)]
+        assert max(errors) < 1e-4, (got_top, expected_top)
 
 
 @pytest.mark.slow
@@ -83,7 +115,7 @@ def test_greedy_outputs_unchanged_by_tree_attention(tiny_model_path):
     without, plain_stats = run_engine(tiny_model_path, attention_backend="triton")
     assert stats["num_tree_attention_steps"] > 0
     assert plain_stats["num_tree_attention_steps"] == 0
-    assert with_tree == without
+    assert output_ids(with_tree) == output_ids(without)
 
 
 def test_grouping_follows_the_radix_tree_and_namespaces(tiny_model_path):
@@ -134,7 +166,7 @@ def test_greedy_outputs_unchanged_by_tree_attention_cuda(tiny_model_path, disabl
     assert stats["num_tree_attention_steps"] > 0 and plain["num_tree_attention_steps"] == 0
     # fp32 dots run as TF32 on the GPU and the two paths sum in another order: a near tie may
     # flip one sequence's greedy token; the others must be identical.
-    same = sum(a == b for a, b in zip(with_tree, without, strict=True))
+    same = sum(a == b for a, b in zip(output_ids(with_tree), output_ids(without), strict=True))
     assert same >= len(without) - 1, (with_tree, without)
 
 
