@@ -99,6 +99,66 @@ def attend_paged_range_kv_lhs(
 
 
 @triton.jit
+def _fp8_byte_to_fp16(words, shift: tl.constexpr, FP8_WORDS: tl.constexpr):
+    """The FP8 byte at bit `shift` of each int32 word as fp16, exactly. e5m2 is fp16's top
+    byte. e4m3's sign, exponent and mantissa bits placed at fp16's (bias 15 against 7) give the
+    value / 2^8, normal or subnormal alike."""
+    byte = (words >> shift) & 0xFF
+    if FP8_WORDS == 2:
+        return (byte << 8).to(tl.uint16).to(tl.float16, bitcast=True)
+    bits = (((byte & 0x80) << 8) | ((byte & 0x7F) << 7)).to(tl.uint16)
+    return (bits.to(tl.float16, bitcast=True).to(tl.float32) * 256.0).to(tl.float16)
+
+
+@triton.jit
+def load_fp8_rows_as_fp16(
+    base,  # FP8 rows: row r's element d at base + slots[r] * stride_slot + d
+    slots,  # [BLOCK_N] int64
+    mask_n,  # [BLOCK_N]
+    stride_slot,  # elements (bytes); a multiple of 4
+    HEAD_DIM: tl.constexpr,  # a multiple of 4
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP8_WORDS: tl.constexpr,  # 1: e4m3, 2: e5m2
+    USE_PTX: tl.constexpr,  # CUDA: one conversion instruction per 2 elements
+):
+    """An FP8 tile `[BLOCK_N, BLOCK_D]` as fp16, read as 32-bit words (4 elements each) and
+    converted in the layout it was loaded in. Why: loaded as FP8 and converted after, the tile
+    feeds a dot's right operand with positions along its K dimension, and Hopper has no 8-bit
+    transposing shared-memory load (`ldmatrix.trans` is 16-bit): Triton then reads the tile one
+    byte at a time (64 `ld.shared.b8` a thread per 64 x 128 tile). Converted first, the fp16
+    tile takes `ldmatrix.trans`. Without `USE_PTX` (the interpreter, which cannot run inline PTX)
+    the bytes are converted with integer operations, exactly."""
+    offs_w = tl.arange(0, BLOCK_D // 4)
+    words = tl.load(
+        base.to(tl.pointer_type(tl.int32)) + slots[:, None] * (stride_slot // 4) + offs_w[None, :],
+        mask=mask_n[:, None] & (offs_w[None, :] < HEAD_DIM // 4),
+        other=0,
+    )  # [BLOCK_N, BLOCK_D // 4]: elements 4w .. 4w + 3 of each row, the first in the low byte
+    if USE_PTX:
+        cvt: tl.constexpr = "cvt.rn.f16x2.e4m3x2" if FP8_WORDS == 1 else "cvt.rn.f16x2.e5m2x2"
+        e0, e1, e2, e3 = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; .reg .b32 a, b; mov.b32 {lo, hi}, $4; "
+            + cvt
+            + " a, lo; "
+            + cvt
+            + " b, hi; mov.b32 {$0, $1}, a; mov.b32 {$2, $3}, b; }",
+            "=h,=h,=h,=h,r",
+            [words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        e0 = _fp8_byte_to_fp16(words, 0, FP8_WORDS)
+        e1 = _fp8_byte_to_fp16(words, 8, FP8_WORDS)
+        e2 = _fp8_byte_to_fp16(words, 16, FP8_WORDS)
+        e3 = _fp8_byte_to_fp16(words, 24, FP8_WORDS)
+    # join(join(e0, e2), join(e1, e3))[..., x, y] is element 2x + y of the word.
+    return tl.reshape(tl.join(tl.join(e0, e2), tl.join(e1, e3)), [BLOCK_N, BLOCK_D])
+
+
+@triton.jit
 def attend_paged_range(
     q,  # [BLOCK_M, BLOCK_D] in the compute dtype
     k_base,  # K of one KV head: slot s at k_base + s * stride_k_slot
@@ -114,6 +174,8 @@ def attend_paged_range(
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_LHS: tl.constexpr = False,  # K/V on the dots' left: `attend_paged_range_kv_lhs`
+    V_FP8_WORDS: tl.constexpr = 0,  # an FP8 V tile through `load_fp8_rows_as_fp16` (1 e4m3, 2 e5m2)
+    V_FP8_PTX: tl.constexpr = True,  # its conversion in inline PTX (CUDA)
 ):
     """Online softmax of q's rows over positions [start, end) of one paged history, base 2.
 
@@ -152,11 +214,24 @@ def attend_paged_range(
             mask=mask_n[None, :] & mask_d[:, None],
             other=0.0,
         ).to(q.dtype)  # [BLOCK_D, BLOCK_N]
-        v = tl.load(
-            v_base + slots[:, None] * stride_v_slot + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
+        if V_FP8_WORDS:
+            v = load_fp8_rows_as_fp16(
+                v_base,
+                slots,
+                mask_n,
+                stride_v_slot,
+                HEAD_DIM,
+                BLOCK_D,
+                BLOCK_N,
+                V_FP8_WORDS,
+                V_FP8_PTX,
+            )  # [BLOCK_N, BLOCK_D] fp16 (q's dtype on this path)
+        else:
+            v = tl.load(
+                v_base + slots[:, None] * stride_v_slot + offs_d[None, :],
+                mask=mask_n[:, None] & mask_d[None, :],
+                other=0.0,
+            ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
         qk = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
         # Position n < end is valid, so every row's max is finite.
@@ -198,6 +273,8 @@ def decode_split_kernel(
     MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
     DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (exact for e4m3 and e5m2)
     KV_LHS: tl.constexpr,  # K/V on the dots' left (`attend_paged_range_kv_lhs`)
+    V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot (fp16 dots only)
+    V_FP8_PTX: tl.constexpr,  # ... with inline PTX (CUDA); integer operations otherwise
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -249,6 +326,8 @@ def decode_split_kernel(
         BLOCK_D,
         BLOCK_N,
         KV_LHS,
+        V_FP8_WORDS,
+        V_FP8_PTX,
     )
 
     # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
@@ -483,6 +562,7 @@ def decode_attention(
     fp8_dot_fp16: bool | None = None,
     kv_lhs: bool = False,
     max_registers: int | None = None,
+    fp8_v_words: bool | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -506,6 +586,8 @@ def decode_attention(
         max_registers: a cap on the split kernel's registers per thread (ptxas `.maxnreg`), a
             tuning override (benchmarks): None for `default_decode_max_registers`, 0 for no
             cap.
+        fp8_v_words: an FP8 pool's V tiles read as 32-bit words and converted to fp16 before
+            the dot (`load_fp8_rows_as_fp16`); a tuning override, default on CUDA.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -554,6 +636,20 @@ def decode_attention(
         max_registers = default_decode_max_registers(head_dim, q.device, fp8_pool=fp8_pool)
     if fp8_dot_fp16 is None:
         fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
+    dot_fp16 = fp8_pool and fp8_dot_fp16 and q.dtype == torch.bfloat16
+    if fp8_v_words is None:
+        fp8_v_words = q.device.type == "cuda"
+    v_fp8_words = 0
+    if (
+        fp8_v_words
+        and fp8_pool
+        and not kv_lhs
+        and (dot_fp16 or q.dtype == torch.float16)
+        and head_dim % 4 == 0
+        and v_buffer.stride(0) % 4 == 0
+        and v_buffer.stride(1) % 4 == 0
+    ):
+        v_fp8_words = 1 if v_buffer.dtype == torch.float8_e4m3fn else 2
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
@@ -580,8 +676,10 @@ def decode_attention(
         num_kv_splits,
         HAS_KV_STARTS=False,
         MERGE=merge,
-        DOT_FP16=fp8_pool and fp8_dot_fp16 and q.dtype == torch.bfloat16,
+        DOT_FP16=dot_fp16,
         KV_LHS=kv_lhs,
+        V_FP8_WORDS=v_fp8_words,
+        V_FP8_PTX=q.device.type == "cuda",
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

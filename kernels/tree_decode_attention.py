@@ -347,6 +347,8 @@ def tree_decode_attention(
         MERGE=False,
         DOT_FP16=False,
         KV_LHS=False,
+        V_FP8_WORDS=0,
+        V_FP8_PTX=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

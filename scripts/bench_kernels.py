@@ -92,35 +92,39 @@ def bench_decode(
 
 def sweep_fp8_kv_decode() -> None:
     """Decode attention over an e4m3 pool (fp16 dots, K/V on the dots' right: the shipped
-    path) against a bf16 pool, per launch size and register cap (`max_registers`, 0 for
-    none). Graph replays with the in-kernel merge (the engine's path); TB/s of each pool's
-    own bytes. (The eighth session measured bf16 dots and `kv_lhs` slower: docs/benchmarks.md.)
-    Why the cap: uncapped, the FP8 kernel takes 168 registers a thread (3 programs an SM; the
-    bf16 pool's takes 96, 5 programs), so it holds a third of the bytes in flight; the ninth
-    session made 64 / 4 warps / 5 stages at 128 registers the default."""
+    path) against a bf16 pool, per launch size, register cap (`max_registers`, 0 for none) and
+    V path (`fp8_v_words`: V read as 32-bit words and converted before the dot, the default
+    since the ninth session, or converted after its load, which reads V from shared memory one
+    byte at a time). Graph replays with the in-kernel merge (the engine's path); TB/s of each
+    pool's own bytes. (The eighth session measured bf16 dots and `kv_lhs` slower; the ninth
+    made 64 / 4 warps / 5 stages at 128 registers the default: docs/benchmarks.md.)"""
     fp8 = torch.float8_e4m3fn
-    print("batch x context | pool | block_n warps stages | max registers | us | TB/s")
+    print("batch x context | pool | block_n warps stages | max registers | V words | us | TB/s")
     configs = (
-        (None, None, None, None), (64, 4, 3, 0), (64, 4, 3, 128), (64, 4, 4, 128),
-        (64, 4, 6, 128), (64, 4, 5, 0), (128, 4, 3, 0), (128, 8, 4, 128), (32, 2, 6, 0),
+        (None, None, None, None, True), (None, None, None, None, False),
+        (64, 4, 3, 0, True), (64, 4, 3, 96, True), (64, 4, 4, 0, True), (64, 4, 5, 96, True),
+        (64, 8, 3, 0, True), (128, 4, 3, 0, True), (128, 4, 3, 128, True), (128, 8, 3, 0, True),
+        (32, 4, 4, 0, True),
     )  # fmt: skip
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
         us, tbs = bench_decode(batch, context, graph=True, merge_counters=True)
-        print(f"{case} | bf16 | default | - | {us:.1f} | {tbs:.2f}")
-        for block_n, num_warps, num_stages, max_registers in configs if batch > 1 else configs[:2]:
+        print(f"{case} | bf16 | default | - | - | {us:.1f} | {tbs:.2f}")
+        for block_n, num_warps, num_stages, max_registers, v_words in (
+            configs if batch > 1 else configs[:2]
+        ):
             launch = "default" if block_n is None else f"{block_n} {num_warps} {num_stages}"
+            cap = "default" if max_registers is None else max_registers or "-"
             try:
                 us, tbs = bench_decode(
                     batch, context, graph=True, kv_dtype=fp8, merge_counters=True,
                     block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                    max_registers=max_registers,
+                    max_registers=max_registers, fp8_v_words=v_words,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 (a launch size past shared memory)
-                print(f"{case} | e4m3 | {launch} | {max_registers} | failed: {error}")
+                print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | failed: {error}")
                 continue
-            cap = "default" if max_registers is None else max_registers or "-"
-            print(f"{case} | e4m3 | {launch} | {cap} | {us:.1f} | {tbs:.2f}")
+            print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
 
 
 def extend_case(prefix_len: int, extend_len: int):

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The ninth
 # session (2026-12-02) ran gpu-tests fp8-kv-attn fp8-gemv fp8 lean tree-sweep fp8-rows. Pending
-# after it, in order: gpu-tests, tree-sweep (per-kernel times, 3 stages), tree-gsp.
+# after it, in order: gpu-tests, fp8-kv-attn (V read as words), fp8, tree-sweep (per-pass
+# times, 3 stages), tree-gsp.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
-#   gpu-tests   every GPU test (`pytest -m gpu`; 110 passed at c4b5ba5 in the seventh session)
+#   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
 #               only the used splits arrived at the in-kernel merge's counter) vs this tree
 #   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:

@@ -32,7 +32,12 @@ for module, name, signature, constexprs, num_warps, *options in json.loads(sys.a
     source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs,
                        attrs)
     options = {"num_warps": num_warps, "num_stages": 3, **(options[0] if options else {})}
+    forbidden = options.pop("forbid_ptx", [])
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    found = [text for text in forbidden if text in compiled.asm["ptx"]]
+    if found:
+        print(1, name, "PTX has", found)
+        continue
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
         ptx.write(compiled.asm["ptx"])
         ptx.flush()
@@ -42,7 +47,7 @@ for module, name, signature, constexprs, num_warps, *options in json.loads(sys.a
 """
 
 # (module, kernel name, signature, constexprs, num_warps[, compile options such as
-# {"num_stages": 5, "maxnreg": 128}])
+# {"num_stages": 5, "maxnreg": 128}, and "forbid_ptx": instructions the PTX must not hold])
 Kernel = tuple
 
 

@@ -141,14 +141,18 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
          {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "KV_LHS": kv_lhs,
-          "GROUP_SIZE": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
+          "V_FP8_WORDS": v_words, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
+          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
          4, options)
-        for merge, pool, dot_fp16, kv_lhs, block_n, options in (
-            (False, {}, False, False, 64, {}), (True, {}, False, False, 64, {}),
-            (True, fp8_pool, True, False, 64, {}), (True, fp8_pool, True, True, 64, {}),
+        for merge, pool, dot_fp16, kv_lhs, v_words, block_n, options in (
+            (False, {}, False, False, 0, 64, {}), (True, {}, False, False, 0, 64, {}),
+            (True, fp8_pool, True, False, 0, 64, {}), (True, fp8_pool, True, True, 0, 64, {}),
             # The FP8 pool's launches of the sweep capped at 128 registers (`max_registers`).
-            (True, fp8_pool, True, False, 64, {"maxnreg": 128}),
-            (True, fp8_pool, True, False, 64, {"maxnreg": 128, "num_stages": 5}),
+            (True, fp8_pool, True, False, 0, 64, {"maxnreg": 128}),
+            # The default FP8 launch: V read as words and converted before the dot, so no
+            # byte-wide shared-memory loads (64 a thread a tile without it).
+            (True, fp8_pool, True, False, 1, 64,
+             {"maxnreg": 128, "num_stages": 5, "forbid_ptx": ["ld.shared.b8", "ld.shared.u8"]}),
         )
     ])  # fmt: skip
 

@@ -40,6 +40,23 @@ def test_decode_attention_reads_fp8_pool(fp8_dtype, k_scale, v_scale):
 
 
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_v_read_as_words_gives_the_same_attention(fp8_dtype):
+    """fp16 dots with V read as 32-bit words and converted before the dot (CUDA's default;
+    here the exact integer conversion the interpreter can run) against V converted after its
+    load, and against the reference: the same attention."""
+    args = make_decode_case(
+        seq_lens=[1, 70, 33], num_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.float16
+    )
+    fp8_args = to_fp8_pool(args, fp8_dtype, k_scale=0.5, v_scale=3.0)
+    words = decode_attention(**fp8_args, num_kv_splits=4, fp8_v_words=True)
+    plain = decode_attention(**fp8_args, num_kv_splits=4, fp8_v_words=False)
+    # Bitwise equal for e4m3; for e5m2 the interpreter's own conversion (`plain`) reads the
+    # case's one subnormal V element differently (~2e-6).
+    assert relative_error(words, plain) < 1e-5
+    assert relative_error(words, decode_attention_ref(**fp8_args)) < 2e-3
+
+
+@pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_extend_attention_reads_fp8_prefix(fp8_dtype):
     args = make_extend_case(
         prefix_lens=[5, 0, 40],
@@ -86,8 +103,13 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
     )
     fp8_decode = to_fp8_pool(decode, fp8_dtype, k_scale=0.5, v_scale=1.5)
     # The tiles as bf16, or as fp16 (the FP8 conversion's type), on either side of the dots.
-    for dot_fp16, kv_lhs in ((False, False), (True, False), (True, True)):
-        out = decode_attention(**fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs)
+    # V read as words and converted by PTX before the dot (the default), or after its load.
+    for dot_fp16, kv_lhs, v_words in (
+        (False, False, False), (True, False, True), (True, False, False), (True, True, False)
+    ):  # fmt: skip
+        out = decode_attention(
+            **fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs, fp8_v_words=v_words
+        )
         assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     extend = make_extend_case(
