@@ -1,5 +1,6 @@
 """A real `radixgen serve` (tiny model, CPU) in a subprocess, driven by httpx and the openai
-client: native and OpenAI endpoints, streaming, bad input, auth, disconnects, a burst.
+client: native and OpenAI endpoints, streaming, bad input, auth, disconnects, a burst, and
+SIGTERM's graceful drain.
 
 One server serves the whole module (start-up dominates the runtime); the last test stops it.
 """
@@ -10,6 +11,8 @@ import asyncio
 import json
 import os
 import re
+import signal
+import threading
 import time
 
 import httpx
@@ -37,6 +40,7 @@ def server(tiny_model_path):  # built once, before the server needs it
         "--context-length", str(CONTEXT_LENGTH),
         "--max-running-requests", str(MAX_RUNNING),
         "--max-queued-requests", str(MAX_QUEUED),
+        "--shutdown-timeout", "2",  # the drain test's window
     ]  # fmt: skip
     with ServerProcess(flags, api_key=API_KEY) as running:
         yield running
@@ -714,21 +718,78 @@ def test_requests_beyond_the_queue_limit_get_503(server, http):
     assert_no_leaked_kv(http)
 
 
-def test_sigterm_stops_the_server_and_its_children(server, http):
-    # Last test of the module: it stops the shared server.
+def test_sigterm_drains_then_aborts_and_exits_zero(server, http):
+    # Last test of the module: it stops the module's server.
     process_ids = server_info(http)["process_ids"]
-    assert server.stop() == 0
-    deadline = time.monotonic() + 10
-    for pid in process_ids.values():
-        while _is_running(pid):
-            assert time.monotonic() < deadline, f"process {pid} survived SIGTERM"
+    short = {"text": "short", "sampling_params": {"max_new_tokens": 4}}
+    endless = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0}
+    results: dict[str, object] = {}
+
+    def run(name: str, body: dict) -> None:
+        try:
+            with httpx.stream(
+                "POST", f"{server.base_url}/generate", json=body, headers=server.headers, timeout=60
+            ) as response:
+                results[name] = (response.status_code, list(response.iter_lines()))
+        except httpx.TransportError as error:
+            results[name] = error
+
+    def in_flight() -> int:
+        return server_info(http)["num_requests_in_flight"]
+
+    def wait_until(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline
             time.sleep(0.05)
 
+    # Both endless requests in flight first, then the short one (in flight or already done):
+    # SIGTERM never races a request that has not reached the server.
+    threads = [
+        threading.Thread(target=run, args=("long", {"text": "a", "sampling_params": endless})),
+        threading.Thread(
+            target=run, args=("stream", {"text": "b", "stream": True, "sampling_params": endless})
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: in_flight() >= 2)
+    threads.append(threading.Thread(target=run, args=("short", short)))
+    threads[-1].start()
+    wait_until(lambda: "short" in results or in_flight() >= 3)
+    os.kill(server.process.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    refused = httpx.post(
+        f"{server.base_url}/generate", json=short, headers=server.headers, timeout=10
+    )
+    assert refused.status_code == 503
+    assert refused.json()["error"]["type"] == "service_unavailable"
+    assert server.wait(timeout_s=30) == 0
+    for thread in threads:
+        thread.join(timeout=30)
 
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead, just not yet reaped
-        return stat.read().split(")")[-1].split()[0] != "Z"
+    assert results["short"][0] == 200  # finished inside the drain window
+    status, lines = results["long"]
+    assert status == 503
+    assert json.loads(lines[0])["error"]["code"] == 503
+    status, lines = results["stream"]
+    assert status == 200
+    events = [line for line in lines if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: ") :])["error"]["code"] == 503
+    for pid in process_ids.values():
+        assert not _is_running(pid, wait_s=10), f"process {pid} survived SIGTERM"
+
+
+def _is_running(pid: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead, just not yet reaped
+            if stat.read().split(")")[-1].split()[0] == "Z":
+                return False
+        time.sleep(0.05)
+    return True
