@@ -2,6 +2,8 @@
 
 Unless RADIXGEN_CACHE is already set, the session points it at a temporary folder (inherited by
 any subprocess a test starts), so tests never touch ~/.cache and always use a fresh build.
+The servers that several modules share (shared_servers.py) start on first use and stop at the
+end of the session.
 """
 
 from __future__ import annotations
@@ -11,6 +13,15 @@ import shutil
 import tempfile
 
 import pytest
+from shared_servers import (
+    CHAT_TEMPLATE_FILE_TEXT,
+    DEFAULT_FLAGS,
+    HOSTILE_FLAGS,
+    OPENAI_API_KEY,
+    openai_flags,
+)
+
+from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 _SESSION_CACHE_KEY = "_radixgen_session_cache"
 
@@ -47,6 +58,29 @@ def tiny_model_path() -> str:
     from radixgen.runtime.tiny_model import resolve_model_path
 
     return resolve_model_path("tiny")
+
+
+@pytest.fixture(scope="session")
+def default_server(tiny_model_path):  # built once, before the server needs it
+    """`radixgen serve --model-path tiny`, as the docs start it."""
+    with ServerProcess(DEFAULT_FLAGS) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def hostile_server(tiny_model_path):
+    """A small context, a body limit and a short header timeout, for bad requests."""
+    with ServerProcess(HOSTILE_FLAGS) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def openai_server(tiny_model_path, tmp_path_factory):
+    """An API key, tool calls, open /metrics and a chat template file, for OpenAI clients."""
+    template = tmp_path_factory.mktemp("template") / "chat.jinja"
+    template.write_text(CHAT_TEMPLATE_FILE_TEXT)
+    with ServerProcess(openai_flags(str(template)), api_key=OPENAI_API_KEY) as running:
+        yield running
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,7 +13,6 @@ import pytest
 
 from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset
 from radixgen.runtime.cli import main as radixgen_main
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 
 def test_datasets_are_deterministic_and_shaped():
@@ -118,9 +117,8 @@ def test_bench_serving_exits_1_when_every_request_fails(capsys):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_path):
-    with ServerProcess(["--log-level", "warning", "--context-length", "512"]) as running:
-        yield running
+def server(default_server):  # the suite's shared `radixgen serve --model-path tiny`
+    return default_server
 
 
 @pytest.mark.parametrize("backend", ["radixgen", "openai"])

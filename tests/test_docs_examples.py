@@ -6,9 +6,9 @@ its fence (doc_blocks.py), and must still compile; a fragment that uses the obje
 before it says `<!-- continues the previous block -->`. Every other block runs here, except the
 ones in RUN_ELSEWHERE, which another named test runs with stronger checks: nothing is skipped
 silently. Two things are substituted in the code before it runs, and only these: the docs'
-server address (127.0.0.1:30000 or localhost:30000) becomes the address of one `radixgen serve
---model-path tiny` started for this module, and the docs' example checkpoint folder becomes
-tiny's own Hugging Face folder.
+server address (127.0.0.1:30000 or localhost:30000) becomes the address of the suite's shared
+`radixgen serve --model-path tiny` (shared_servers.py), and the docs' example checkpoint folder
+becomes tiny's own Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import pytest
 from doc_blocks import DocBlock, code_blocks, documentation_files, run_block
 
 import radixgen as rg
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 DOCS_SERVER_ADDRESS = re.compile(r"(?:127\.0\.0\.1|localhost):30000")
 DOCS_CHECKPOINT_FOLDER = "/models/Llama-3.1-8B-Instruct"
@@ -43,9 +42,8 @@ RUN_ELSEWHERE = {
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_path):  # the tiny checkpoint is built once, before the server needs it
-    with ServerProcess(["--model-path", "tiny", "--log-level", "warning"]) as running:
-        yield running
+def server(default_server):
+    return default_server
 
 
 @pytest.fixture(scope="module")

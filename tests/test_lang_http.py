@@ -1,6 +1,7 @@
 """The DSL against a real `radixgen serve` (tiny model, CPU) in a subprocess, through
 `rg.RuntimeEndpoint` (native API) and `rg.OpenAI` (OpenAI-compatible API): results,
-streaming order, prefix sharing via cached_tokens, select, constrained gens, errors."""
+streaming order, prefix sharing via cached_tokens, select, constrained gens, errors. The server
+is the suite's shared OpenAI server (shared_servers.py), with an API key."""
 
 from __future__ import annotations
 
@@ -16,30 +17,26 @@ import pydantic
 import pytest
 
 import radixgen as rg
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
-API_KEY = "lang-test-key"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LONG_SYSTEM_PROMPT = "You are a careful assistant. " * 12
 
 
 @pytest.fixture(scope="module")
-def server():
-    flags = ["--log-level", "warning", "--max-total-tokens", "8192"]
-    with ServerProcess(flags, api_key=API_KEY) as running:
-        yield running
+def server(openai_server):
+    return openai_server
 
 
 @pytest.fixture(scope="module")
 def endpoint(server):
-    backend = rg.RuntimeEndpoint(server.base_url, api_key=API_KEY)
+    backend = rg.RuntimeEndpoint(server.base_url, api_key=server.api_key)
     yield backend
     backend.close()
 
 
 @pytest.fixture(scope="module")
 def openai_backend(server):
-    return rg.OpenAI("tiny", base_url=f"{server.base_url}/v1", api_key=API_KEY)
+    return rg.OpenAI("tiny", base_url=f"{server.base_url}/v1", api_key=server.api_key)
 
 
 def computed_prefill_tokens(endpoint) -> int:
@@ -174,7 +171,7 @@ def test_openai_backend_completion_and_streaming(openai_backend):
 
 def test_openai_backend_reports_unsupported_features(server):
     plain_openai = rg.OpenAI(
-        "tiny", base_url=f"{server.base_url}/v1", api_key=API_KEY, is_radixgen=False
+        "tiny", base_url=f"{server.base_url}/v1", api_key=server.api_key, is_radixgen=False
     )
 
     @rg.function
@@ -199,7 +196,7 @@ def test_quickstart_script_against_the_server(server):
             "--url",
             server.base_url,
             "--api-key",
-            API_KEY,
+            server.api_key,
             "--max-new-tokens",
             "4",
         ],

@@ -4,7 +4,8 @@ Bodies come from the server's own request models (`model_json_schema()`, drawn b
 schema-to-strategy below: hypothesis-jsonschema 0.23 does not run on current hypothesis) with
 fields overwritten by extreme values; the only property is that
 the server never answers 5xx and stays healthy with its KV pool whole. Both are bounded to a
-few seconds so that they run in CI.
+few seconds so that they run in CI. The server is the suite's shared one for hostile requests
+(shared_servers.py), whose small context bounds what a valid fuzzed request generates.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ from server_checks import assert_healthy_and_whole
 from radixgen.runtime.request_schema import SAMPLING_FIELD_NAMES
 from radixgen.runtime.server.native_api import GenerateBody
 from radixgen.runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
-
-# Small: a fuzzed request that is valid generates at most this many tokens.
-CONTEXT_LENGTH = 48
 
 EXTREME_VALUES = st.sampled_from(
     [
@@ -119,14 +116,8 @@ def _override(path: str, overrides: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_path):
-    flags = [
-        "--log-level", "warning",
-        "--context-length", str(CONTEXT_LENGTH),
-        "--max-running-requests", "16",
-    ]  # fmt: skip
-    with ServerProcess(flags) as running:
-        yield running
+def server(hostile_server):
+    return hostile_server
 
 
 @pytest.fixture(scope="module")

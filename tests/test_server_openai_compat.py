@@ -3,7 +3,8 @@ client: tool calling (`tool_choice` required, named, auto with its call forced o
 `logit_bias` on the trigger's tokens, none; streamed and whole; multi-turn with tool results:
 every call returned parses and its arguments validate against the function's schema),
 `logit_bias`, vLLM's and SGLang's constraint fields, OpenAI's ignored fields, unknown fields
-refused, and `GET /v1/models/{id}`."""
+refused, and `GET /v1/models/{id}`. The server is the suite's shared OpenAI server
+(shared_servers.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from shared_servers import CHAT_TEMPLATE_MARKER
 
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
-from radixgen.runtime.tiny_model import CHAT_TEMPLATE
 from radixgen.runtime.tokenizer import load_tokenizer
 
 WEATHER = {
@@ -62,24 +62,14 @@ HISTORY = [
 GREEDY = {"temperature": 0.0, "max_tokens": 48}
 
 
-API_KEY = "compat-key"
-# tiny's own template with a marker that renders nothing: the file replaces the tokenizer's.
-TEMPLATE_MARKER = "{# chat template from --chat-template #}"
-
-
 @pytest.fixture(scope="module")
-def server(tiny_model_path, tmp_path_factory):
-    template = tmp_path_factory.mktemp("template") / "chat.jinja"
-    template.write_text(TEMPLATE_MARKER + CHAT_TEMPLATE)
-    flags = ["--log-level", "warning", "--tool-call-parser", "qwen25", "--metrics-no-auth",
-             "--chat-template", str(template)]  # fmt: skip
-    with ServerProcess(flags, api_key=API_KEY) as running:
-        yield running
+def server(openai_server):
+    return openai_server
 
 
 @pytest.fixture(scope="module")
 def oai(server):
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=server.api_key, max_retries=0)
 
 
 def post(server, path: str, body: dict) -> httpx.Response:
@@ -311,4 +301,4 @@ def test_metrics_without_the_key_and_the_chat_template_file(server, oai):
     assert 'radixgen:prompt_tokens_total{model_name="tiny"}' in metrics.text
     assert httpx.get(f"{server.base_url}/v1/models", timeout=30).status_code == 401
     info = httpx.get(f"{server.base_url}/get_model_info", headers=server.headers, timeout=30)
-    assert info.json()["chat_template"].startswith(TEMPLATE_MARKER)
+    assert info.json()["chat_template"].startswith(CHAT_TEMPLATE_MARKER)

@@ -1,7 +1,8 @@
 """No request can kill, wedge or 500 the server ([2/14]).
 
-A real `radixgen serve` (tiny model, CPU) in a subprocess, driven by raw sockets and httpx.
-SIGTERM's graceful drain is test_server_api's last test (it stops its server).
+A real `radixgen serve` (tiny model, CPU) in a subprocess, driven by raw sockets and httpx: the
+suite's shared server for hostile requests (shared_servers.py). SIGTERM's graceful drain is
+test_server_api's last test (it stops its server).
 """
 
 from __future__ import annotations
@@ -14,24 +15,12 @@ import time
 import httpx
 import pytest
 from server_checks import assert_healthy_and_whole
-
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
-
-CONTEXT_LENGTH = 512
-MAX_REQUEST_BYTES = 1_000_000
-HEADER_READ_TIMEOUT_S = 1.0
+from shared_servers import HEADER_READ_TIMEOUT_S, MAX_REQUEST_BYTES
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_path):
-    flags = [
-        "--log-level", "info",
-        "--context-length", str(CONTEXT_LENGTH),
-        "--max-request-bytes", str(MAX_REQUEST_BYTES),
-        "--header-read-timeout", str(HEADER_READ_TIMEOUT_S),
-    ]  # fmt: skip
-    with ServerProcess(flags) as running:
-        yield running
+def server(hostile_server):
+    return hostile_server
 
 
 @pytest.fixture(scope="module")
