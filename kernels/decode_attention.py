@@ -495,6 +495,32 @@ def default_fp8_dot_fp16(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def fp8_pool_paths(
+    q: torch.Tensor,
+    v_buffer: torch.Tensor,
+    *,
+    fp8_dot_fp16: bool | None,
+    fp8_v_words: bool | None,
+    kv_lhs: bool = False,
+) -> tuple[bool, int]:
+    """(DOT_FP16, V_FP8_WORDS) of a launch over this pool: whether a bf16 q and the FP8 tiles
+    go to fp16 for the dots (`default_fp8_dot_fp16`), and whether V is read as 32-bit words and
+    converted before the dot (`load_fp8_rows_as_fp16`: 1 e4m3, 2 e5m2, 0 no; default on CUDA
+    when the dots run in fp16). None picks the default; both are off over a 16/32-bit pool."""
+    if v_buffer.dtype not in FP8_KV_DTYPES:
+        return False, 0
+    if fp8_dot_fp16 is None:
+        fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
+    dot_fp16 = fp8_dot_fp16 and q.dtype == torch.bfloat16
+    if fp8_v_words is None:
+        fp8_v_words = q.device.type == "cuda"
+    words_fit = q.shape[-1] % 4 == 0 and v_buffer.stride(0) % 4 == 0 and v_buffer.stride(1) % 4 == 0
+    use_words = fp8_v_words and not kv_lhs and (dot_fp16 or q.dtype == torch.float16)
+    if not (use_words and words_fit):
+        return dot_fp16, 0
+    return dot_fp16, 1 if v_buffer.dtype == torch.float8_e4m3fn else 2
+
+
 def check_decode_inputs(
     q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, *, kv_dtypes=None
 ) -> None:
@@ -634,22 +660,9 @@ def decode_attention(
     )
     if max_registers is None:
         max_registers = default_decode_max_registers(head_dim, q.device, fp8_pool=fp8_pool)
-    if fp8_dot_fp16 is None:
-        fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
-    dot_fp16 = fp8_pool and fp8_dot_fp16 and q.dtype == torch.bfloat16
-    if fp8_v_words is None:
-        fp8_v_words = q.device.type == "cuda"
-    v_fp8_words = 0
-    if (
-        fp8_v_words
-        and fp8_pool
-        and not kv_lhs
-        and (dot_fp16 or q.dtype == torch.float16)
-        and head_dim % 4 == 0
-        and v_buffer.stride(0) % 4 == 0
-        and v_buffer.stride(1) % 4 == 0
-    ):
-        v_fp8_words = 1 if v_buffer.dtype == torch.float8_e4m3fn else 2
+    dot_fp16, v_fp8_words = fp8_pool_paths(
+        q, v_buffer, fp8_dot_fp16=fp8_dot_fp16, fp8_v_words=fp8_v_words, kv_lhs=kv_lhs
+    )
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,

@@ -39,6 +39,7 @@ from radixgen.kernels.decode_attention import (
     decode_split_kernel,
     default_decode_blocks,
     default_num_kv_splits,
+    fp8_pool_paths,
 )
 from radixgen.kernels.tree_decode_plan import TreeDecodePlan, TreeDecodeWorkspace
 
@@ -74,6 +75,9 @@ def _tree_shared_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (as decode_split_kernel)
+    V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot
+    V_FP8_PTX: tl.constexpr,
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -101,6 +105,8 @@ def _tree_shared_kernel(
         mask=mask_m[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_M, BLOCK_D]
+    if DOT_FP16:
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     acc, m_i, l_i = attend_paged_range(
         q,
         k_buffer_ptr + kv_head * stride_kb_head,
@@ -115,6 +121,9 @@ def _tree_shared_kernel(
         HEAD_DIM,
         BLOCK_D,
         BLOCK_N,
+        False,  # KV_LHS
+        V_FP8_WORDS,
+        V_FP8_PTX,
     )
     # Padding items have no members (every store below is masked off) and an empty range.
     l_i = tl.where(l_i > 0, l_i, 1.0)
@@ -231,6 +240,8 @@ def tree_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    fp8_dot_fp16: bool | None = None,
+    fp8_v_words: bool | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """`decode_attention` with the plan's shared segments read once per item.
 
@@ -244,6 +255,8 @@ def tree_decode_attention(
         num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
         workspace: optional preallocated partials (CUDA graphs keep one static).
         block_n (both passes), num_warps, num_stages (the shared pass): tuning overrides.
+        fp8_dot_fp16, fp8_v_words: an FP8 pool's paths, as in `decode_attention` (both passes;
+            `fp8_pool_paths` picks the defaults).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -282,6 +295,10 @@ def tree_decode_attention(
         raise ValueError("workspace is too small for the plan, batch or num_kv_splits")
 
     qk_scale = scaling * LOG2_E * k_scale
+    dot_fp16, v_fp8_words = fp8_pool_paths(
+        q, v_buffer, fp8_dot_fp16=fp8_dot_fp16, fp8_v_words=fp8_v_words
+    )
+    v_fp8_ptx = q.device.type == "cuda"
     block_d = max(16, triton.next_power_of_2(head_dim))
     on_cuda = q.device.type == "cuda"
     default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
@@ -320,6 +337,9 @@ def tree_decode_attention(
             HEAD_DIM=head_dim,
             BLOCK_D=block_d,
             BLOCK_N=block_n,
+            DOT_FP16=dot_fp16,
+            V_FP8_WORDS=v_fp8_words,
+            V_FP8_PTX=v_fp8_ptx,
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
             # 3 stages beat 2 at every chunk and member count of the H200 sweep (ninth session,
             # docs/benchmarks.md: 162.5 -> 149.3 us at 16 x 16 sharing 2048 + 256).
@@ -345,10 +365,10 @@ def tree_decode_attention(
         num_kv_splits,
         HAS_KV_STARTS=True,
         MERGE=False,
-        DOT_FP16=False,
+        DOT_FP16=dot_fp16,
         KV_LHS=False,
-        V_FP8_WORDS=0,
-        V_FP8_PTX=False,
+        V_FP8_WORDS=v_fp8_words,
+        V_FP8_PTX=v_fp8_ptx,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -336,6 +336,27 @@ def test_kv_dtype_is_a_parameter(kv_dtype):
     assert relative_error(reference, expected) < 1e-5
 
 
+@pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_pool_paths_give_the_same_attention(fp8_dtype):
+    """fp16 queries over an FP8 pool, both passes: V read as words and converted before the
+    dots (CUDA's default; the interpreter runs its exact integer conversion) or converted
+    after its load: the same output, and the attention over the dequantised pool."""
+    args, segments = random_tree_case(num_groups=2, requests_per_group=3, seed=7)
+    args = dict(args, q=args["q"].half())
+    stored = {name: (args[name] / 2.0).to(fp8_dtype) for name in ("k_buffer", "v_buffer")}
+    quantised = dict(args, **stored)
+    dequantised = dict(args, **{name: t.float() * 2.0 for name, t in stored.items()})
+    plan = make_plan(args, segments, members_per_item=4, chunk_tokens=16)
+    outs = [
+        tree_decode_attention(
+            **quantised, plan=plan, k_scale=2.0, v_scale=2.0, num_kv_splits=2, fp8_v_words=words
+        )
+        for words in (True, False)
+    ]
+    assert relative_error(outs[0], outs[1]) < 1e-5
+    assert relative_error(outs[0], decode_attention_ref(**dequantised)) < 2e-3
+
+
 def test_shared_pass_compiles_for_sm90_without_spills():
     """The shared pass at the engine's Llama-3.1-8B launch (16 members of GQA group 4: a 64-row
     Q tile, 64-position tiles, 4 warps, the default 3 stages), bf16 and FP8 pools: no spills."""
@@ -357,9 +378,12 @@ def test_shared_pass_compiles_for_sm90_without_spills():
     }
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
     constexprs = {"GROUP_SIZE": 4, "MEMBERS": 16, "BLOCK_G": 4, "HEAD_DIM": 128, "BLOCK_D": 128,
-                  "BLOCK_N": 64}  # fmt: skip
+                  "BLOCK_N": 64, "V_FP8_PTX": True}  # fmt: skip
+    bf16 = {"DOT_FP16": False, "V_FP8_WORDS": 0}
+    # An FP8 pool's V as words: no byte-wide shared-memory loads (as decode_split_kernel's).
+    fp8 = {"DOT_FP16": True, "V_FP8_WORDS": 1}
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.tree_decode_attention", "_tree_shared_kernel", signature | pool,
-         constexprs, 4, {"num_stages": 3})
-        for pool in ({}, fp8_pool)
+         constexprs | paths, 4, {"num_stages": 3, "forbid_ptx": forbid})
+        for pool, paths, forbid in (({}, bf16, []), (fp8_pool, fp8, ["ld.shared.b8"]))
     ])  # fmt: skip
