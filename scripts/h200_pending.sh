@@ -2,7 +2,7 @@
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The ninth
 # session (2026-12-02) ran gpu-tests fp8-kv-attn fp8-gemv fp8 lean tree-sweep fp8-rows. Pending
 # after it, in order: gpu-tests, fp8-kv-attn (V read as words), fp8, tree-sweep (per-pass
-# times, 3 stages), tree-gsp.
+# times, 3 stages), tree-gsp, tree-noshare.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)
@@ -26,6 +26,8 @@
 #               2.56x at the defaults, 2.77x at 3 stages; now with each pass's kernel time)
 #   tree-gsp    [6/14] generated-shared-prefix in-process, tree attention off / on alternating,
 #               and a profile of one decode step of that batch with and without it
+#   tree-noshare [6/14] offline 1000 x 200/200 with tree attention off / on alternating (the
+#               default flip needs no regression where nothing is shared)
 #   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
 #   lean        [7/14] item 1: generated-shared-prefix in-process, served, twice (eighth
 #               session: 1.115x with the client starting each request before building the
@@ -91,6 +93,17 @@ for stage in "$@"; do
         timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
           --batch-size 1024 --input-len 128 --shared-prefix-len 2048 --groups 64 --steps 32 \
           $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
+      done ;;
+    tree-noshare)
+      # [6/14] before tree attention can be the default: no regression where nothing is shared
+      # (third session: 1000 x 200/200 took 15.88 s with it on against 15.14 s off)
+      mkdir -p "$OUT/tree_noshare"
+      for mode in off on off2 on2; do
+        timeout 120 python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
+          --load-format dummy --num-prompts 1000 --random-input-len 200 --random-output-len 200 \
+          $(case $mode in on*) echo --enable-tree-attention;; esac) \
+          --output-json "$OUT/tree_noshare/offline_1000_200_200_$mode.json" 2>&1 \
+          | grep -E "^duration" | tail -1
       done ;;
     tree-sweep)
       # [6/14] the tree kernel's launch sweep, never run (third session: 2.57x at its defaults,
