@@ -19,9 +19,10 @@ Algorithm, two launches (one with `merge_counters`):
    model, ~2 us each in a CUDA graph).
 
 FP8 KV (e4m3/e5m2 buffers): K/V rows are converted to q's dtype as they are loaded (on CUDA
-with a bf16 q, q and the tiles go to fp16 instead: `default_fp8_dot_fp16`); the per-tensor
-`k_scale` is folded into the softmax scale and `v_scale` into each split's normalised output,
-so the math stays fp32-accumulated exactly as for a bf16 pool.
+with a bf16 q, q and the tiles go to fp16 instead: `default_fp8_dot_fp16`; V is then read as
+32-bit words and converted before the dot, `load_fp8_rows_as_fp16`; `fp8_pool_paths` picks
+both); the per-tensor `k_scale` is folded into the softmax scale and `v_scale` into each
+split's normalised output, so the math stays fp32-accumulated exactly as for a bf16 pool.
 
 The stage-1 kernel (`decode_split_kernel`, with `HAS_KV_STARTS`: positions `[kv_start, seq_len)`)
 and its inner loop (`attend_paged_range`) also serve tree decode attention
