@@ -3,7 +3,7 @@
 Unless RADIXGEN_CACHE is already set, the session points it at a temporary folder (inherited by
 any subprocess a test starts), so tests never touch ~/.cache and always use a fresh build.
 The servers that several modules share (shared_servers.py) start on first use and stop at the
-end of the session.
+end of the session; one that a test stopped starts again for its next user.
 """
 
 from __future__ import annotations
@@ -61,26 +61,58 @@ def tiny_model_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def default_server(tiny_model_path):  # built once, before the server needs it
+def shared_servers(tiny_model_path):  # the checkpoint is built once, before a server needs it
+    """The shared servers by name (see `shared_server`), stopped at the end of the session."""
+    servers: dict[str, ServerProcess] = {}
+    yield servers
+    for server in servers.values():
+        server.close()
+
+
+def shared_server(
+    servers: dict[str, ServerProcess], name: str, flags: list[str], api_key: str | None = None
+) -> ServerProcess:
+    """The running server `name`: started on first use, and again after a test stopped it
+    (test_server_faults' crash test kills the default one)."""
+    server = servers.get(name)
+    if server is not None and server.process.poll() is None:
+        return server
+    if server is not None:
+        server.close()
+    server = ServerProcess(flags, api_key=api_key)
+    try:
+        server.start()
+    except BaseException:
+        server.close()
+        raise
+    servers[name] = server
+    return server
+
+
+@pytest.fixture(scope="module")
+def default_server(shared_servers):
     """`radixgen serve --model-path tiny`, as the docs start it."""
-    with ServerProcess(DEFAULT_FLAGS) as running:
-        yield running
+    return shared_server(shared_servers, "default", DEFAULT_FLAGS)
 
 
-@pytest.fixture(scope="session")
-def hostile_server(tiny_model_path):
+@pytest.fixture(scope="module")
+def hostile_server(shared_servers):
     """A small context, a body limit and a short header timeout, for bad requests."""
-    with ServerProcess(HOSTILE_FLAGS) as running:
-        yield running
+    return shared_server(shared_servers, "hostile", HOSTILE_FLAGS)
 
 
 @pytest.fixture(scope="session")
-def openai_server(tiny_model_path, tmp_path_factory):
-    """An API key, tool calls, open /metrics and a chat template file, for OpenAI clients."""
+def chat_template_file(tmp_path_factory) -> str:
     template = tmp_path_factory.mktemp("template") / "chat.jinja"
     template.write_text(CHAT_TEMPLATE_FILE_TEXT)
-    with ServerProcess(openai_flags(str(template)), api_key=OPENAI_API_KEY) as running:
-        yield running
+    return str(template)
+
+
+@pytest.fixture(scope="module")
+def openai_server(shared_servers, chat_template_file):
+    """An API key, tool calls, open /metrics and a chat template file, for OpenAI clients."""
+    flags = openai_flags(chat_template_file)
+    return shared_server(shared_servers, "openai", flags, api_key=OPENAI_API_KEY)
 
 
 def pytest_collection_modifyitems(config, items):

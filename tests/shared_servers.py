@@ -2,10 +2,10 @@
 
 tests/conftest.py starts each shared server on first use and stops it when the session ends: a
 tiny server takes 5-8 s to start on 2 cores, more than most of its modules' tests together. A
-server is shared by modules whose assertions hold under the union of their flags. A module
-starts its own when its tests stop, drain or crash the server (test_server_api,
-test_server_faults), or need a flag that other modules' tests contradict (test_server_api
-checks that /metrics needs the key, which the OpenAI server's flags turn off).
+server is shared by modules whose assertions hold under the union of their flags; one that a
+test kills (test_server_faults' crash test, the default server) starts again for its next user.
+test_server_api starts its own: its tests need a flag that other modules' tests contradict
+(/metrics needs the key; the OpenAI server's flags open it), and its last test stops it.
 """
 
 from __future__ import annotations
