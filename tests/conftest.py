@@ -108,10 +108,26 @@ def chat_template_file(tmp_path_factory) -> str:
     return str(template)
 
 
+@pytest.fixture(scope="session")
+def lora_adapter_paths(tiny_model_path, tmp_path_factory) -> dict[str, str]:
+    """Two random PEFT LoRA adapters of tiny, "a" and "b", on every projection."""
+    # Imported here: at the top they would import Triton before its interpreter is chosen.
+    import torch
+    import transformers
+    from lora_fixtures import save_random_adapter
+
+    root = tmp_path_factory.mktemp("server-lora")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    return {
+        name: str(save_random_adapter(base, root / name, "all", seed=seed))
+        for name, seed in [("a", 1), ("b", 2)]
+    }
+
+
 @pytest.fixture(scope="module")
-def openai_server(shared_servers, chat_template_file):
-    """An API key, tool calls, open /metrics and a chat template file, for OpenAI clients."""
-    flags = openai_flags(chat_template_file)
+def openai_server(shared_servers, chat_template_file, lora_adapter_paths):
+    """An API key, tool calls, open /metrics, a chat template file and LoRA adapter "a"."""
+    flags = openai_flags(chat_template_file, lora_adapter_paths["a"])
     return shared_server(shared_servers, "openai", flags, api_key=OPENAI_API_KEY)
 
 

@@ -29,19 +29,23 @@ HOSTILE_FLAGS = [
     "--header-read-timeout", str(HEADER_READ_TIMEOUT_S),
 ]  # fmt: skip
 
-# The OpenAI-compatible API and the DSL over HTTP (test_server_openai_compat, test_lang_http):
-# an API key, Qwen 2.5 tool calls, /metrics without the key, and tiny's own chat template read
-# from a file that starts with a marker rendering nothing (the file replaces the tokenizer's).
+# The OpenAI-compatible API, the DSL over HTTP and LoRA adapters (test_server_openai_compat,
+# test_lang_http, test_lora_server): an API key, Qwen 2.5 tool calls, /metrics without the key,
+# tiny's own chat template read from a file that starts with a marker rendering nothing (the
+# file replaces the tokenizer's), and a LoRA adapter "a" (requests without one use the base).
 OPENAI_API_KEY = "openai-test-key"
 CHAT_TEMPLATE_MARKER = "{# chat template from --chat-template #}"
 CHAT_TEMPLATE_FILE_TEXT = CHAT_TEMPLATE_MARKER + CHAT_TEMPLATE
 
 
-def openai_flags(chat_template_path: str) -> list[str]:
+def openai_flags(chat_template_path: str, lora_adapter_path: str) -> list[str]:
     return [
         "--log-level", "warning",
         "--max-total-tokens", "8192",
         "--tool-call-parser", "qwen25",
         "--metrics-no-auth",
         "--chat-template", chat_template_path,
+        "--lora-paths", f"a={lora_adapter_path}",
+        "--max-loras-per-batch", "2",
+        "--lora-target-modules", "all",
     ]  # fmt: skip

@@ -1,44 +1,30 @@
 """Multi-LoRA over HTTP on the `tiny` model, with real clients (httpx, openai): adapters chosen by
 `lora_path` on /generate and by `model` ("base:adapter" or the adapter's name) on the OpenAI
 endpoints, listed by /v1/models, loaded and unloaded at run time; unknown adapters are 404s
-naming them."""
+naming them. The server is the suite's shared OpenAI server (shared_servers.py), which loads
+adapter "a" and takes an API key."""
 
 from __future__ import annotations
 
 import httpx
 import openai
 import pytest
-import torch
-import transformers
-from lora_fixtures import save_random_adapter
-
-from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 GREEDY = {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}
 PROMPT = "def fibonacci(n):"
 
 
 @pytest.fixture(scope="module")
-def adapter_paths(tiny_model_path, tmp_path_factory):
-    root = tmp_path_factory.mktemp("server-lora")
-    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-    return {
-        name: str(save_random_adapter(base, root / name, "all", seed=seed))
-        for name, seed in [("a", 1), ("b", 2)]
-    }
-
-
-@pytest.fixture(scope="module")
-def server(adapter_paths):
-    flags = ["--log-level", "warning", "--skip-warmup", "--served-model-name", "tiny",
-             "--lora-paths", f"a={adapter_paths['a']}", "--max-loras-per-batch", "2",
-             "--lora-target-modules", "all"]  # fmt: skip
-    with ServerProcess(flags) as running:
-        yield running
+def server(openai_server):
+    return openai_server
 
 
 def post(server, path: str, body: dict) -> httpx.Response:
-    return httpx.post(f"{server.base_url}{path}", json=body, timeout=60)
+    return httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=60)
+
+
+def openai_client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=server.api_key, max_retries=0)
 
 
 def generate(server, lora_path=None) -> list[int]:
@@ -50,7 +36,7 @@ def generate(server, lora_path=None) -> list[int]:
 
 
 def test_adapters_by_lora_path_and_by_openai_model(server):
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0)
+    client = openai_client(server)
     models = client.models.list().data
     assert [m.id for m in models] == ["tiny", "a"] and models[1].parent == "tiny"
     base_ids, adapter_ids = generate(server), generate(server, "a")
@@ -74,17 +60,18 @@ def test_unknown_adapters_are_404s_naming_them(server):
     response = post(server, "/generate", {"text": PROMPT, "lora_path": "zzz"})
     assert response.status_code == 404 and "'zzz'" in response.json()["error"]["message"]
     assert response.json()["error"]["param"] == "lora_path"
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0)
+    client = openai_client(server)
     with pytest.raises(openai.NotFoundError, match="tiny:zzz"):
         client.completions.create(model="tiny:zzz", prompt=PROMPT, max_tokens=2)
     response = post(server, "/generate", {"text": [PROMPT], "lora_path": ["a", "a"]})
     assert response.status_code == 400 and "lora_path has 2 entries" in response.text
 
 
-def test_load_and_unload_at_run_time(server, adapter_paths, tmp_path):
-    loaded = post(server, "/load_lora_adapter", {"lora_name": "b", "lora_path": adapter_paths["b"]})
+def test_load_and_unload_at_run_time(server, lora_adapter_paths, tmp_path):
+    body = {"lora_name": "b", "lora_path": lora_adapter_paths["b"]}
+    loaded = post(server, "/load_lora_adapter", body)
     assert loaded.status_code == 200 and loaded.json()["loaded_adapters"] == ["a", "b"]
-    models = httpx.get(f"{server.base_url}/v1/models").json()["data"]
+    models = httpx.get(f"{server.base_url}/v1/models", headers=server.headers).json()["data"]
     assert [m["id"] for m in models] == ["tiny", "a", "b"]
     first = post(server, "/generate", {"text": PROMPT, "sampling_params": GREEDY, "lora_path": "b"})
     again = post(server, "/generate", {"text": PROMPT, "sampling_params": GREEDY, "lora_path": "b"})
@@ -108,8 +95,8 @@ def test_dsl_backends_send_the_adapter(server):
         s += rg.user("Say something.")
         s += rg.assistant(rg.gen("reply", max_tokens=5, ignore_eos=True))
 
-    openai_backend = rg.OpenAI("tiny", base_url=f"{server.base_url}/v1", api_key="none")
-    endpoint = rg.RuntimeEndpoint(server.base_url)
+    openai_backend = rg.OpenAI("tiny", base_url=f"{server.base_url}/v1", api_key=server.api_key)
+    endpoint = rg.RuntimeEndpoint(server.base_url, api_key=server.api_key)
     replies = {
         (name, adapter): complete.run(temperature=0, lora_path=adapter, backend=backend)["reply"]
         for name, backend in (("openai", openai_backend), ("native", endpoint))
