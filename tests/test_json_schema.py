@@ -749,6 +749,7 @@ def test_random_instances_match_iff_valid(schema_index, value):
 @settings(max_examples=200, deadline=None)
 @given(st.fixed_dictionaries({}, optional={key: _VALUES for key in "abc"}))
 def test_random_objects_in_declared_order_match_iff_valid(value):
+    assume(_nesting(value.get("c")) <= 2)  # "c" allows any value: containers nest 2 levels
     ordered = {key: value[key] for key in "abc" if key in value}
     expected = jsonschema.Draft202012Validator(_OBJECT_SCHEMA).is_valid(ordered)
     assert bool(matcher(_OBJECT_SCHEMA).fullmatch(compact(ordered))) == expected, ordered
