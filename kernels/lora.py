@@ -53,6 +53,8 @@ class LoRASegments:
         segment_slots: [num_segments] int32, the segment's slot (-1: base model).
         max_segment_len: host copy of `segment_lens.max()` (sizes the grid; 1 in decode).
         slots_present: host list of the distinct slots >= 0 in the batch (the reference's loop).
+        request_slots: host list of each request's slot, as `make_lora_segments` got it (what
+            a tensor-parallel follower rebuilds the segments from; empty for static segments).
     """
 
     token_slots: torch.Tensor
@@ -61,6 +63,7 @@ class LoRASegments:
     segment_slots: torch.Tensor
     max_segment_len: int
     slots_present: tuple[int, ...]
+    request_slots: tuple[int, ...] = ()
 
     @property
     def num_segments(self) -> int:
@@ -370,4 +373,5 @@ def make_lora_segments(
         segment_slots=segment_slots,
         max_segment_len=max(lens, default=0),
         slots_present=tuple(sorted({slot for slot in slots if slot >= 0})),
+        request_slots=tuple(request_slots),
     )

@@ -10,6 +10,7 @@ It does not schedule, tokenize or sample: callers build a `ForwardBatch` (with
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -35,6 +36,7 @@ from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.speculative.config import SpeculativeAlgorithm, resolve_speculative_config
 from radixgen.runtime.tiny_model import resolve_model_path
 from radixgen.runtime.tp_batch_sync import (
+    announce_adapter_change,
     broadcast_forward_batch,
     receive_forward_batch,
     stop_followers,
@@ -226,7 +228,8 @@ class ModelRunner:
             [num_tokens, hidden_size]).
         """
         if self.parallel.size > 1 and self.parallel.is_leader:
-            broadcast_forward_batch(self.parallel, forward_batch)  # the followers run it too
+            # The followers run it too.
+            broadcast_forward_batch(self.parallel, forward_batch, self.lora_manager)
         # no_grad rather than inference_mode: callers may modify the logits in place.
         if self.lora_manager is not None:
             self.lora_manager.state.segments = forward_batch.lora_segments
@@ -283,7 +286,7 @@ class ModelRunner:
         args = self.server_args
         if not args.lora_enabled:
             return None
-        return LoRAManager(
+        manager = LoRAManager(
             self.model,
             lora_paths=args.lora_adapter_paths,
             max_loras_per_batch=args.max_loras_per_batch,
@@ -293,6 +296,9 @@ class ModelRunner:
             device=self.device,
             use_triton=self.device.type == "cuda",
         )
+        if self.parallel.size > 1 and self.parallel.is_leader:
+            manager.announce = functools.partial(announce_adapter_change, self.parallel)
+        return manager
 
     def _init_memory_pools(self) -> None:
         config, args = self.model_config, self.server_args

@@ -245,12 +245,10 @@ class ServerArgs:
                 "speculative_algorithm cannot be combined with LoRA adapters (lora_paths / "
                 "lora_target_modules) yet"
             )
-        if self.tp_size > 1 and (self.lora_enabled or self.speculative_algorithm is not None):
-            # Adapter weights are not sharded, and the draft/verify path is not broadcast to
-            # the other ranks yet (docs/distributed.md).
-            raise ValueError(
-                "tp_size > 1 cannot be combined with LoRA adapters or speculative_algorithm yet"
-            )
+        if self.tp_size > 1 and self.speculative_algorithm is not None:
+            # The draft/verify path is not broadcast to the other ranks yet
+            # (docs/distributed.md).
+            raise ValueError("tp_size > 1 cannot be combined with speculative_algorithm yet")
 
     def _check_parallelism(self) -> None:
         for name in ("tp_size", "dp_size", "nnodes"):

@@ -8,6 +8,11 @@ tokens' slots and the batch's `req_to_token` rows (the cached prefixes rank 0 ma
 follower writes those rows into its own pool and runs the same forward; the collectives inside
 the model pair up because every rank runs the same layers on the same shapes.
 
+With LoRA, the header names each request's adapter slot and which adapter (name and load id)
+rank 0's pool holds in each slot the batch uses; a follower puts the same adapters in the same
+slots of its pool (`LoRAManager.mirror_slots`) and rebuilds the segments. Rank 0's adapter
+loads and unloads travel on the same channel, between batches, as `AdapterChange`s.
+
 A `None` header tells the followers to stop.
 """
 
@@ -17,8 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.lora import make_lora_segments
 from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.lora.manager import AdapterChange, LoRAManager
 
 # The packed tensor's parts, in order (the req_to_token rows come last).
 _PER_TOKEN = ("input_ids", "positions", "out_cache_loc")
@@ -38,6 +45,9 @@ class BatchHeader:
     extend_lens_cpu: list[int]
     return_all_logits: bool
     shared_prefixes: tuple | None
+    # LoRA: each request's slot (-1: base) and (slot, adapter name, load id) of the slots used.
+    lora_request_slots: tuple[int, ...] | None = None
+    lora_slot_adapters: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def packed_size(self) -> int:
@@ -48,8 +58,15 @@ class BatchHeader:
         )
 
 
-def broadcast_forward_batch(parallel: TensorParallel, batch: ForwardBatch) -> None:
+def broadcast_forward_batch(
+    parallel: TensorParallel, batch: ForwardBatch, lora_manager: LoRAManager | None = None
+) -> None:
     """Rank 0: sends `batch` to the followers (before its own forward)."""
+    segments = batch.lora_segments
+    lora_slots, slot_adapters = None, ()
+    if segments is not None:
+        lora_slots = segments.request_slots
+        slot_adapters = lora_manager.slot_adapters(segments.slots_present)
     header = BatchHeader(
         mode=batch.mode,
         num_tokens=batch.num_tokens,
@@ -60,6 +77,8 @@ def broadcast_forward_batch(parallel: TensorParallel, batch: ForwardBatch) -> No
         extend_lens_cpu=batch.extend_lens_cpu,
         return_all_logits=batch.return_all_logits,
         shared_prefixes=batch.shared_prefixes,
+        lora_request_slots=lora_slots,
+        lora_slot_adapters=slot_adapters,
     )
     parallel.broadcast_object(header)
     # [batch, max_seq_len] slots of every request's tokens, prefix included
@@ -67,6 +86,11 @@ def broadcast_forward_batch(parallel: TensorParallel, batch: ForwardBatch) -> No
     parts = [getattr(batch, name).to(torch.int64) for name in _PER_TOKEN + _PER_REQUEST]
     packed = torch.cat([*parts, rows.reshape(-1).to(torch.int64)])  # [packed_size]
     parallel.broadcast_tensor(packed)
+
+
+def announce_adapter_change(parallel: TensorParallel, change: AdapterChange) -> None:
+    """Rank 0: a LoRA adapter was loaded or unloaded; the followers do the same."""
+    parallel.broadcast_object(change)
 
 
 def stop_followers(parallel: TensorParallel) -> None:
@@ -77,9 +101,13 @@ def stop_followers(parallel: TensorParallel) -> None:
 def receive_forward_batch(parallel: TensorParallel, runner) -> ForwardBatch | None:
     """A follower: the next batch of rank 0, over `runner`'s pools (None: stop).
 
-    Writes the batch's `req_to_token` rows into the runner's pool, as rank 0's are.
+    Writes the batch's `req_to_token` rows into the runner's pool, as rank 0's are, and
+    repeats the adapter loads and unloads announced before it.
     """
     header = parallel.broadcast_object()
+    while isinstance(header, AdapterChange):
+        runner.lora_manager.apply_change(header)
+        header = parallel.broadcast_object()
     if header is None:
         return None
     packed = torch.empty(header.packed_size, dtype=torch.int64, device=runner.device)
@@ -92,6 +120,15 @@ def receive_forward_batch(parallel: TensorParallel, runner) -> ForwardBatch | No
     pool.req_to_token[fields["req_pool_indices"], : header.max_seq_len] = rows.reshape(
         header.batch_size, header.max_seq_len
     ).to(pool.req_to_token.dtype)
+    lora_segments = None
+    if header.lora_request_slots is not None:
+        runner.lora_manager.mirror_slots(header.lora_slot_adapters)
+        lora_segments = make_lora_segments(
+            list(header.lora_request_slots),
+            header.extend_lens_cpu,
+            runner.device,
+            merge_requests=header.mode == ForwardMode.EXTEND,  # as build_forward_batch does
+        )
     return ForwardBatch(
         mode=header.mode,
         req_to_token_pool=pool,
@@ -102,5 +139,6 @@ def receive_forward_batch(parallel: TensorParallel, runner) -> ForwardBatch | No
         extend_lens_cpu=header.extend_lens_cpu,
         return_all_logits=header.return_all_logits,
         shared_prefixes=header.shared_prefixes,
+        lora_segments=lora_segments,
         **fields,
     )

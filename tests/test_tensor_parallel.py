@@ -6,7 +6,8 @@ whole module: its 4-rank group is TP = 4, and
 its two 2-rank subgroups ([0, 1], [2, 3]) are two TP = 2 instances. Each checks a prefill
 (every token's logits) and a decode step on the tiny model and on random Llama/Qwen/Mistral
 shapes, including fewer KV heads than ranks (KV heads replicated) and a vocabulary that does
-not divide by the ranks.
+not divide by the ranks. With LoRA adapters, a sequence of batches that mixes adapters, loads
+and unloads one while the ranks run and reuses pool slots gives TP = 1's logits too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from radixgen.runtime.server_args import ServerArgs
 
 WORLD_SIZE = 4
 PROMPTS = [[1, 5, 9, 200, 31, 7, 64], [3, 17, 2, 400]]  # ids below every vocab_size
+LORA_PROMPTS = [[1, 5, 9, 200, 31, 7, 64], [3, 17, 2, 300], [2, 3]]  # below lora_fixtures'
 # Seconds the test waits for the workers' answer to one model.
 ANSWER_TIMEOUT_S = 120
 
@@ -77,7 +79,9 @@ RANDOM_SHAPES = {
 }
 
 
-def prefill_and_decode_logits(runner: ModelRunner, prompts: list[list[int]]) -> torch.Tensor:
+def prefill_and_decode_logits(
+    runner: ModelRunner, prompts: list[list[int]], lora_slots: list[int] | None = None
+) -> torch.Tensor:
     """Every prompt token's logits, then one decode step's: [num_tokens + batch, vocab]."""
     rows = runner.req_to_token_pool.alloc(len(prompts))
     num_tokens = sum(len(p) for p in prompts)
@@ -89,6 +93,7 @@ def prefill_and_decode_logits(runner: ModelRunner, prompts: list[list[int]]) -> 
         prefix_lens=[0] * len(prompts),
         out_cache_loc=slots,
         return_all_logits=True,
+        lora_slots=lora_slots,
     )
     prefill_logits = runner.forward(extend)  # [num_tokens, vocab]
     last = prefill_logits[extend.last_token_indices].argmax(-1)  # [batch]
@@ -98,11 +103,23 @@ def prefill_and_decode_logits(runner: ModelRunner, prompts: list[list[int]]) -> 
         req_pool_indices=rows,
         prefix_lens=[len(p) for p in prompts],
         out_cache_loc=runner.slot_allocator.alloc(len(prompts)),
+        lora_slots=lora_slots,
     )
     return torch.cat([prefill_logits, runner.forward(decode)])
 
 
-def build_runner(model_path: str, load_format: str, parallel: TensorParallel) -> ModelRunner:
+def build_runner(
+    model_path: str, load_format: str, parallel: TensorParallel, lora: dict | None = None
+) -> ModelRunner:
+    """`lora`: adapter name -> folder; "all" and "qv" load at start-up into a 2-slot pool."""
+    lora_args = {}
+    if lora is not None:
+        lora_args = dict(
+            lora_paths=[f"{name}={lora[name]}" for name in ("all", "qv")],
+            lora_target_modules=["all"],
+            max_loras_per_batch=2,
+            max_lora_rank=16,
+        )
     args = ServerArgs(
         model_path=model_path,
         load_format=load_format,
@@ -110,18 +127,46 @@ def build_runner(model_path: str, load_format: str, parallel: TensorParallel) ->
         dtype="float32",
         attention_backend="torch",
         max_total_tokens=256,
-        max_running_requests=4,
+        max_running_requests=8,
+        **lora_args,
     )
     return ModelRunner(args, parallel)
 
 
-def _lead_or_follow(runner: ModelRunner) -> torch.Tensor | None:
+def lora_batches_logits(runner: ModelRunner, lora: dict) -> torch.Tensor:
+    """Three batches over a 2-slot pool, as the scheduler would drive it: adapters and the base
+    model in one batch; "mlp" loaded while running and put in "all"'s slot (the least recently
+    used idle one); "mlp" unloaded, loaded again (a new load id) and "all" back in a slot."""
+    manager = runner.lora_manager
+    outputs = []
+    for names, change in (
+        (["all", None, "qv"], None),
+        (["mlp", "qv"], "load mlp"),
+        (["mlp", "all"], "reload mlp"),
+    ):
+        if change is not None:
+            if change == "reload mlp":
+                manager.unload_adapter("mlp")
+            manager.load_adapter("mlp", lora["mlp"])
+        slots = [-1 if name is None else manager.acquire(name) for name in names]
+        prompts = LORA_PROMPTS[: len(names)]
+        outputs.append(prefill_and_decode_logits(runner, prompts, slots))
+        for name in names:
+            if name is not None:
+                manager.release(name)
+    return torch.cat(outputs)
+
+
+def _lead_or_follow(runner: ModelRunner, lora: dict | None = None) -> torch.Tensor | None:
     """As in serving: the group's rank 0 builds the batches and gets the logits; the other
     ranks run the batches it broadcasts (runtime/tp_batch_sync.py) until it stops them."""
     if not runner.parallel.is_leader:
         runner.follow()
         return None
-    logits = prefill_and_decode_logits(runner, PROMPTS)
+    if lora is None:
+        logits = prefill_and_decode_logits(runner, PROMPTS)
+    else:
+        logits = lora_batches_logits(runner, lora)
     runner.stop_followers()
     return logits
 
@@ -139,14 +184,14 @@ def _worker(rank: int, init_method: str, commands, answers) -> None:
         command = commands.get()
         if command is None:
             break
-        model_path, load_format = command
+        model_path, load_format, lora = command
         try:
-            runner = build_runner(model_path, load_format, world)
+            runner = build_runner(model_path, load_format, world, lora)
             # What this rank holds: its heads, KV heads and vocabulary rows.
             held = (runner.num_local_heads, runner.num_local_kv_heads)
             held += (runner.model.lm_head_weight.shape[0],)
-            tp4 = _lead_or_follow(runner)
-            tp2 = _lead_or_follow(build_runner(model_path, load_format, half))
+            tp4 = _lead_or_follow(runner, lora)
+            tp2 = _lead_or_follow(build_runner(model_path, load_format, half, lora), lora)
             answers.put((rank, tp2, tp4, held, None))
         except Exception as error:  # reported to the test, which fails with it
             answers.put((rank, None, None, None, repr(error)))
@@ -155,9 +200,9 @@ def _worker(rank: int, init_method: str, commands, answers) -> None:
 
 @pytest.fixture(scope="module")
 def tp_world():
-    """Runs models on TP = 4 and TP = 2: `run(path, load_format) -> {rank: (tp2 logits, tp4
-    logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank)}`; a follower's
-    logits are None."""
+    """Runs models on TP = 4 and TP = 2: `run(path, load_format, lora=None) -> {rank: (tp2
+    logits, tp4 logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank)}`; a
+    follower's logits are None. `lora`: adapter folders by name (`lora_batches_logits`)."""
     context = multiprocessing.get_context("spawn")
     init_method = f"tcp://127.0.0.1:{find_free_port()}"
     commands = [context.Queue() for _ in range(WORLD_SIZE)]
@@ -170,9 +215,9 @@ def tp_world():
         worker.daemon = True
         worker.start()
 
-    def run(model_path: str, load_format: str) -> dict[int, tuple]:
+    def run(model_path: str, load_format: str, lora: dict | None = None) -> dict[int, tuple]:
         for queue in commands:
-            queue.put((model_path, load_format))
+            queue.put((model_path, load_format, lora))
         results = {}
         for _ in range(WORLD_SIZE):
             rank, tp2, tp4, held, error = answers.get(timeout=ANSWER_TIMEOUT_S)
@@ -189,12 +234,16 @@ def tp_world():
             worker.kill()
 
 
-def _check_equal(model_path: str, load_format: str, tp_world) -> dict[int, tuple]:
+def _check_equal(
+    model_path: str, load_format: str, tp_world, lora: dict | None = None
+) -> dict[int, tuple]:
     torch.set_num_threads(1)
-    reference = prefill_and_decode_logits(
-        build_runner(model_path, load_format, TensorParallel()), PROMPTS
-    )
-    results = tp_world(model_path, load_format)
+    single = build_runner(model_path, load_format, TensorParallel(), lora)
+    if lora is None:
+        reference = prefill_and_decode_logits(single, PROMPTS)
+    else:
+        reference = lora_batches_logits(single, lora)
+    results = tp_world(model_path, load_format, lora)
     # Logits come from the leaders: rank 0 (TP = 4, and TP = 2 of ranks 0-1) and rank 2.
     assert results[0][1] is not None and results[0][0] is not None
     assert results[2][0] is not None
@@ -236,3 +285,26 @@ def test_bad_partitions_are_refused():
         kv_head_partition(3, TensorParallel(rank=0, size=4, group=object()))
     assert kv_head_partition(2, TensorParallel(rank=3, size=4, group=object())) == (1, 1)
     assert kv_head_partition(8, TensorParallel(rank=3, size=4, group=object())) == (6, 2)
+
+
+def test_lora_adapters_logits_equal_tp1(tp_world, tmp_path):
+    """Adapters on every projection, on q/v only and on the MLP (rank 16, rsLoRA), over a model
+    with fewer KV heads than 4 ranks: each rank keeps its cut of every adapter."""
+    import transformers
+    from lora_fixtures import random_base_model, save_random_adapter
+
+    base = random_base_model(transformers.LlamaConfig)
+    base.save_pretrained(tmp_path / "base")
+    lora = {
+        name: str(save_random_adapter(base, tmp_path / name, name, seed=seed))
+        for seed, name in enumerate(("all", "qv", "mlp"))
+    }
+    base_logits = prefill_and_decode_logits(
+        build_runner(str(tmp_path / "base"), "auto", TensorParallel()), LORA_PROMPTS
+    )
+    with_adapter = lora_batches_logits(
+        build_runner(str(tmp_path / "base"), "auto", TensorParallel(), lora), lora
+    )
+    first_prompt = len(LORA_PROMPTS[0])  # under "all" in the first batch
+    assert not torch.allclose(with_adapter[:first_prompt], base_logits[:first_prompt])
+    _check_equal(str(tmp_path / "base"), "auto", tp_world, lora)

@@ -1,5 +1,6 @@
 """Tensor parallelism end to end on CPU (gloo): the Engine and `radixgen serve --tp-size 2`
-give the greedy outputs of one process, and a rank that dies stops the server (exit 1)."""
+give the greedy outputs of one process, with and without LoRA adapters (one loaded at
+start-up, one while serving), and a rank that dies stops the server (exit 1)."""
 
 from __future__ import annotations
 
@@ -15,37 +16,57 @@ from radixgen.runtime.server.subprocess_launcher import ServerProcess
 PROMPTS = ["def fibonacci(n):", "import os\nimport", "class Stack:\n    def push(self, item):"]
 GREEDY = {"max_new_tokens": 12, "temperature": 0}
 OPTIONS = dict(device="cpu", dtype="float32", skip_warmup=True, context_length=256)
+# Each prompt's adapter in the LoRA checks: "a" is loaded at start-up, "b" while serving.
+ADAPTERS = ["a", None, "b"]
 
 
 @pytest.fixture(scope="module")
-def single_process_texts(tiny_model_path) -> list[str]:
-    with Engine(tiny_model_path, **OPTIONS) as engine:
-        return [output["text"] for output in engine.generate(PROMPTS, GREEDY)]
+def single_process_texts(tiny_model_path, lora_adapter_paths) -> dict[str, list[str]]:
+    """One process's greedy texts: "base" without adapters, "lora" with ADAPTERS."""
+    paths = [f"{name}={path}" for name, path in lora_adapter_paths.items()]
+    with Engine(tiny_model_path, lora_paths=paths, **OPTIONS) as engine:
+        base = [output["text"] for output in engine.generate(PROMPTS, GREEDY)]
+        tuned = engine.generate(PROMPTS, GREEDY, lora_path=ADAPTERS)
+    texts = {"base": base, "lora": [output["text"] for output in tuned]}
+    assert texts["lora"][0] != base[0] and texts["lora"][1] == base[1]  # the adapters act
+    return texts
 
 
-def test_engine_tp2_equals_tp1(tiny_model_path, single_process_texts):
-    with Engine(tiny_model_path, tp_size=2, **OPTIONS) as engine:
+def test_engine_tp2_equals_tp1(tiny_model_path, lora_adapter_paths, single_process_texts):
+    start_up = [f"a={lora_adapter_paths['a']}"]
+    with Engine(tiny_model_path, tp_size=2, lora_paths=start_up, **OPTIONS) as engine:
         # One prompt twice: the second reuses the first's cached prefix (rank 0's radix tree
         # chose the slots; the follower reads them from the broadcast rows).
         texts = [output["text"] for output in engine.generate(PROMPTS, GREEDY)]
         again = engine.generate(PROMPTS[0], GREEDY)
         assert again["meta_info"]["cached_tokens"] > 0
+        engine.load_lora_adapter("b", lora_adapter_paths["b"])  # the follower loads it too
+        tuned = engine.generate(PROMPTS, GREEDY, lora_path=ADAPTERS)
         engine.check_integrity()
-    assert texts == single_process_texts
-    assert again["text"] == single_process_texts[0]
+    assert texts == single_process_texts["base"]
+    assert again["text"] == single_process_texts["base"][0]
+    assert [output["text"] for output in tuned] == single_process_texts["lora"]
 
 
-def test_server_tp2_equals_tp1_and_a_dead_rank_stops_it(single_process_texts):
+def _generate(base_url: str, prompt: str, adapter: str | None = None) -> str:
+    body = {"text": prompt, "sampling_params": GREEDY, "lora_path": adapter}
+    response = httpx.post(f"{base_url}/generate", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["text"]
+
+
+def test_server_tp2_equals_tp1_and_a_dead_rank_stops_it(lora_adapter_paths, single_process_texts):
     flags = ["--tp-size", "2", "--device", "cpu", "--dtype", "float32", "--skip-warmup"]
     flags += ["--context-length", "256", "--log-level", "warning"]
+    flags += ["--lora-paths", f"a={lora_adapter_paths['a']}"]
     with ServerProcess(flags) as server:
-        texts = []
-        for prompt in PROMPTS:
-            body = {"text": prompt, "sampling_params": GREEDY}
-            response = httpx.post(f"{server.base_url}/generate", json=body, timeout=60)
-            assert response.status_code == 200, response.text
-            texts.append(response.json()["text"])
-        assert texts == single_process_texts
+        texts = [_generate(server.base_url, prompt) for prompt in PROMPTS]
+        assert texts == single_process_texts["base"]
+        body = {"lora_name": "b", "lora_path": lora_adapter_paths["b"]}
+        response = httpx.post(f"{server.base_url}/load_lora_adapter", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        tuned = [_generate(server.base_url, p, a) for p, a in zip(PROMPTS, ADAPTERS, strict=True)]
+        assert tuned == single_process_texts["lora"]
         info = httpx.get(f"{server.base_url}/get_server_info", timeout=30).json()
         os.kill(info["process_ids"]["tp-rank-1"], signal.SIGKILL)
         assert server.wait(timeout_s=30) == 1

@@ -5,12 +5,22 @@ the start-up adapters, sizes the pool (`max_loras_per_batch` slots of `max_lora_
 target modules), wraps every targeted projection's method in a `LoRALinearMethod`, and at run
 time loads and unloads adapters by name. The scheduler acquires a request's slot at admission
 and releases it when the request leaves the batch (`acquire` / `release`).
+
+Under tensor parallelism every rank keeps its part of each adapter, cut as the base layer's
+weight is: B's output rows of the rank's heads / features for column-parallel projections (q, k,
+v, gate, up), A's input columns for row-parallel ones (o, down; each rank's shrink is then a
+partial sum that the layer's all-reduce adds up with the base output's, since the expand is
+linear). Rank 0 decides which slot holds which adapter; its batches name the slots they use and
+its loads and unloads reach the followers as `AdapterChange`s (runtime/tp_batch_sync.py), so a
+follower's pool mirrors rank 0's (`mirror_slots`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,7 +33,7 @@ from radixgen.runtime.lora.adapter import (
 )
 from radixgen.runtime.lora.layer import LoRABatchState, LoRALinearMethod
 from radixgen.runtime.lora.pool import LoRALayerShape, LoRAMemoryPool
-from radixgen.runtime.models.linear import LinearBase
+from radixgen.runtime.models.linear import CheckpointSlice, LinearBase
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +45,15 @@ _PROJECTIONS = {
     "down_proj": "mlp.down_proj",
 }
 MAX_SUPPORTED_RANK = 64
+
+
+@dataclass(frozen=True)
+class AdapterChange:
+    """An adapter rank 0 loaded (`path` set) or unloaded (`path` None), for its
+    tensor-parallel followers to repeat in the same order (so load ids agree)."""
+
+    name: str
+    path: str | None = None
 
 
 def resolve_target_modules(
@@ -118,6 +137,9 @@ class LoRAManager:
         self.pool = LoRAMemoryPool(
             shapes, num_slots=max_loras_per_batch, max_rank=rank, dtype=dtype, device=device
         )
+        self.linears = layers
+        # Rank 0 of a tensor-parallel group: tells the followers of each load and unload.
+        self.announce: Callable[[AdapterChange], None] | None = None
         for key, linear in layers.items():
             self._wrap(linear, key, use_triton)
         self.adapters: dict[str, LoRAAdapter] = {}
@@ -163,19 +185,23 @@ class LoRAManager:
                 f"LoRA adapter {str(path)!r} targets {sorted(outside)}, outside "
                 f"lora_target_modules {sorted(self.pool.served_modules)}"
             )
+        weights = {}
         for (layer, module), (lora_a, lora_b) in adapter.weights.items():
             param, shard = TARGET_MODULES[module]
-            shape = self.pool.shapes[(layer, param)]
-            expected_out, expected_in = shape.output_sizes[shard], shape.input_size
+            linear = self.linears[(layer, param)]
+            expected_in, expected_out = _full_sizes(linear, shard)
             if lora_a.shape[1] != expected_in or lora_b.shape[0] != expected_out:
                 raise ValueError(
                     f"LoRA adapter {str(path)!r}: layer {layer} {module} has A "
                     f"{tuple(lora_a.shape)} / B {tuple(lora_b.shape)}, the base model needs "
                     f"in={expected_in}, out={expected_out} (an adapter of another model?)"
                 )
+            weights[(layer, module)] = _rank_part(linear, shard, lora_a, lora_b)
         self._loads += 1
-        adapter = dataclasses.replace(adapter, load_id=self._loads)
+        adapter = dataclasses.replace(adapter, weights=weights, load_id=self._loads)
         self.adapters[name] = adapter
+        if self.announce is not None:
+            self.announce(AdapterChange(name, path))
         return adapter
 
     def unload_adapter(self, name: str) -> None:
@@ -188,6 +214,36 @@ class LoRAManager:
             raise KeyError(f"LoRA adapter {name!r} is not loaded")
         self.pool.evict(name)
         del self.adapters[name]
+        if self.announce is not None:
+            self.announce(AdapterChange(name))
+
+    def apply_change(self, change: AdapterChange) -> None:
+        """A follower repeats rank 0's load or unload (an error here means the ranks can no
+        longer agree: the follower stops, and the server with it)."""
+        if change.path is None:
+            self.unload_adapter(change.name)
+        else:
+            self.load_adapter(change.name, change.path)
+
+    def slot_adapters(self, slots: tuple[int, ...]) -> tuple[tuple[int, str, int], ...]:
+        """Rank 0: `(slot, adapter name, load id)` of each slot a batch uses."""
+        named = ((slot, self.pool.slot_names[slot]) for slot in slots)
+        return tuple((slot, name, self.adapters[name].load_id) for slot, name in named)
+
+    def mirror_slots(self, slot_adapters: tuple[tuple[int, str, int], ...]) -> None:
+        """A follower: puts each adapter in the slot rank 0's pool holds it in.
+
+        Raises:
+            RuntimeError: this rank does not hold that load of the adapter (out of step).
+        """
+        for slot, name, load_id in slot_adapters:
+            adapter = self.adapters.get(name)
+            if adapter is None or adapter.load_id != load_id:
+                raise RuntimeError(
+                    f"tensor-parallel ranks disagree on LoRA adapter {name!r} (load {load_id} "
+                    f"on rank 0, {adapter.load_id if adapter else 'not loaded'} here)"
+                )
+            self.pool.place(slot, adapter)
 
     def acquire(self, name: str) -> int | None:
         """`name`'s slot for one more running request; None if every slot is in use."""
@@ -195,3 +251,29 @@ class LoRAManager:
 
     def release(self, name: str) -> None:
         self.pool.release(name)
+
+
+def _full_sizes(linear: LinearBase, shard: int) -> tuple[int, int]:
+    """The whole model's (in, out) sizes of checkpoint module `shard` of `linear`."""
+    part: CheckpointSlice | None = linear.checkpoint_slice
+    full_in, full_out = linear.input_size, linear.output_sizes[shard]
+    if part is not None and part.dim == 0:
+        full_out = part.full_sizes[shard]
+    elif part is not None:
+        full_in = part.full_sizes[0]
+    return full_in, full_out
+
+
+def _rank_part(
+    linear: LinearBase, shard: int, lora_a: torch.Tensor, lora_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's `(A [r, in], B [out, r])` of one module, cut as the base weight is."""
+    part = linear.checkpoint_slice
+    if part is None:
+        return lora_a, lora_b
+    if part.dim == 0:  # column parallel: the output rows this rank computes
+        rows = lora_b.narrow(0, part.starts[shard], linear.output_sizes[shard])
+        return lora_a, rows.contiguous()
+    # Row parallel: the input columns this rank holds; the shrink's partial sums add up in the
+    # layer's all-reduce (the expand is linear).
+    return lora_a.narrow(1, part.starts[0], linear.input_size).contiguous(), lora_b

@@ -121,6 +121,23 @@ class LoRAMemoryPool:
             self.idle.pop(name)
             self.slot_names[slot] = None
 
+    def place(self, slot: int, adapter: LoRAAdapter) -> None:
+        """A tensor-parallel follower's pool: puts `adapter` in `slot` because rank 0's pool
+        holds it there (followers never acquire; their slots mirror the leader's). Whatever
+        held the slot, and the adapter's copy in another slot, are dropped."""
+        if self.slot_names[slot] == adapter.name:
+            return
+        previous = self.slot_of.pop(adapter.name, None)
+        if previous is not None:
+            self.slot_names[previous] = None
+            self.idle.pop(adapter.name)
+        occupant = self.slot_names[slot]
+        if occupant is not None:
+            del self.slot_of[occupant]
+            self.idle.pop(occupant)
+        self._write(slot, adapter)
+        self.idle[adapter.name] = None  # loaded and not counted as used, as check_integrity wants
+
     def _free_slot(self) -> int | None:
         if None in self.slot_names:
             return self.slot_names.index(None)
