@@ -48,6 +48,26 @@ def test_engine_tp2_equals_tp1(tiny_model_path, lora_adapter_paths, single_proce
     assert [output["text"] for output in tuned] == single_process_texts["lora"]
 
 
+def test_engine_tp2_speculative_equals_tp1(tiny_model_path, single_process_texts):
+    """STANDALONE drafting on rank 0 (tiny as its own draft: every draft accepted); the verify
+    forwards reach the follower like any batch, as one extend batch or as decode rows."""
+    options = dict(
+        OPTIONS,
+        speculative_algorithm="STANDALONE",
+        speculative_draft_model_path=tiny_model_path,
+        speculative_num_steps=3,
+        speculative_min_accept_length=0,
+    )
+    with Engine(tiny_model_path, tp_size=2, **options) as engine:
+        texts = [output["text"] for output in engine.generate(PROMPTS[:2], GREEDY)]
+        engine._scheduler.speculative.verify_as_decode_rows = True  # no public switch
+        texts.append(engine.generate(PROMPTS[2], GREEDY)["text"])
+        stats = engine.get_stats()
+        engine.check_integrity()
+    assert texts == single_process_texts["base"]
+    assert stats["num_spec_accepted_tokens"] > 0
+
+
 def _generate(base_url: str, prompt: str, adapter: str | None = None) -> str:
     body = {"text": prompt, "sampling_params": GREEDY, "lora_path": adapter}
     response = httpx.post(f"{base_url}/generate", json=body, timeout=60)
