@@ -28,6 +28,7 @@ SYSTEM_LEN = 20  # the Triton interpreter is slow: short prompts, a lower sharin
 @pytest.fixture(autouse=True)
 def share_short_prefixes(monkeypatch):
     monkeypatch.setattr(tree_grouping, "MIN_SHARED_TOKENS", SYSTEM_LEN)
+    monkeypatch.setattr(tree_grouping, "MIN_SAVED_READ_FRACTION", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +154,14 @@ def test_grouping_follows_the_radix_tree_and_namespaces(tiny_model_path):
     assert salted and not any(salted[0] in s.members for s in segments)
     # Raising the bar above every shared prefix turns the tree path off.
     assert shared_prefix_segments(running, min_shared_tokens=1000) is None
+    # So does sharing that saves less than the asked fraction of the plain kernel's reads.
+    saved = sum((len(s.members) - 1) * (s.end - s.start) for s in segments)
+    reads = sum(len(req.origin_input_ids) + len(req.output_ids) for req in running)
+    for fraction, takes_tree in ((saved / reads - 0.01, True), (saved / reads + 0.01, False)):
+        kept = shared_prefix_segments(
+            running, min_shared_tokens=SYSTEM_LEN, min_saved_fraction=fraction
+        )
+        assert (kept == segments) if takes_tree else kept is None
 
 
 @pytest.mark.gpu

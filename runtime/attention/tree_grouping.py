@@ -24,16 +24,26 @@ from radixgen.runtime.req import Req
 # Tree attention pays one more launch and a merge per layer; below this much shared prefix per
 # request the plain decode kernel is used.
 MIN_SHARED_TOKENS = 64
+# ... and unless sharing saves at least this fraction of the plain kernel's KV reads. The ninth
+# session's H200 sweep (docs/benchmarks.md): pairs sharing 512 of 768 tokens (a third of the
+# reads saved) ran 0.82x the plain kernel, groups of 4 sharing 2048 of 2176 (71% saved) 1.66x,
+# groups of 16 (88-93%) 2.6-3.5x; the plain kernel also gets L2 hits on shared KV.
+MIN_SAVED_READ_FRACTION = 0.5
 
 
 def shared_prefix_segments(
-    reqs: Sequence[Req], *, min_shared_tokens: int = MIN_SHARED_TOKENS
+    reqs: Sequence[Req],
+    *,
+    min_shared_tokens: int = MIN_SHARED_TOKENS,
+    min_saved_fraction: float = 0.0,
 ) -> tuple[SharedSegment, ...] | None:
     """The cached prefixes that several of `reqs` (batch rows, in order) hold.
 
     Returns:
         The segments of the radix nodes held by >= 2 rows (members are row indices), or None
-        when no row shares at least `min_shared_tokens` tokens with another.
+        when no row shares at least `min_shared_tokens` tokens with another, or when reading
+        each segment once saves less than `min_saved_fraction` of the rows' KV reads (each
+        row's whole history: what plain decode attention reads).
     """
     node_rows: dict[object, list[int]] = {}  # node -> rows whose prefix passes through it
     node_range: dict[object, tuple[int, int]] = {}  # node -> (start, end) positions
@@ -74,6 +84,12 @@ def shared_prefix_segments(
         segment = [reqs[rows[0]].req_pool_idx, start, end, rows]
         segment_of[node] = segment
         segments.append(segment)
+    if min_saved_fraction > 0:
+        saved = sum((len(rows) - 1) * (end - start) for _, start, end, rows in segments)
+        # A decode row reads its prompt and outputs so far (its last token's KV included).
+        reads = sum(len(req.origin_input_ids) + len(req.output_ids) for req in reqs)
+        if saved < min_saved_fraction * reads:
+            return None
     return tuple(
         SharedSegment(kv_row=kv_row, start=start, end=end, members=tuple(rows))
         for kv_row, start, end, rows in segments
@@ -86,4 +102,6 @@ def decode_shared_prefixes(
     """The batch's shared prefixes when `runner` runs tree attention and the batch decodes."""
     if mode != ForwardMode.DECODE or not runner.tree_attention_enabled:
         return None
-    return shared_prefix_segments(reqs, min_shared_tokens=MIN_SHARED_TOKENS)
+    return shared_prefix_segments(
+        reqs, min_shared_tokens=MIN_SHARED_TOKENS, min_saved_fraction=MIN_SAVED_READ_FRACTION
+    )
