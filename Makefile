@@ -23,8 +23,9 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
+# Its fuzzing draws new hypothesis examples each run (the CI suite draws the same ones).
 test-slow: $(VENV)/.installed
-	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m slow tests
+	$(TEST_ENV) HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -p no:cacheprovider -m slow tests
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check lang runtime radix_cache constrained kernels tests examples

@@ -38,6 +38,20 @@ def _set_triton_interpreter() -> None:
 _set_triton_interpreter()
 
 
+def _load_hypothesis_profile() -> None:
+    """Property tests draw the same examples on every run ("ci", the default: a red CI means a
+    change broke something, never an unlucky draw, as test_server_fuzz already did);
+    `HYPOTHESIS_PROFILE=explore make test` draws new ones each run, to look for new failures."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, database=None)
+    settings.register_profile("explore", derandomize=False)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_load_hypothesis_profile()
+
+
 def pytest_configure(config):
     if not os.environ.get("RADIXGEN_CACHE"):
         cache = tempfile.mkdtemp(prefix="radixgen-test-cache-")
