@@ -3,7 +3,9 @@
 Unless RADIXGEN_CACHE is already set, the session points it at a temporary folder (inherited by
 any subprocess a test starts), so tests never touch ~/.cache and always use a fresh build.
 The servers that several modules share (shared_servers.py) start on first use and stop at the
-end of the session; one that a test stopped starts again for its next user.
+end of the session; one that a test stopped starts again for its next user. Under `make test`'s
+two pytest-xdist workers each worker is a session: it builds its own tiny and starts the shared
+servers its modules use.
 """
 
 from __future__ import annotations

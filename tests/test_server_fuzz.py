@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 
 import httpx
 import pytest
@@ -148,12 +147,15 @@ def test_fuzzed_bodies_never_get_a_5xx(http):
 
 
 def test_soak_with_disconnecting_clients(server, http):
-    """Concurrency 8 for ~6 s; about a fifth of the clients leave mid-request."""
+    """96 requests at concurrency 8 (a count, not a duration: the same soak on a busy machine);
+    about a fifth of the clients leave mid-request."""
     statuses: list[int] = []
     rng = random.Random(0)
+    remaining = [96]
 
-    async def one_client(client: httpx.AsyncClient, deadline: float) -> None:
-        while time.monotonic() < deadline:
+    async def one_client(client: httpx.AsyncClient) -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
             leaves = rng.random() < 0.2
             stream = rng.random() < 0.5
             body = {
@@ -176,11 +178,10 @@ def test_soak_with_disconnecting_clients(server, http):
                 pass  # the client that left
 
     async def soak() -> None:
-        deadline = time.monotonic() + 6
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
-            await asyncio.gather(*(one_client(client, deadline) for _ in range(8)))
+            await asyncio.gather(*(one_client(client) for _ in range(8)))
 
     asyncio.run(soak())
-    assert len(statuses) > 50
+    assert len(statuses) > 48  # the clients that stayed (and the streams that left) answered
     assert all(status < 500 for status in statuses), sorted(set(statuses))
     assert_healthy_and_whole(http)
