@@ -99,9 +99,11 @@ def load_eagle_head(
     target: LlamaForCausalLM,
     dtype: torch.dtype,
     device: torch.device | str,
+    whole_vocabulary: tuple[VocabParallelEmbedding, VocabParallelEmbedding] | None = None,
 ) -> LlamaEagleHead:
     """An EAGLE head (runtime/models/llama_eagle.py) from its folder, attached to `target`
-    (whose embedding, LM head and RoPE table it shares).
+    (whose embedding, LM head and RoPE table it shares; `whole_vocabulary`: the embedding and
+    LM head to use instead, where the target's are split over tensor-parallel ranks).
 
     Raises:
         FileNotFoundError: no safetensors weights in the folder.
@@ -115,7 +117,7 @@ def load_eagle_head(
     head.to(device)
     head.eval()
     head.requires_grad_(False)
-    head.attach(target)
+    head.attach(target, whole_vocabulary)
     return head
 
 

@@ -32,6 +32,7 @@ from radixgen.runtime.kv_cache_scales import load_kv_cache_scales
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.lora.manager import LoRAManager
 from radixgen.runtime.model_config import ModelConfig
+from radixgen.runtime.models.parallel_layers import VocabParallelEmbedding
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.speculative.config import SpeculativeAlgorithm, resolve_speculative_config
 from radixgen.runtime.tiny_model import resolve_model_path
@@ -183,6 +184,11 @@ class ModelRunner:
             quantization=server_args.quantization,
             parallel=self.parallel,
         )
+        # EAGLE's head runs on rank 0 alone over the whole vocabulary: under tensor parallelism
+        # every rank joins in gathering the split embedding and LM head once, rank 0 keeps them.
+        self.whole_vocabulary = None
+        if self.graphs_keep_hidden_states and self.parallel.size > 1:
+            self.whole_vocabulary = self._gather_whole_vocabulary()
         attention = self.model.model.layers[0].self_attn if self.model_config.num_layers else None
         self.num_local_heads = attention.num_heads if attention else self.model_config.num_heads
         self.num_local_kv_heads = (
@@ -280,6 +286,20 @@ class ModelRunner:
             shared_prefixes=shared_prefixes,
             lora_slots=lora_slots,
         )
+
+    def _gather_whole_vocabulary(
+        self,
+    ) -> tuple[VocabParallelEmbedding, VocabParallelEmbedding] | None:
+        """(input embedding, LM head) over the whole vocabulary on rank 0 (None elsewhere);
+        a collective: every rank calls it."""
+        embed_tokens, output_embedding = self.model.model.embed_tokens, self.model.output_embedding
+        gathered = [embed_tokens.gathered_weight()]
+        if output_embedding is not embed_tokens:
+            gathered.append(output_embedding.gathered_weight())
+        if not self.parallel.is_leader:
+            return None
+        tables = [VocabParallelEmbedding.whole(weight) for weight in gathered]
+        return tables[0], tables[-1]
 
     def _create_lora_manager(self) -> LoRAManager | None:
         """The adapters and their pool (before the KV pool: it sizes itself on what is left)."""

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from radixgen.runtime.speculative.config import SpeculativeAlgorithm, resolve_speculative_config
+from radixgen.runtime.speculative.config import resolve_speculative_config
 
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
@@ -238,23 +238,12 @@ class ServerArgs:
                 f"got {self.attention_backend!r}"
             )
 
-        speculative = resolve_speculative_config(self)  # raises ValueError naming the flag
+        resolve_speculative_config(self)  # raises ValueError naming the flag
         if self.speculative_algorithm is not None and self.lora_enabled:
             # The draft/verify path does not carry adapter slots yet (docs/lora.md).
             raise ValueError(
                 "speculative_algorithm cannot be combined with LoRA adapters (lora_paths / "
                 "lora_target_modules) yet"
-            )
-        if (
-            self.tp_size > 1
-            and speculative is not None
-            and speculative.algorithm is SpeculativeAlgorithm.EAGLE
-        ):
-            # The head runs on rank 0 alone, yet it reads the target's embedding and LM head,
-            # which are split over the ranks (docs/distributed.md).
-            raise ValueError(
-                "tp_size > 1 cannot be combined with speculative_algorithm EAGLE yet (NGRAM "
-                "and STANDALONE can)"
             )
 
     def _check_parallelism(self) -> None:

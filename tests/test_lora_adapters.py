@@ -198,11 +198,3 @@ def test_speculative_decoding_with_adapters_is_refused():
 
     with pytest.raises(ValueError, match="speculative_algorithm cannot be combined with LoRA"):
         ServerArgs(lora_target_modules=["q_proj"], speculative_algorithm="ngram")
-
-
-def test_tensor_parallel_with_eagle_is_refused():
-    from radixgen.runtime.server_args import ServerArgs
-
-    with pytest.raises(ValueError, match="tp_size > 1 cannot be combined with .* EAGLE"):
-        ServerArgs(speculative_algorithm="eagle", speculative_draft_model_path="x", tp_size=2)
-    ServerArgs(speculative_algorithm="ngram", tp_size=2)  # NGRAM and STANDALONE can

@@ -190,19 +190,22 @@ def _worker(rank: int, init_method: str, commands, answers) -> None:
             # What this rank holds: its heads, KV heads and vocabulary rows.
             held = (runner.num_local_heads, runner.num_local_kv_heads)
             held += (runner.model.lm_head_weight.shape[0],)
+            # The LM head gathered whole from the 4 ranks (what EAGLE's head reads on rank 0).
+            whole = runner.model.output_embedding.gathered_weight()
             tp4 = _lead_or_follow(runner, lora)
             tp2 = _lead_or_follow(build_runner(model_path, load_format, half, lora), lora)
-            answers.put((rank, tp2, tp4, held, None))
+            answers.put((rank, tp2, tp4, held, whole, None))
         except Exception as error:  # reported to the test, which fails with it
-            answers.put((rank, None, None, None, repr(error)))
+            answers.put((rank, None, None, None, None, repr(error)))
     dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def tp_world():
     """Runs models on TP = 4 and TP = 2: `run(path, load_format, lora=None) -> {rank: (tp2
-    logits, tp4 logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank)}`; a
-    follower's logits are None. `lora`: adapter folders by name (`lora_batches_logits`)."""
+    logits, tp4 logits, (heads, KV heads, vocabulary rows) held by the TP = 4 rank, its LM
+    head gathered whole)}`; a follower's logits are None. `lora`: adapter folders by name
+    (`lora_batches_logits`)."""
     context = multiprocessing.get_context("spawn")
     init_method = f"tcp://127.0.0.1:{find_free_port()}"
     commands = [context.Queue() for _ in range(WORLD_SIZE)]
@@ -220,9 +223,9 @@ def tp_world():
             queue.put((model_path, load_format, lora))
         results = {}
         for _ in range(WORLD_SIZE):
-            rank, tp2, tp4, held, error = answers.get(timeout=ANSWER_TIMEOUT_S)
+            rank, tp2, tp4, held, whole, error = answers.get(timeout=ANSWER_TIMEOUT_S)
             assert error is None, f"rank {rank}: {error}"
-            results[rank] = (tp2, tp4, held)
+            results[rank] = (tp2, tp4, held, whole)
         return results
 
     yield run
@@ -247,13 +250,14 @@ def _check_equal(
     # Logits come from the leaders: rank 0 (TP = 4, and TP = 2 of ranks 0-1) and rank 2.
     assert results[0][1] is not None and results[0][0] is not None
     assert results[2][0] is not None
-    for rank, (tp2, tp4, _held) in results.items():
+    for rank, (tp2, tp4, _held, whole) in results.items():
         for name, logits in (("tp2", tp2), ("tp4", tp4)):
             if logits is None:
                 continue  # a follower
             assert logits.shape == reference.shape, (rank, name)
             torch.testing.assert_close(logits, reference, atol=1e-5, rtol=1e-5, msg=f"{name}")
-    return {rank: held for rank, (_tp2, _tp4, held) in results.items()}
+        assert torch.equal(whole, single.model.output_embedding.weight), rank
+    return {rank: held for rank, (_tp2, _tp4, held, _whole) in results.items()}
 
 
 def test_tiny_logits_equal_tp1(tp_world, tiny_model_path):

@@ -35,6 +35,7 @@ from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.layers import RMSNorm
 from radixgen.runtime.models.llama import LlamaDecoderLayer, LlamaForCausalLM
+from radixgen.runtime.models.parallel_layers import VocabParallelEmbedding
 
 EAGLE_ARCHITECTURE = "LlamaForCausalLMEagle"
 
@@ -107,13 +108,26 @@ class LlamaEagleHead(nn.Module):
             self.register_buffer("hot_token_ids", hot)  # [draft_vocab_size], loaded
         else:
             self.hot_token_ids = None
-        self._target: tuple[LlamaForCausalLM, ...] = ()
+        # (input embedding, LM head, RoPE), set by `attach`.
+        self._target: tuple[VocabParallelEmbedding, VocabParallelEmbedding, nn.Module] | None = None
         self._hot_lm_head: torch.Tensor | None = None  # [draft_vocab_size, hidden]
 
-    def attach(self, target: LlamaForCausalLM) -> None:
-        self._target = (target,)  # a tuple: not registered as a submodule
+    def attach(
+        self,
+        target: LlamaForCausalLM,
+        whole_vocabulary: tuple[VocabParallelEmbedding, VocabParallelEmbedding] | None = None,
+    ) -> None:
+        """Borrows the target's RoPE table and its embedding and LM head, or
+        `whole_vocabulary` (input embedding, LM head) instead where the target's are split over
+        tensor-parallel ranks: the head runs on rank 0 alone."""
+        embed_tokens, output_embedding = whole_vocabulary or (
+            target.model.embed_tokens,
+            target.output_embedding,
+        )
+        # A tuple: not registered as submodules (loading and state_dict see the head's own).
+        self._target = (embed_tokens, output_embedding, target.model.rotary_emb)
         if self.hot_token_ids is not None:
-            self._hot_lm_head = target.lm_head_weight[self.hot_token_ids]
+            self._hot_lm_head = output_embedding.weight[self.hot_token_ids]
 
     def forward(
         self,
@@ -122,17 +136,15 @@ class LlamaEagleHead(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (the greedy draft [batch] int64, predicted features [batch, hidden]) at
         each request's last token."""
-        (target,) = self._target
-        embedded = target.model.embed_tokens(forward_batch.input_ids)  # [num_tokens, hidden]
+        embed_tokens, output_embedding, rotary_emb = self._target
+        embedded = embed_tokens(forward_batch.input_ids)  # [num_tokens, hidden]
         hidden_states = self.fc(torch.cat([features.to(embedded.dtype), embedded], dim=-1))
-        mlp_output, residual = self.layers[0](
-            hidden_states, None, forward_batch, target.model.rotary_emb
-        )
+        mlp_output, residual = self.layers[0](hidden_states, None, forward_batch, rotary_emb)
         if forward_batch.mode == ForwardMode.EXTEND:
             last = forward_batch.last_token_indices
             mlp_output, residual = mlp_output[last], residual[last]
         predicted = self.norm.add_and_norm(mlp_output, residual)[0]  # [batch, hidden]
         if self._hot_lm_head is None:
-            return target.output_embedding.logits(predicted).argmax(dim=-1), predicted
+            return output_embedding.logits(predicted).argmax(dim=-1), predicted
         hot_logits = predicted @ self._hot_lm_head.T  # [batch, draft_vocab_size]
         return self.hot_token_ids[hot_logits.argmax(dim=-1)], predicted

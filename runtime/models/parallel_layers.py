@@ -71,6 +71,23 @@ class VocabParallelEmbedding(nn.Module):
         self.num_local_rows = max(0, min(self.rows_per_rank, vocab_size - self.vocab_start))
         self.weight = nn.Parameter(torch.empty(self.num_local_rows, hidden_size))
 
+    @classmethod
+    def whole(cls, weight: torch.Tensor) -> VocabParallelEmbedding:
+        """A one-device table over the whole vocabulary holding `weight: [vocab, hidden]`."""
+        table = cls(weight.shape[0], weight.shape[1], TensorParallel())
+        table.weight = nn.Parameter(weight, requires_grad=False)
+        return table
+
+    def gathered_weight(self) -> torch.Tensor:
+        """The whole `[vocab_size, hidden]` table, on every rank: a collective, so every rank
+        calls it at the same point (a draft head on rank 0 alone reads the whole vocabulary)."""
+        if self.parallel.size == 1:
+            return self.weight.data
+        padding = self.rows_per_rank - self.num_local_rows  # the short last part
+        local = F.pad(self.weight.data, (0, 0, 0, padding))  # [rows_per_rank, hidden]
+        rows = self.parallel.all_gather(local.T.contiguous()).T  # [size * rows_per_rank, hidden]
+        return rows[: self.vocab_size].contiguous()
+
     def shard_checkpoint(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's rows of the full `[vocab_size, hidden]` checkpoint tensor (a copy)."""
         if self.parallel.size == 1 or tensor.shape[0] != self.vocab_size:

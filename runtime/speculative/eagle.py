@@ -32,6 +32,7 @@ import torch
 from radixgen.radix_cache.memory_pool import ReqToTokenPool, SlotAllocator, TokenToKVPool
 from radixgen.runtime.forward_batch import ForwardMode, build_forward_batch
 from radixgen.runtime.loader import load_eagle_head
+from radixgen.runtime.model_config import ModelConfig
 from radixgen.runtime.models.llama_eagle import LlamaEagleHead, read_eagle_config
 from radixgen.runtime.req import Req
 from radixgen.runtime.speculative.draft_rows import DraftRows
@@ -41,6 +42,17 @@ from radixgen.runtime.tiny_model import resolve_model_path
 # each running request's first verify step, plus this step's drafts. A step that lacks them
 # drafts nothing.
 MAX_HEAD_SLOTS = 1 << 19
+
+
+@dataclass(frozen=True)
+class HeadShapes:
+    """What an attention backend reads of a runner (`TritonAttentionBackend`), for the head's
+    one layer: its heads are never split, also where the target's are (tensor parallelism)."""
+
+    model_config: ModelConfig
+    num_local_heads: int
+    num_local_kv_heads: int
+    device: torch.device
 
 
 @dataclass
@@ -94,8 +106,11 @@ class EagleProposer:
         )
         self.slot_allocator = SlotAllocator(num_slots, device=device)
         self.max_total_num_tokens = num_slots - 1
-        # A backend of the target's kind (same heads), with its own per-batch metadata.
-        self.attn_backend = type(target_runner.attn_backend)(target_runner)
+        # A backend of the target's kind over the head's own (never split) heads, with its own
+        # per-batch metadata.
+        self.attn_backend = type(target_runner.attn_backend)(
+            HeadShapes(config, config.num_heads, config.num_kv_heads, device)
+        )
         self.rows: DraftRows[EagleState] = DraftRows(self.req_to_token_pool, self.slot_allocator)
         self._step_seqlens: dict[int, int] = {}  # id(req) -> seqlen when this step proposed
 
@@ -111,6 +126,7 @@ class EagleProposer:
             target=target_runner.model,
             dtype=target_runner.dtype,
             device=target_runner.device,
+            whole_vocabulary=target_runner.whole_vocabulary,  # under tensor parallelism
         )
         return cls(head, target_runner)
 
