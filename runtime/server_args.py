@@ -239,12 +239,6 @@ class ServerArgs:
             )
 
         resolve_speculative_config(self)  # raises ValueError naming the flag
-        if self.speculative_algorithm is not None and self.lora_enabled:
-            # The draft/verify path does not carry adapter slots yet (docs/lora.md).
-            raise ValueError(
-                "speculative_algorithm cannot be combined with LoRA adapters (lora_paths / "
-                "lora_target_modules) yet"
-            )
 
     def _check_parallelism(self) -> None:
         for name in ("tp_size", "dp_size", "nnodes"):

@@ -191,10 +191,3 @@ def test_lora_composes_with_fp8_base_layers(saved):
     shift_full = logits[("full", "all")] - logits[("full", None)]
     shift_fp8 = logits[("fp8", "all")] - logits[("fp8", None)]
     assert cosine(shift_fp8, shift_full) > 0.9
-
-
-def test_speculative_decoding_with_adapters_is_refused():
-    from radixgen.runtime.server_args import ServerArgs
-
-    with pytest.raises(ValueError, match="speculative_algorithm cannot be combined with LoRA"):
-        ServerArgs(lora_target_modules=["q_proj"], speculative_algorithm="ngram")

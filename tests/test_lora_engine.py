@@ -100,6 +100,39 @@ def test_unknown_adapters_and_bad_loads_are_refused(engine, adapters, tmp_path):
     engine.check_integrity()
 
 
+@pytest.mark.parametrize(
+    "algorithm, draft, as_decode_rows",
+    [("STANDALONE", "tiny-itself", False), ("EAGLE", "tiny-eagle", True)],
+)
+def test_speculative_decoding_keeps_each_adapters_outputs(
+    engine, tiny_model_path, adapters, algorithm, draft, as_decode_rows
+):
+    """Verify forwards run under each request's adapter (drafts come from the base draft
+    model or head): greedy outputs equal plain decoding's, verified as an extend batch or as
+    decode rows."""
+    prompts = [PROMPT[:12], PROMPT[:12], PROMPT[5:20]]
+    chosen = ["a", None, "b"]
+    params = dict(GREEDY, max_new_tokens=16)
+    expected = _ids(engine.generate(input_ids=prompts, sampling_params=params, lora_path=chosen))
+    with Engine(
+        model_path=tiny_model_path,
+        dtype="float32",
+        max_total_tokens=2048,
+        lora_paths=[f"a={adapters['a']}", f"b={adapters['b']}"],
+        lora_target_modules=["all"],
+        speculative_algorithm=algorithm,
+        speculative_draft_model_path=tiny_model_path if draft == "tiny-itself" else draft,
+        speculative_num_steps=3,
+        speculative_min_accept_length=0,  # verify every step, however few drafts pass
+    ) as speculative:
+        speculative._scheduler.speculative.verify_as_decode_rows = as_decode_rows
+        outputs = speculative.generate(input_ids=prompts, sampling_params=params, lora_path=chosen)
+        stats = speculative.get_stats()
+        speculative.check_integrity()
+    assert _ids(outputs) == expected
+    assert stats["num_spec_verify_steps"] > 0
+
+
 def test_lora_off_refuses_adapter_requests(tiny_model_path):
     with Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=256) as engine:
         with pytest.raises(ValueError, match="LoRA is off"):

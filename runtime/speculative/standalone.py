@@ -78,6 +78,9 @@ class DraftModelProposer:
             speculative_eagle_topk=None,
             speculative_max_batch_size=None,
             speculative_min_accept_length=None,
+            # The draft drafts with its own weights: the target's adapters verify.
+            lora_paths=(),
+            lora_target_modules=None,
         )
         return cls(ModelRunner(draft_args), target_vocab_size=target_runner.vocab_size)
 

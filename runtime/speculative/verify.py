@@ -51,6 +51,7 @@ def build_verify_batch(
     layer stores all rows' K/V before attending, so row j sees exactly tokens 0..j: the same
     causal attention, and the same math as plain decode steps. Such a batch replays the decode
     CUDA graph of its row count; each row reads the whole prefix, so it suits short contexts.
+    Rows run under their request's LoRA adapter (its pool slot), as its decode steps do.
     """
     prefix_lens = [req.kv_committed_len for req in reqs]
     input_ids = [[req.output_ids[-1], *draft] for req, draft in zip(reqs, drafts, strict=True)]
@@ -62,18 +63,20 @@ def build_verify_batch(
             prefix_lens=prefix_lens,
             out_cache_loc=out_cache_loc,
             return_all_logits=True,
+            lora_slots=[req.lora_slot for req in reqs],
         )
     rows = [
-        (req.req_pool_idx, prefix + j, token_id)
+        (req.req_pool_idx, prefix + j, token_id, req.lora_slot)
         for req, prefix, ids in zip(reqs, prefix_lens, input_ids, strict=True)
         for j, token_id in enumerate(ids)
     ]
     return runner.build_forward_batch(
         mode=ForwardMode.DECODE,
-        input_ids=[[token_id] for _, _, token_id in rows],
-        req_pool_indices=[row for row, _, _ in rows],
-        prefix_lens=[position for _, position, _ in rows],
+        input_ids=[[token_id] for _, _, token_id, _ in rows],
+        req_pool_indices=[row for row, _, _, _ in rows],
+        prefix_lens=[position for _, position, _, _ in rows],
         out_cache_loc=out_cache_loc,
+        lora_slots=[slot for _, _, _, slot in rows],
     )
 
 
