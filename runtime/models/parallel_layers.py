@@ -74,7 +74,8 @@ class VocabParallelEmbedding(nn.Module):
     @classmethod
     def whole(cls, weight: torch.Tensor) -> VocabParallelEmbedding:
         """A one-device table over the whole vocabulary holding `weight: [vocab, hidden]`."""
-        table = cls(weight.shape[0], weight.shape[1], TensorParallel())
+        with torch.device("meta"):  # no placeholder of the table's size
+            table = cls(weight.shape[0], weight.shape[1], TensorParallel())
         table.weight = nn.Parameter(weight, requires_grad=False)
         return table
 
