@@ -19,7 +19,7 @@ from radixgen.runtime.router.policy import (
     Worker,
     make_policy,
 )
-from radixgen.runtime.router.prefix_tree import ApproximatePrefixTree
+from radixgen.runtime.router.prefix_tree import ApproximatePrefixTree, common_prefix_len
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 
@@ -89,6 +89,15 @@ def test_routing_keys():
     assert routing_key("/v1/completions", {"prompt": ["p1", "p2"]}) == "p1"
     chat = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}
     assert routing_key("/v1/chat/completions", chat) == "system:S\nuser:U\n"
+    # Cache namespaces (LoRA adapter, cache_salt): keys that share no more than a marker.
+    tuned = routing_key("/generate", {"text": "abc", "lora_path": "a"})
+    salted = routing_key("/generate", {"text": "abc", "cache_salt": "tenant"})
+    assert tuned.endswith("abc") and salted.endswith("abc") and "abc" not in (tuned[:3], salted[:3])
+    assert common_prefix_len(tuned, salted) <= 1
+    assert routing_key("/generate", {"text": "abc", "lora_path": ["a", None]}) == tuned
+    assert routing_key("/v1/completions", {"prompt": "abc", "model": "a"}) == tuned
+    by_ids = routing_key("/generate", {"input_ids": [5, 6], "lora_path": "a"})
+    assert by_ids[1:] == (5, 6) and by_ids[0] != routing_key("/generate", {"input_ids": [5]})[0]
 
 
 SERVE_FLAGS = ["--device", "cpu", "--dtype", "float32", "--skip-warmup"]
@@ -115,8 +124,14 @@ def _cached_fraction(base_url: str) -> float:
     return cached / prompt
 
 
-def test_dp_replicas_and_standalone_router():
-    with ServerProcess([*SERVE_FLAGS, "--dp-size", "2"], startup_timeout_s=180) as front:
+def _adapters(base_url: str) -> list[str]:
+    models = httpx.get(f"{base_url}/v1/models", timeout=30).json()["data"]
+    return [card["id"] for card in models[1:]]  # the base model's card comes first
+
+
+def test_dp_replicas_and_standalone_router(lora_adapter_paths):
+    flags = [*SERVE_FLAGS, "--dp-size", "2", "--lora-paths", f"a={lora_adapter_paths['a']}"]
+    with ServerProcess(flags, startup_timeout_s=180) as front:
         # The front end is healthy at the first replica; wait for the second too.
         deadline = time.monotonic() + 120
         while True:
@@ -128,6 +143,19 @@ def test_dp_replicas_and_standalone_router():
         urls = [worker["url"] for worker in workers]
         # Cache-aware (the default): every second question finds its system prompt cached.
         assert _cached_fraction(front.base_url) > 0.8
+        # Adapters load and unload on every replica through the front end.
+        load = {"lora_name": "b", "lora_path": lora_adapter_paths["b"]}
+        response = httpx.post(f"{front.base_url}/load_lora_adapter", json=load, timeout=60)
+        assert response.status_code == 200, response.text
+        assert [_adapters(url) for url in urls] == [["a", "b"], ["a", "b"]]
+        body = {"text": "def f():", "lora_path": "b", "sampling_params": {"max_new_tokens": 2}}
+        assert httpx.post(f"{front.base_url}/generate", json=body, timeout=60).status_code == 200
+        unload = {"lora_name": "b"}
+        response = httpx.post(f"{front.base_url}/unload_lora_adapter", json=unload, timeout=60)
+        assert response.status_code == 200, response.text
+        assert [_adapters(url) for url in urls] == [["a"], ["a"]]
+        response = httpx.post(f"{front.base_url}/unload_lora_adapter", json=unload, timeout=60)
+        assert response.status_code == 404  # a replica's refusal comes through
         router_flags = ["--worker-urls", *urls, "--policy", "round_robin"]
         router_flags += ["--health-check-interval-s", "0.2", "--log-level", "warning"]
         entry = ("-m", "radixgen.runtime.cli", "router")

@@ -1,11 +1,13 @@
 """The router's HTTP front end: proxies generation requests to the replica its policy picks.
 
 - `POST /generate`, `/v1/completions`, `/v1/chat/completions`: routed by the prompt (text as
-  characters, token ids as ids; a batch by its first prompt), streamed or not, byte for byte.
+  characters, token ids as ids; a batch by its first prompt) in its cache namespace (LoRA
+  adapter, `cache_salt`: a replica reuses KV only within one), streamed or not, byte for byte.
   A replica that refuses the connection is taken out of rotation and the request goes to the
   next one (nothing was sent yet); with none left the client gets 503 in the OpenAI error shape.
 - `GET /health`: 200 while at least one replica is healthy. `GET /v1/models`,
-  `/get_model_info`: from a healthy replica. `POST /flush_cache`: on every replica.
+  `/get_model_info`: from a healthy replica. `POST /flush_cache`, `/load_lora_adapter`,
+  `/unload_lora_adapter`: on every healthy replica (each holds its own adapters).
 - `GET /workers`: each replica's URL, health, requests in flight and remembered prefix size.
 - A background task asks every replica's `/health` each `health_check_interval_s`; after
   `health_failure_threshold` failures in a row a replica leaves the rotation, and it comes
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -34,6 +37,8 @@ from radixgen.runtime.router.prefix_tree import ApproximatePrefixTree, RoutingKe
 logger = logging.getLogger("radixgen.router")
 
 ROUTED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+# Posted to every healthy replica: each replica loads and unloads its own adapters.
+BROADCAST_PATHS = ("/load_lora_adapter", "/unload_lora_adapter")
 # Headers a proxy must not copy between connections (RFC 9110 hop-by-hop, and lengths httpx
 # recomputes).
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -65,7 +70,36 @@ class RouterArgs:
 
 
 def routing_key(path: str, body: dict) -> RoutingKey:
-    """What the prefix tree matches on: the prompt as text or token ids (first of a batch)."""
+    """What the prefix tree matches on: the prompt as text or token ids (first of a batch),
+    after a marker of its cache namespace when it has one (a LoRA adapter, a `cache_salt`):
+    requests of two namespaces never reuse each other's KV, so their keys share no prefix
+    (text keys at most the marker's first character)."""
+    key = _prompt_key(path, body)
+    namespace = _cache_namespace(path, body)
+    if namespace is None:
+        return key
+    digest = hashlib.blake2s(repr(namespace).encode(), digest_size=8).hexdigest()
+    if isinstance(key, str):
+        return f"\x00{digest}\x00{key}"
+    return (("namespace", digest), *key)
+
+
+def _cache_namespace(path: str, body: dict) -> tuple | None:
+    """(adapter, salt) of the request's first prompt; None for the base model without salt.
+    On the OpenAI endpoints `model` names the adapter (or the served model: then requests
+    there and on /generate route apart, which only costs clients that mix the two)."""
+    if path == "/generate":
+        adapter, salt = body.get("lora_path"), body.get("cache_salt")
+    else:
+        adapter, salt = body.get("model"), body.get("cache_salt")
+    adapter = adapter[0] if isinstance(adapter, list) and adapter else adapter
+    salt = salt[0] if isinstance(salt, list) and salt else salt
+    if adapter is None and salt is None:
+        return None
+    return (str(adapter), str(salt))
+
+
+def _prompt_key(path: str, body: dict) -> RoutingKey:
     if path == "/v1/chat/completions":
         messages = body.get("messages") or []
         return "".join(
@@ -211,6 +245,32 @@ class Router:
         ok = bool(results) and all(results)
         return JSONResponse({"success": ok}, status_code=200 if ok else 503)
 
+    async def post_to_all(self, request: Request, path: str) -> Response:
+        """Posts the request's body to every healthy replica; answers with the first replica
+        that refused it (its status and body), else with the first replica's answer. Replicas
+        out of rotation meanwhile miss it (docs/distributed.md)."""
+        raw = await request.body()
+        headers = _forward_headers(request.headers)
+
+        async def post(worker: Worker) -> httpx.Response | None:
+            try:
+                return await self.client.post(f"{worker.url}{path}", content=raw, headers=headers)
+            except httpx.HTTPError as error:
+                self.mark_failed(worker, f"{type(error).__name__}: {error}")
+                return None
+
+        answers = await asyncio.gather(*(post(worker) for worker in self.healthy_workers()))
+        answered = [answer for answer in answers if answer is not None]
+        if not answered:
+            return _error(503, "no healthy worker")
+        refused = [answer for answer in answered if answer.status_code >= 400]
+        chosen = refused[0] if refused else answered[0]
+        return Response(
+            chosen.content,
+            status_code=chosen.status_code,
+            media_type=chosen.headers.get("content-type"),
+        )
+
     def describe(self) -> list[dict]:
         return [
             {
@@ -245,14 +305,15 @@ def create_router_app(args: RouterArgs) -> FastAPI:
     app = FastAPI(lifespan=lifespan)
     app.state.router = router
 
-    def routed_handler(path: str):
-        async def routed(request: Request) -> Response:
-            return await router.route(request, path)
+    def post_handler(forward, path: str):
+        async def handle(request: Request) -> Response:
+            return await forward(request, path)
 
-        return routed
+        return handle
 
-    for path in ROUTED_PATHS:
-        app.add_api_route(path, routed_handler(path), methods=["POST"])
+    for paths, forward in ((ROUTED_PATHS, router.route), (BROADCAST_PATHS, router.post_to_all)):
+        for path in paths:
+            app.add_api_route(path, post_handler(forward, path), methods=["POST"])
 
     @app.get("/health")
     async def health() -> Response:
