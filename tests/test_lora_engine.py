@@ -102,14 +102,19 @@ def test_unknown_adapters_and_bad_loads_are_refused(engine, adapters, tmp_path):
 
 @pytest.mark.parametrize(
     "algorithm, draft, as_decode_rows",
-    [("STANDALONE", "tiny-itself", False), ("EAGLE", "tiny-eagle", True)],
+    [
+        ("STANDALONE", "tiny-itself", False),
+        ("EAGLE", "tiny-eagle", True),
+        # CUDA: the default rule, decode rows replayed in the decode graphs with their slots.
+        pytest.param("EAGLE", "tiny-eagle", None, marks=pytest.mark.gpu),
+    ],
 )
 def test_speculative_decoding_keeps_each_adapters_outputs(
     engine, tiny_model_path, adapters, algorithm, draft, as_decode_rows
 ):
     """Verify forwards run under each request's adapter (drafts come from the base draft
     model or head): greedy outputs equal plain decoding's, verified as an extend batch or as
-    decode rows."""
+    decode rows (None: as the decoder chooses)."""
     prompts = [PROMPT[:12], PROMPT[:12], PROMPT[5:20]]
     chosen = ["a", None, "b"]
     params = dict(GREEDY, max_new_tokens=16)
