@@ -49,11 +49,13 @@ def test_engine_tp2_equals_tp1(tiny_model_path, lora_adapter_paths, single_proce
 
 
 @pytest.mark.parametrize("algorithm", ["STANDALONE", "EAGLE"])
-def test_engine_tp2_speculative_equals_tp1(tiny_model_path, single_process_texts, algorithm):
+def test_engine_tp2_speculative_equals_tp1(
+    tiny_model_path, lora_adapter_paths, single_process_texts, algorithm
+):
     """Drafting on rank 0: a STANDALONE draft (tiny as its own: every draft accepted), or tiny's
     EAGLE head over the embedding and LM head gathered whole from the ranks (its drafts are
     only accepted if those are right); the verify forwards reach the follower like any batch,
-    as one extend batch or as decode rows."""
+    as one extend batch or as decode rows, with their LoRA adapters' slots."""
     draft = {"STANDALONE": tiny_model_path, "EAGLE": "tiny-eagle"}[algorithm]
     options = dict(
         OPTIONS,
@@ -61,15 +63,18 @@ def test_engine_tp2_speculative_equals_tp1(tiny_model_path, single_process_texts
         speculative_draft_model_path=draft,
         speculative_num_steps=3,
         speculative_min_accept_length=0,
+        lora_paths=[f"{name}={path}" for name, path in lora_adapter_paths.items()],
     )
     with Engine(tiny_model_path, tp_size=2, **options) as engine:
         texts = [output["text"] for output in engine.generate(PROMPTS[:2], GREEDY)]
         engine._scheduler.speculative.verify_as_decode_rows = True  # no public switch
         texts.append(engine.generate(PROMPTS[2], GREEDY)["text"])
         stats = engine.get_stats()
+        tuned = engine.generate(PROMPTS, GREEDY, lora_path=ADAPTERS)
         engine.check_integrity()
     assert texts == single_process_texts["base"]
     assert stats["spec_accept_length"] > 1.3  # tokens per request per verify step
+    assert [output["text"] for output in tuned] == single_process_texts["lora"]
 
 
 def _generate(base_url: str, prompt: str, adapter: str | None = None) -> str:
