@@ -205,3 +205,30 @@ def test_parallel_flags_parse_and_are_validated():
         ["router", "--worker-urls", "http://a:1", "--policy", "round_robin"]
     )
     assert router.routing_policy == "round_robin" and router.worker_urls == ["http://a:1"]
+
+
+def _wait_for_health(router_url: str, healthy: bool) -> None:
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{router_url}/workers").json()["workers"][0]["healthy"] != healthy:
+        assert time.monotonic() < deadline, f"the worker never became healthy={healthy}"
+        time.sleep(0.1)
+
+
+def test_a_replica_that_comes_back_gets_the_routers_adapters(lora_adapter_paths):
+    """A replica restarted after an adapter was loaded through the router, and another
+    unloaded, holds the loaded one (and not the other) before it serves again."""
+    flags = [*SERVE_FLAGS, "--lora-paths", f"a={lora_adapter_paths['a']}"]
+    with ServerProcess(flags) as worker:
+        router_flags = ["--worker-urls", worker.base_url, "--health-check-interval-s", "0.1"]
+        entry = ("-m", "radixgen.runtime.cli", "router")
+        with ServerProcess([*router_flags, "--log-level", "warning"], entry=entry) as router:
+            load = {"lora_name": "b", "lora_path": lora_adapter_paths["b"]}
+            assert httpx.post(f"{router.base_url}/load_lora_adapter", json=load).status_code == 200
+            unload = {"lora_name": "a"}
+            response = httpx.post(f"{router.base_url}/unload_lora_adapter", json=unload)
+            assert response.status_code == 200
+            worker.stop()
+            _wait_for_health(router.base_url, healthy=False)
+            worker.start()  # the same port, a fresh process: "a" loaded at start-up, no "b"
+            _wait_for_health(router.base_url, healthy=True)
+            assert _adapters(worker.base_url) == ["b"]

@@ -7,7 +7,9 @@
   next one (nothing was sent yet); with none left the client gets 503 in the OpenAI error shape.
 - `GET /health`: 200 while at least one replica is healthy. `GET /v1/models`,
   `/get_model_info`: from a healthy replica. `POST /flush_cache`, `/load_lora_adapter`,
-  `/unload_lora_adapter`: on every healthy replica (each holds its own adapters).
+  `/unload_lora_adapter`: on every healthy replica (each holds its own adapters). A replica
+  that joins the rotation (again: restarted, or out of it meanwhile) first gets the adapters
+  loaded through the router.
 - `GET /workers`: each replica's URL, health, requests in flight and remembered prefix size.
 - A background task asks every replica's `/health` each `health_check_interval_s`; after
   `health_failure_threshold` failures in a row a replica leaves the rotation, and it comes
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 
@@ -140,6 +143,9 @@ class Router:
         ]
         self.policy = make_policy(args.routing_policy, args.cache_aware)
         self.client: httpx.AsyncClient | None = None
+        # Adapter changes made through the router, repeated on each replica that joins the
+        # rotation: name -> (path, body, headers) of its last load or unload.
+        self.adapter_changes: dict[str, tuple[str, bytes, dict[str, str]]] = {}
 
     def healthy_workers(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.healthy]
@@ -160,9 +166,11 @@ class Router:
             ok = response.status_code == 200
         except httpx.HTTPError:
             ok = False
+        if ok and not worker.healthy:
+            ok = await self.restore_adapters(worker)
+            if ok:
+                logger.info("worker %s in rotation", worker.url)
         if ok:
-            if not worker.healthy:
-                logger.info("worker %s back in rotation", worker.url)
             worker.healthy, worker.consecutive_failures = True, 0
             return
         worker.consecutive_failures += 1
@@ -245,6 +253,22 @@ class Router:
         ok = bool(results) and all(results)
         return JSONResponse({"success": ok}, status_code=200 if ok else 503)
 
+    async def restore_adapters(self, worker: Worker) -> bool:
+        """Repeats the adapter loads and unloads made through the router on `worker` before it
+        (re)joins the rotation (a load it holds already, an unload it never had: refused, and
+        fine); False if it could not be reached."""
+        for name, (path, raw, headers) in list(self.adapter_changes.items()):
+            try:
+                response = await self.client.post(
+                    f"{worker.url}{path}", content=raw, headers=headers
+                )
+            except httpx.HTTPError:
+                return False
+            if response.status_code >= 400 and response.status_code != 404:
+                if "already loaded" not in response.text:
+                    logger.warning("worker %s: %s %r: %s", worker.url, path, name, response.text)
+        return True
+
     async def post_to_all(self, request: Request, path: str) -> Response:
         """Posts the request's body to every healthy replica; answers with the first replica
         that refused it (its status and body), else with the first replica's answer. Replicas
@@ -265,6 +289,9 @@ class Router:
             return _error(503, "no healthy worker")
         refused = [answer for answer in answered if answer.status_code >= 400]
         chosen = refused[0] if refused else answered[0]
+        if not refused:
+            with contextlib.suppress(ValueError, TypeError, KeyError):  # accepted: it is named
+                self.adapter_changes[json.loads(raw)["lora_name"]] = (path, raw, headers)
         return Response(
             chosen.content,
             status_code=chosen.status_code,
