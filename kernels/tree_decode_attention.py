@@ -298,7 +298,6 @@ def tree_decode_attention(
     dot_fp16, v_fp8_words = fp8_pool_paths(
         q, v_buffer, fp8_dot_fp16=fp8_dot_fp16, fp8_v_words=fp8_v_words
     )
-    v_fp8_ptx = q.device.type == "cuda"
     block_d = max(16, triton.next_power_of_2(head_dim))
     on_cuda = q.device.type == "cuda"
     default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
@@ -339,7 +338,7 @@ def tree_decode_attention(
             BLOCK_N=block_n,
             DOT_FP16=dot_fp16,
             V_FP8_WORDS=v_fp8_words,
-            V_FP8_PTX=v_fp8_ptx,
+            V_FP8_PTX=on_cuda,
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
             # 3 stages beat 2 at every chunk and member count of the H200 sweep (ninth session,
             # docs/benchmarks.md: 162.5 -> 149.3 us at 16 x 16 sharing 2048 + 256).
@@ -368,7 +367,7 @@ def tree_decode_attention(
         DOT_FP16=dot_fp16,
         KV_LHS=False,
         V_FP8_WORDS=v_fp8_words,
-        V_FP8_PTX=v_fp8_ptx,
+        V_FP8_PTX=on_cuda,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -156,7 +156,7 @@ def test_grouping_follows_the_radix_tree_and_namespaces(tiny_model_path):
     assert shared_prefix_segments(running, min_shared_tokens=1000) is None
     # So does sharing that saves less than the asked fraction of the plain kernel's reads.
     saved = sum((len(s.members) - 1) * (s.end - s.start) for s in segments)
-    reads = sum(len(req.origin_input_ids) + len(req.output_ids) for req in running)
+    reads = sum(req.seqlen for req in running)
     for fraction, takes_tree in ((saved / reads - 0.01, True), (saved / reads + 0.01, False)):
         kept = shared_prefix_segments(
             running, min_shared_tokens=SYSTEM_LEN, min_saved_fraction=fraction

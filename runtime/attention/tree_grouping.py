@@ -87,7 +87,7 @@ def shared_prefix_segments(
     if min_saved_fraction > 0:
         saved = sum((len(rows) - 1) * (end - start) for _, start, end, rows in segments)
         # A decode row reads its prompt and outputs so far (its last token's KV included).
-        reads = sum(len(req.origin_input_ids) + len(req.output_ids) for req in reqs)
+        reads = sum(req.seqlen for req in reqs)
         if saved < min_saved_fraction * reads:
             return None
     return tuple(

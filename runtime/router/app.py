@@ -264,9 +264,9 @@ class Router:
                 )
             except httpx.HTTPError:
                 return False
-            if response.status_code >= 400 and response.status_code != 404:
-                if "already loaded" not in response.text:
-                    logger.warning("worker %s: %s %r: %s", worker.url, path, name, response.text)
+            harmless = response.status_code == 404 or "already loaded" in response.text
+            if response.status_code >= 400 and not harmless:
+                logger.warning("worker %s: %s %r: %s", worker.url, path, name, response.text)
         return True
 
     async def post_to_all(self, request: Request, path: str) -> Response:
