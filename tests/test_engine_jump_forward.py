@@ -59,6 +59,9 @@ def assert_penalty_counts_follow_outputs(scheduler) -> None:
     included), plus the sample in flight of each row whose sample will be kept."""
     running, inflight = scheduler.batches.running, scheduler.inflight
     counts = running.sampling_info.output_counts
+    if counts is None:  # freed with the last row that uses penalties
+        assert not any(r.sampling_params.frequency_penalty for r in running.reqs)
+        return
     for row, req in enumerate(running.reqs):
         if req.finished:
             continue  # a wasted row

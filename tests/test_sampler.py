@@ -95,6 +95,31 @@ def test_penalty_counts_follow_sampled_tokens_and_batch_changes():
     assert info.output_counts[0, 3].item() == 2
 
 
+def test_penalty_and_bias_state_leaves_with_the_last_row_that_uses_it():
+    # The running batch lives on across requests: once the penalised and biased rows are
+    # gone, later steps must not keep paying for [batch, vocab] penalty and bias tensors.
+    penalised = make_req(repetition_penalty=1.3, output_ids=[3])
+    biased = make_req(logit_bias={"4": 5.0})
+    info = info_for(make_req(), penalised, biased)
+    assert info.has_penalties and info.logit_biases is not None
+    info.filter([0, 1])  # the biased row finished
+    assert info.logit_biases is None and info.has_penalties
+    assert info.output_counts[1, 3].item() == 1  # the penalised row's counts are kept
+    info.filter([0])  # the penalised row finished
+    assert not info.has_penalties and info.seen_tokens is None
+    assert info.repetition_penalties is None and info.frequency_penalties is None
+    info.merge(info_for(make_req(top_k=3)))  # plain requests join: nothing comes back
+    assert not info.has_penalties and info.logit_biases is None
+    logits = torch.randn(2, VOCAB)
+    assert torch.equal(
+        Sampler()(logits, info, torch.zeros(2, dtype=torch.int64)).next_token_ids[:1],
+        logits[:1].argmax(-1),
+    )
+    info.merge(info_for(penalised))  # a penalised request joins again: its counts are rebuilt
+    assert info.has_penalties and info.output_counts[2, 3].item() == 1
+    assert info.output_counts[:2].sum().item() == 0
+
+
 def _flags(info: SamplingBatchInfo) -> tuple[bool, bool, bool]:
     return info.all_greedy, info.need_top_k_or_p, info.need_min_p
 
