@@ -506,15 +506,17 @@ def fp8_pool_paths(
 ) -> tuple[bool, int]:
     """(DOT_FP16, V_FP8_WORDS) of a launch over this pool: whether a bf16 q and the FP8 tiles
     go to fp16 for the dots (`default_fp8_dot_fp16`), and whether V is read as 32-bit words and
-    converted before the dot (`load_fp8_rows_as_fp16`: 1 e4m3, 2 e5m2, 0 no; default on CUDA
-    when the dots run in fp16). None picks the default; both are off over a 16/32-bit pool."""
+    converted before the dot (`load_fp8_rows_as_fp16`: 1 e4m3, 2 e5m2, 0 no; off by default,
+    as the H200 measured it slower). None picks the default; both are off over a 16/32-bit pool."""
     if v_buffer.dtype not in FP8_KV_DTYPES:
         return False, 0
     if fp8_dot_fp16 is None:
         fp8_dot_fp16 = default_fp8_dot_fp16(q.device)
     dot_fp16 = fp8_dot_fp16 and q.dtype == torch.bfloat16
     if fp8_v_words is None:
-        fp8_v_words = q.device.type == "cuda"
+        # Off: measured slower on the H200 (eleventh session, 256 x 1024: 227.8 us with V
+        # read as words against 200.1 us with byte loads, both at the default launch).
+        fp8_v_words = False
     words_fit = q.shape[-1] % 4 == 0 and v_buffer.stride(0) % 4 == 0 and v_buffer.stride(1) % 4 == 0
     use_words = fp8_v_words and not kv_lhs and (dot_fp16 or q.dtype == torch.float16)
     if not (use_words and words_fit):
@@ -614,7 +616,8 @@ def decode_attention(
             tuning override (benchmarks): None for `default_decode_max_registers`, 0 for no
             cap.
         fp8_v_words: an FP8 pool's V tiles read as 32-bit words and converted to fp16 before
-            the dot (`load_fp8_rows_as_fp16`); a tuning override, default on CUDA.
+            the dot (`load_fp8_rows_as_fp16`); a tuning override, off by default (slower on
+            the H200).
 
     Returns:
         The attention output, shaped and typed like q.
