@@ -100,7 +100,7 @@ def test_penalty_and_bias_state_leaves_with_the_last_row_that_uses_it():
     # gone, later steps must not keep paying for [batch, vocab] penalty and bias tensors.
     penalised = make_req(repetition_penalty=1.3, output_ids=[3])
     biased = make_req(logit_bias={"4": 5.0})
-    info = info_for(make_req(), penalised, biased)
+    info = info_for(make_req(temperature=0), penalised, biased)
     assert info.has_penalties and info.logit_biases is not None
     info.filter([0, 1])  # the biased row finished
     assert info.logit_biases is None and info.has_penalties
@@ -110,11 +110,9 @@ def test_penalty_and_bias_state_leaves_with_the_last_row_that_uses_it():
     assert info.repetition_penalties is None and info.frequency_penalties is None
     info.merge(info_for(make_req(top_k=3)))  # plain requests join: nothing comes back
     assert not info.has_penalties and info.logit_biases is None
-    logits = torch.randn(2, VOCAB)
-    assert torch.equal(
-        Sampler()(logits, info, torch.zeros(2, dtype=torch.int64)).next_token_ids[:1],
-        logits[:1].argmax(-1),
-    )
+    logits = torch.arange(2 * VOCAB, dtype=torch.float32).reshape(2, VOCAB) % 5
+    steps = torch.zeros(2, dtype=torch.int64)
+    assert Sampler()(logits, info, steps).next_token_ids[0].item() == 4  # greedy, unpenalised
     info.merge(info_for(penalised))  # a penalised request joins again: its counts are rebuilt
     assert info.has_penalties and info.output_counts[2, 3].item() == 1
     assert info.output_counts[:2].sum().item() == 0
