@@ -258,6 +258,9 @@ def decode_split_kernel(
     partial_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
     o_ptr,  # [batch, num_heads, head_dim] (MERGE only)
     merge_counters_ptr,  # [batch * num_kv_heads] int32 zeros (MERGE only)
+    shared_out_ptr,  # [num_entries, num_heads, head_dim] fp32 (HAS_SHARED only)
+    shared_lse_ptr,  # [num_entries, num_heads] fp32 (HAS_SHARED only)
+    entry_offsets_ptr,  # [batch + 1] int32: request i's entries (HAS_SHARED only)
     qk_scale,  # softmax scale * log2(e) * k_scale
     v_scale,
     stride_q_batch,
@@ -272,6 +275,7 @@ def decode_split_kernel(
     num_kv_splits,  # runtime: tuning it does not recompile
     HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
     MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
+    HAS_SHARED: tl.constexpr,  # tree attention: the merge takes the shared pass's entries too
     DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (exact for e4m3 and e5m2)
     KV_LHS: tl.constexpr,  # K/V on the dots' left (`attend_paged_range_kv_lhs`)
     V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot (fp16 dots only)
@@ -365,9 +369,17 @@ def decode_split_kernel(
         if arrived == used_splits - 1:
             tl.debug_barrier()  # the acquire above orders every thread's loads below
             out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head
+            if HAS_SHARED:
+                entry_start = tl.load(entry_offsets_ptr + req)
+                entry_end = tl.load(entry_offsets_ptr + req + 1)
+            else:
+                entry_start = 0
+                entry_end = 0
             _merge_group(
                 partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits,
-                out_ptrs + offs_d[None, :], mask_h, offs_d, mask_d, HEAD_DIM, BLOCK_H, BLOCK_D,
+                out_ptrs + offs_d[None, :], mask_h, offs_d, mask_d, shared_out_ptr,
+                shared_lse_ptr, entry_start, entry_end, heads, tl.num_programs(1) * GROUP_SIZE,
+                HAS_SHARED, HEAD_DIM, BLOCK_H, BLOCK_D,
             )  # fmt: skip
             tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
@@ -375,17 +387,27 @@ def decode_split_kernel(
 @triton.jit
 def _merge_group(
     partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits, out_ptrs, mask_h,
-    offs_d, mask_d, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    offs_d, mask_d, shared_out_ptr, shared_lse_ptr, entry_start, entry_end, heads, num_heads,
+    HAS_SHARED: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """Merges the first `used_splits` splits (the others are empty and unwritten) of the GQA
     group's heads (`partial_row`: [BLOCK_H] rows; `num_kv_splits`: the buffers' split stride)
-    into `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them)."""
+    into `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them).
+    With HAS_SHARED, also the tree's shared entries `entry_start .. entry_end` (rows
+    `entry * num_heads + heads` of the shared pass's partials, written by an earlier launch)."""
     lse_rows = partial_lse_ptr + partial_row * num_kv_splits
     lse_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     for s in range(0, used_splits):
         lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
         lse_max = tl.maximum(lse_max, lse)
-    # Split 0 is never empty for seq_len >= 1: finite for every real head (padding: 0).
+    if HAS_SHARED:
+        for e in range(entry_start, entry_end):
+            entry_rows = heads.to(tl.int64) + e * num_heads  # e * num_heads < 2**31
+            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=float("-inf"))
+            lse_max = tl.maximum(lse_max, lse)
+    # Split 0 is never empty for seq_len >= 1 (a tree suffix may be, but then its request has
+    # entries): finite for every real head (padding: 0).
     lse_max = tl.where(mask_h, lse_max, 0.0)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     weight_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -401,6 +423,18 @@ def _merge_group(
         )  # [BLOCK_H, BLOCK_D]
         acc += partial * weight[:, None]
         weight_sum += weight
+    if HAS_SHARED:
+        for e in range(entry_start, entry_end):
+            entry_rows = heads.to(tl.int64) + e * num_heads  # e * num_heads < 2**31
+            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=float("-inf"))
+            weight = tl.math.exp2(lse - lse_max)
+            partial = tl.load(
+                shared_out_ptr + entry_rows[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=mask_h[:, None] & mask_d[None, :],
+                other=0.0,
+            )  # [BLOCK_H, BLOCK_D]
+            acc += partial * weight[:, None]
+            weight_sum += weight
     out = acc / tl.where(mask_h, weight_sum, 1.0)[:, None]
     tl.store(out_ptrs, out.to(out_ptrs.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
@@ -679,6 +713,9 @@ def decode_attention(
         partial_lse,
         out,
         merge_counters if merge else seq_lens,  # unused without MERGE
+        partial_out,  # shared_out_ptr, shared_lse_ptr, entry_offsets_ptr: unused (HAS_SHARED
+        partial_lse,  # False; tree attention's)
+        seq_lens,
         scaling * LOG2_E * k_scale,
         v_scale,
         q.stride(0),
@@ -693,6 +730,7 @@ def decode_attention(
         num_kv_splits,
         HAS_KV_STARTS=False,
         MERGE=merge,
+        HAS_SHARED=False,
         DOT_FP16=dot_fp16,
         KV_LHS=kv_lhs,
         V_FP8_WORDS=v_fp8_words,

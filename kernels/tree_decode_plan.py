@@ -145,16 +145,18 @@ class TreeDecodePlan:
 
 @dataclass
 class TreeDecodeWorkspace:
-    """fp32 partial results; CUDA graphs keep one alive (the kernels write in place)."""
+    """fp32 partial results and the merge's arrival counters; CUDA graphs keep one alive (the
+    kernels write in place and leave the counters zero)."""
 
     shared_out: torch.Tensor  # [max_entries, num_heads, head_dim]
     shared_lse: torch.Tensor  # [max_entries, num_heads]
     suffix_out: torch.Tensor  # [batch, num_heads, num_kv_splits, head_dim]
     suffix_lse: torch.Tensor  # [batch, num_heads, num_kv_splits]
+    merge_counters: torch.Tensor  # [batch * num_kv_heads] int32 zeros
 
     @classmethod
     def allocate(
-        cls, *, max_entries, batch_size, num_heads, head_dim, num_kv_splits, device
+        cls, *, max_entries, batch_size, num_heads, num_kv_heads, head_dim, num_kv_splits, device
     ) -> TreeDecodeWorkspace:
         def empty(*shape):
             return torch.empty(shape, dtype=torch.float32, device=device)
@@ -164,6 +166,7 @@ class TreeDecodeWorkspace:
             shared_lse=empty(max(max_entries, 1), num_heads),
             suffix_out=empty(batch_size, num_heads, num_kv_splits, head_dim),
             suffix_lse=empty(batch_size, num_heads, num_kv_splits),
+            merge_counters=torch.zeros(batch_size * num_kv_heads, dtype=torch.int32, device=device),
         )
 
 

@@ -142,6 +142,7 @@ def bench_case(
         max_entries=plan.max_entries,
         batch_size=batch,
         num_heads=NUM_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
         head_dim=HEAD_DIM,
         num_kv_splits=default_num_kv_splits(batch, NUM_KV_HEADS, device),
         device=device,

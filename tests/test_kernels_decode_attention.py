@@ -133,6 +133,9 @@ def test_split_kernel_compiles_for_sm90_without_spills():
         "partial_lse_ptr": "*fp32",
         "o_ptr": "*bf16",
         "merge_counters_ptr": "*i32",
+        "shared_out_ptr": "*fp32",
+        "shared_lse_ptr": "*fp32",
+        "entry_offsets_ptr": "*i32",
         "qk_scale": "fp32",
         "v_scale": "fp32",
         **dict.fromkeys(strides, "i32"),
@@ -140,19 +143,23 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
-         {"HAS_KV_STARTS": False, "MERGE": merge, "DOT_FP16": dot_fp16, "KV_LHS": kv_lhs,
+         {"HAS_KV_STARTS": shared, "MERGE": merge, "HAS_SHARED": shared, "DOT_FP16": dot_fp16,
+          "KV_LHS": kv_lhs,
           "V_FP8_WORDS": v_words, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
           "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
          4, options)
-        for merge, pool, dot_fp16, kv_lhs, v_words, block_n, options in (
-            (False, {}, False, False, 0, 64, {}), (True, {}, False, False, 0, 64, {}),
-            (True, fp8_pool, True, False, 0, 64, {}), (True, fp8_pool, True, True, 0, 64, {}),
+        for merge, shared, pool, dot_fp16, kv_lhs, v_words, block_n, options in (
+            (False, False, {}, False, False, 0, 64, {}), (True, False, {}, False, False, 0, 64, {}),
+            (True, False, fp8_pool, True, False, 0, 64, {}),
+            (True, False, fp8_pool, True, True, 0, 64, {}),
             # The FP8 pool's launches of the sweep capped at 128 registers (`max_registers`).
-            (True, fp8_pool, True, False, 0, 64, {"maxnreg": 128}),
-            # The default FP8 launch: V read as words and converted before the dot, so no
+            (True, False, fp8_pool, True, False, 0, 64, {"maxnreg": 128}),
+            # V read as words and converted before the dot (`fp8_v_words=True`), so no
             # byte-wide shared-memory loads (64 a thread a tile without it).
-            (True, fp8_pool, True, False, 1, 64,
+            (True, False, fp8_pool, True, False, 1, 64,
              {"maxnreg": 128, "num_stages": 5, "forbid_ptx": ["ld.shared.b8", "ld.shared.u8"]}),
+            # Tree attention's suffix pass, which merges the shared entries too.
+            (True, True, {}, False, False, 0, 64, {}),
         )
     ])  # fmt: skip
 

@@ -207,6 +207,7 @@ def test_padded_plan_gives_the_same_output():
         max_entries=64,
         batch_size=batch,
         num_heads=4,
+        num_kv_heads=args["k_buffer"].shape[1],
         head_dim=16,
         num_kv_splits=2,
         device=args["q"].device,
@@ -373,6 +374,7 @@ def test_shared_pass_compiles_for_sm90_without_spills():
         "partial_out_ptr": "*fp32",
         "partial_lse_ptr": "*fp32",
         "qk_scale": "fp32",
+        "v_scale": "fp32",
         "num_heads": "i32",
         **dict.fromkeys(strides, "i32"),
     }

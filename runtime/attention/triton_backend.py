@@ -137,6 +137,7 @@ class TritonAttentionBackend(AttentionBackend):
             max_entries=plan.max_entries,
             batch_size=batch,
             num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim,
             num_kv_splits=num_kv_splits,
             device=self.device,
@@ -170,6 +171,9 @@ class TritonAttentionBackend(AttentionBackend):
             shared_lse=shared_lse[:max_entries],
             suffix_out=torch.empty(suffix_shape, dtype=torch.float32, device=self.device),
             suffix_lse=torch.empty(suffix_shape[:3], dtype=torch.float32, device=self.device),
+            merge_counters=torch.zeros(
+                batch * self.num_kv_heads, dtype=torch.int32, device=self.device
+            ),
         )
         plan = TreeDecodePlan.empty(
             batch_size=batch,
