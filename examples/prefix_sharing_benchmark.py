@@ -2,11 +2,12 @@
 common prefix, and fork(n) against n independent runs of the same prefix.
 
     python examples/prefix_sharing_benchmark.py [--model-path DIR] [--batch-size N]
-        [--max-tokens N] [--load-format dummy] [--enable-tree-attention]
+        [--max-tokens N] [--load-format dummy] [--enable-tree-attention | --disable-tree-attention]
 
 Reports prefill tokens the engine computed (from `Engine.get_stats()`), the decode steps that
 read the shared prefix once (tree attention) and wall time. Longer outputs (`--max-tokens`)
-make decode, and thus tree attention, matter (compare with `--enable-tree-attention`); EOS
+make decode, and thus tree attention, matter (on by default on CUDA: compare with
+`--disable-tree-attention`); EOS
 is ignored, so every branch generates exactly that many tokens.
 """
 
@@ -64,13 +65,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=2, help="tokens each branch generates")
     parser.add_argument("--load-format", default="auto", help="'dummy': random weights")
-    parser.add_argument("--enable-tree-attention", action="store_true")
+    tree = parser.add_mutually_exclusive_group()
+    tree.add_argument("--enable-tree-attention", dest="tree", action="store_true", default=None)
+    tree.add_argument("--disable-tree-attention", dest="tree", action="store_false")
     args = parser.parse_args()
     max_tokens = args.max_tokens
     batch = [{"review": f"text {i}", "max_tokens": max_tokens} for i in range(args.batch_size)]
-    engine_args = dict(
-        load_format=args.load_format, enable_tree_attention=args.enable_tree_attention
-    )
+    engine_args = dict(load_format=args.load_format, enable_tree_attention=args.tree)
     with rg.Engine(model_path=args.model_path, **engine_args) as engine:
         prefix_tokens = len(engine.tokenizer.encode(FEW_SHOT))
         print(f"shared prefix: {prefix_tokens} tokens, batch of {len(batch)}")

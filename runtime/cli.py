@@ -72,7 +72,7 @@ _FLAG_HELP = {
     "skip_warmup": "report healthy without running warm-up requests first (kernels then "
     "compile inside the first requests)",
     "enable_tree_attention": "decode shared cached prefixes once per group of requests (tree "
-    "attention, Triton backend; opt-in: docs/kernels.md)",
+    "attention, Triton backend; default: on for CUDA, docs/kernels.md)",
     "constrained_compile_timeout_s": "a regex/JSON-schema compile slower than this fails its "
     "request alone",
     "grammar_backend": "who compiles constraints and computes token masks (llguidance also "

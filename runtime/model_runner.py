@@ -153,9 +153,10 @@ class ModelRunner:
         self.attn_backend_name = self._choose_attention_backend()  # before the slow load
         # Decode batches with shared cached prefixes read them once (tree attention): a Triton
         # backend path; the torch backend stays the plain reference.
-        self.tree_attention_enabled = (
-            self.attn_backend_name == "triton" and server_args.enable_tree_attention
-        )
+        tree_attention = server_args.enable_tree_attention
+        if tree_attention is None:
+            tree_attention = self.device.type == "cuda"
+        self.tree_attention_enabled = self.attn_backend_name == "triton" and tree_attention
         # EAGLE drafts from the target's last hidden states: its decode graphs keep them too.
         speculative = resolve_speculative_config(server_args)
         self.graphs_keep_hidden_states = (

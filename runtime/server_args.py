@@ -87,10 +87,10 @@ class ServerArgs:
     attention_backend: AttentionBackendName | None = None  # None: triton on CUDA, torch on CPU
     disable_cuda_graph: bool = False
     # Tree (cascade) decode attention: requests sharing a cached prefix of >= 64 tokens read its
-    # KV once per decode step (kernels/tree_decode_attention.py). On with the Triton backend.
-    # Tree (cascade) decode attention over shared cached prefixes (Triton backend). Opt-in until
-    # the H200 meets its targets (docs/benchmarks.md: 2.6x of the 4x kernel target).
-    enable_tree_attention: bool = False
+    # KV once per decode step (kernels/tree_decode_attention.py), with the Triton backend.
+    # None: on for CUDA (H200, eleventh session: generated-shared-prefix 33.8 -> 24.0 s, no
+    # change where nothing is shared), off on the CPU (the interpreter only tests it).
+    enable_tree_attention: bool | None = None
     # Decode batches up to this size replay CUDA graphs (capped by max_running_requests).
     # Above 256 an eager decode step costs ~17 ms more (measured, H200, 8B at batch 1000).
     cuda_graph_max_bs: int = 1024

@@ -170,17 +170,17 @@ tree() {  # issue 17: tree decode attention; GSP in-process with it on and off, 
   for mode in tree notree; do
     log "bench offline generated-shared-prefix (defaults), $mode"
     $BENCH offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \
-      $([ $mode = tree ] && echo --enable-tree-attention) \
+      $([ $mode = tree ] && echo --enable-tree-attention || echo --disable-tree-attention) \
       --output-json "$OUT/offline_gsp_$mode.json" 2>&1 \
       | grep -E "duration|throughput|hit_rate|successful" | tail -8
     python3 -c "import json; s = json.load(open('$OUT/offline_gsp_$mode.json'))['engine_stats']; \
 print('tree attention steps', s['num_tree_attention_steps'], 'of', s['num_forward_steps'])"
   done
-  for flag in --enable-tree-attention ""; do
+  for flag in --enable-tree-attention --disable-tree-attention; do
     log "DSL prefix sharing (fork / run_batch), 64 branches x 256 tokens $flag"
     timeout ${STAGE_TIMEOUT:-330} python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
       --load-format dummy --batch-size 64 --max-tokens 256 $flag 2>&1 | grep '^|' \
-      | tee "$OUT/dsl_prefix_sharing${flag:+_tree}.md"
+      | tee "$OUT/dsl_prefix_sharing${flag#--}.md"
   done
   log "bench offline 1000 x (200 in / 200 out), tree attention on (no sharing: plain kernel)"
   $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \

@@ -83,10 +83,10 @@ for stage in "$@"; do
       # session: 31.81 / 26.87 s; target 18 s), then one decode step of that batch (1,024
       # requests, 64 groups sharing 2,048 tokens + 128 own) profiled with and without it
       mkdir -p "$OUT/tree_gsp"
-      for mode in notree tree notree2 tree2; do
+      for mode in notree tree notree2 tree2; do  # tree attention is the default on CUDA
         timeout 150 python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
           --load-format dummy --dataset generated-shared-prefix \
-          $(case $mode in tree*) echo --enable-tree-attention;; esac) \
+          $(case $mode in notree*) echo --disable-tree-attention;; esac) \
           --output-json "$OUT/tree_gsp/offline_gsp_$mode.json" 2>&1 | grep -E "^duration" | tail -1
       done
       for flag in "" --tree-attention; do
@@ -101,7 +101,7 @@ for stage in "$@"; do
       for mode in off on off2 on2; do
         timeout 120 python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
           --load-format dummy --num-prompts 1000 --random-input-len 200 --random-output-len 200 \
-          $(case $mode in on*) echo --enable-tree-attention;; esac) \
+          $(case $mode in off*) echo --disable-tree-attention;; esac) \
           --output-json "$OUT/tree_noshare/offline_1000_200_200_$mode.json" 2>&1 \
           | grep -E "^duration" | tail -1
       done ;;

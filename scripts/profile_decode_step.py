@@ -72,8 +72,7 @@ def main() -> None:
             "lora_target_modules": ["all"],
         }
         adapter = ["adapter0"] * args.batch_size
-    if args.tree_attention:
-        options["enable_tree_attention"] = True
+    options["enable_tree_attention"] = args.tree_attention  # on CUDA the default is on
     prefixes = [
         [2000 + (g * 17 + j * 7) % 30000 for j in range(args.shared_prefix_len)]
         for g in range(args.groups)

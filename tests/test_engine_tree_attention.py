@@ -119,6 +119,22 @@ def test_greedy_outputs_unchanged_by_tree_attention(tiny_model_path):
     assert output_ids(with_tree) == output_ids(without)
 
 
+def test_tree_attention_defaults_to_cuda_only(tiny_model_path):
+    """None (the default) turns tree attention on for CUDA alone; the CPU runs it when asked."""
+    common = dict(model_path=tiny_model_path, device="cpu", max_total_tokens=256)
+    assert ServerArgs(model_path=tiny_model_path).enable_tree_attention is None
+    default = ModelRunner(ServerArgs(**common, attention_backend="triton"))
+    assert not default.tree_attention_enabled
+    asked = ModelRunner(
+        ServerArgs(**common, attention_backend="triton", enable_tree_attention=True)
+    )
+    assert asked.tree_attention_enabled
+    torch_backend = ModelRunner(
+        ServerArgs(**common, attention_backend="torch", enable_tree_attention=True)
+    )
+    assert not torch_backend.tree_attention_enabled  # the plain reference backend
+
+
 def test_grouping_follows_the_radix_tree_and_namespaces(tiny_model_path):
     """After the prefills, the running batch's segments are the tree's shared nodes: rows of
     one namespace only, slots equal in every member's req_to_token row, multi-level."""
@@ -171,8 +187,10 @@ def test_greedy_outputs_unchanged_by_tree_attention_cuda(tiny_model_path, disabl
     options = dict(device="cuda", attention_backend="triton", disable_cuda_graph=disable_cuda_graph)
     params = {**GREEDY, "max_new_tokens": 24}
     with_tree, stats = run_engine(tiny_model_path, params, enable_tree_attention=True, **options)
-    without, plain = run_engine(tiny_model_path, params, **options)
+    without, plain = run_engine(tiny_model_path, params, enable_tree_attention=False, **options)
     assert stats["num_tree_attention_steps"] > 0 and plain["num_tree_attention_steps"] == 0
+    _, default = run_engine(tiny_model_path, params, **options)
+    assert default["num_tree_attention_steps"] > 0  # on by default on CUDA
     # fp32 dots run as TF32 on the GPU and the two paths sum in another order: a near tie may
     # flip one sequence's greedy token; the others must be identical.
     same = sum(a == b for a, b in zip(output_ids(with_tree), output_ids(without), strict=True))
