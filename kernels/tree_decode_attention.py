@@ -6,12 +6,12 @@ prompt, its KV is read 16 times per step. Here a batch's histories are a tree
 Attention over a union of disjoint ranges is the log-sum-exp merge of the per-range results,
 so two launches compute exactly what `decode_attention` computes:
 
-1. Shared pass, grid `(max_items, num_kv_heads)`. One program takes one item (a token chunk of a
-   segment and up to `members_per_item` member requests) and one KV head. Its Q tile is the
-   members' query heads of that KV head, `[members_per_item * BLOCK_G, head_dim]` (64 rows by
-   default), as in prefill: every K/V row read serves all of them. It writes each member's
-   normalised partial output and base-2 log-sum-exp to the member's entry. Padding items (no
-   members, empty range) write nothing.
+1. Shared pass, grid `(max_items * num_kv_heads,)`, KV heads fastest. One program takes one
+   item (a token chunk of a segment and up to `members_per_item` member requests) and one KV
+   head. Its Q tile is the members' query heads of that KV head, `[members_per_item * BLOCK_G,
+   head_dim]` (64 rows by default), as in prefill: every K/V row read serves all of them. It
+   writes each member's normalised partial output and base-2 log-sum-exp to the member's
+   entry. Padding items (no members, empty range) write nothing.
 2. Suffix pass, grid `(batch, num_kv_heads, num_kv_splits)`: decode's split-KV program over
    `[suffix_starts[i], seq_lens[i])` (the whole history for a request that shares nothing).
    The last of a (request, KV head)'s splits to finish merges, as plain decode does: the
@@ -73,6 +73,7 @@ def _tree_shared_kernel(
     stride_vb_slot,
     stride_vb_head,
     stride_req_row,
+    NUM_KV_HEADS: tl.constexpr,
     GROUP_SIZE: tl.constexpr,
     MEMBERS: tl.constexpr,
     BLOCK_G: tl.constexpr,  # >= GROUP_SIZE, a power of two; MEMBERS * BLOCK_G >= 16
@@ -83,8 +84,13 @@ def _tree_shared_kernel(
     V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot
     V_FP8_PTX: tl.constexpr,
 ):
-    item = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    # One axis, KV heads fastest: blocks start in grid order, so the real items (first in the
+    # plan) all start before its padding, and the KV heads of one item read the same token
+    # rows together. With items on the fastest axis, a CUDA graph's plan (capacity: batch +
+    # ~66 items, mostly padding) started each head's padding between the heads' real items.
+    pid = tl.program_id(0)
+    item = pid // NUM_KV_HEADS
+    kv_head = pid % NUM_KV_HEADS
     start = tl.load(item_kv_starts_ptr + item)
     end = tl.load(item_kv_ends_ptr + item)
     num_members = tl.load(item_num_members_ptr + item)
@@ -244,7 +250,7 @@ def tree_decode_attention(
     if plan.max_items > 0:
         members = plan.members_per_item
         block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
-        _tree_shared_kernel[(plan.max_items, num_kv_heads)](
+        _tree_shared_kernel[(plan.max_items * num_kv_heads,)](
             q,
             k_buffer,
             v_buffer,
@@ -261,6 +267,7 @@ def tree_decode_attention(
             v_scale,
             num_heads,
             *strides,
+            NUM_KV_HEADS=num_kv_heads,
             GROUP_SIZE=group_size,
             MEMBERS=members,
             BLOCK_G=block_g,

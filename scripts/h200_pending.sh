@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The ninth
-# session (2026-12-02) ran gpu-tests fp8-kv-attn fp8-gemv fp8 lean tree-sweep fp8-rows. Pending
-# after it, in order: gpu-tests, fp8-kv-attn (V read as words), fp8, tree-sweep (per-pass
-# times, 3 stages), tree-gsp, tree-noshare.
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eleventh
+# session (2026-12-02) ran gpu-tests fp8-kv-attn tree-noshare tree-sweep tree-gsp and an A/B of
+# generated-shared-prefix (docs/benchmarks.md). Pending after it, in order: tree-sweep and
+# tree-gsp (the shared pass's grid now KV heads fastest, so a CUDA graph plan's padding items
+# start after the real ones: 2.0 TB/s at batch 1024 in the eleventh session's profile against
+# 3.6 TB/s for the same bytes without padding), fp8 (the FP8 / bf16 ratio without the penalty
+# kernels every earlier run paid), fp8-rows, gpu-tests.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)

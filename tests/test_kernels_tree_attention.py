@@ -379,8 +379,8 @@ def test_shared_pass_compiles_for_sm90_without_spills():
         **dict.fromkeys(strides, "i32"),
     }
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
-    constexprs = {"GROUP_SIZE": 4, "MEMBERS": 16, "BLOCK_G": 4, "HEAD_DIM": 128, "BLOCK_D": 128,
-                  "BLOCK_N": 64, "V_FP8_PTX": True}  # fmt: skip
+    constexprs = {"NUM_KV_HEADS": 8, "GROUP_SIZE": 4, "MEMBERS": 16, "BLOCK_G": 4,
+                  "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64, "V_FP8_PTX": True}  # fmt: skip
     bf16 = {"DOT_FP16": False, "V_FP8_WORDS": 0}
     # An FP8 pool's V as words: no byte-wide shared-memory loads (as decode_split_kernel's).
     fp8 = {"DOT_FP16": True, "V_FP8_WORDS": 1}
