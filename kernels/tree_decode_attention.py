@@ -6,9 +6,9 @@ prompt, its KV is read 16 times per step. Here a batch's histories are a tree
 Attention over a union of disjoint ranges is the log-sum-exp merge of the per-range results,
 so two launches compute exactly what `decode_attention` computes:
 
-1. Shared pass, grid `(max_items * num_kv_heads,)`, KV heads fastest. One program takes one
-   item (a token chunk of a segment and up to `members_per_item` member requests) and one KV
-   head. Its Q tile is the members' query heads of that KV head, `[members_per_item * BLOCK_G,
+1. Shared pass, a fixed grid of (program, KV head) pairs, KV heads fastest; programs loop over
+   the plan's real items (`item_count`). An item is a token chunk of a segment and up to
+   `members_per_item` member requests; a program takes it for one KV head. Its Q tile is the members' query heads of that KV head, `[members_per_item * BLOCK_G,
    head_dim]` (64 rows by default), as in prefill: every K/V row read serves all of them. It
    writes each member's normalised partial output and base-2 log-sum-exp to the member's
    entry. Padding items (no members, empty range) write nothing.
@@ -44,7 +44,11 @@ from radixgen.kernels.decode_attention import (
     default_num_kv_splits,
     fp8_pool_paths,
 )
-from radixgen.kernels.tree_decode_plan import TreeDecodePlan, TreeDecodeWorkspace
+from radixgen.kernels.tree_decode_plan import (
+    TreeDecodePlan,
+    TreeDecodeWorkspace,
+    default_target_items,
+)
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -61,6 +65,7 @@ def _tree_shared_kernel(
     item_num_members_ptr,
     item_members_ptr,  # [max_items, MEMBERS] int32
     item_entries_ptr,  # [max_items, MEMBERS] int32
+    item_count_ptr,  # [1] int32: items below it are real
     partial_out_ptr,  # [max_entries, num_heads, head_dim] fp32
     partial_lse_ptr,  # [max_entries, num_heads] fp32
     qk_scale,
@@ -84,66 +89,70 @@ def _tree_shared_kernel(
     V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot
     V_FP8_PTX: tl.constexpr,
 ):
-    # One axis, KV heads fastest: blocks start in grid order, so the real items (first in the
-    # plan) all start before its padding, and the KV heads of one item read the same token
-    # rows together. With items on the fastest axis, a CUDA graph's plan (capacity: batch +
-    # ~66 items, mostly padding) started each head's padding between the heads' real items.
+    # Programs take items `item0, item0 + step, ...` below the plan's item count (read on the
+    # device: the grid is fixed for CUDA graphs), so none is launched for a graph plan's
+    # padding (its capacity is batch + ~66 items; launched, ~1,000 padding programs a head
+    # took SM slots between the real ones at batch 1024). KV heads vary fastest in the grid:
+    # an item's heads read the same token rows together.
     pid = tl.program_id(0)
-    item = pid // NUM_KV_HEADS
     kv_head = pid % NUM_KV_HEADS
-    start = tl.load(item_kv_starts_ptr + item)
-    end = tl.load(item_kv_ends_ptr + item)
-    num_members = tl.load(item_num_members_ptr + item)
-    row = tl.load(item_kv_rows_ptr + item).to(tl.int64)
+    item0 = pid // NUM_KV_HEADS
+    step = tl.num_programs(0) // NUM_KV_HEADS
+    num_items = tl.load(item_count_ptr)
 
     BLOCK_M: tl.constexpr = MEMBERS * BLOCK_G
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     member = offs_m // BLOCK_G  # row m is query head (m % BLOCK_G) of member (m // BLOCK_G)
     head_in_group = offs_m % BLOCK_G
-    mask_member = member < num_members
-    mask_m = mask_member & (head_in_group < GROUP_SIZE)
     mask_d = offs_d < HEAD_DIM
-    request = tl.load(item_members_ptr + item * MEMBERS + member, mask=mask_member, other=0)
-    entry = tl.load(item_entries_ptr + item * MEMBERS + member, mask=mask_member, other=0)
     heads = kv_head * GROUP_SIZE + head_in_group
-    q = tl.load(
-        q_ptr
-        + request.to(tl.int64)[:, None] * stride_q_batch
-        + heads[:, None] * stride_q_head
-        + offs_d[None, :],
-        mask=mask_m[:, None] & mask_d[None, :],
-        other=0.0,
-    )  # [BLOCK_M, BLOCK_D]
-    if DOT_FP16:
-        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-    acc, m_i, l_i = attend_paged_range(
-        q,
-        k_buffer_ptr + kv_head * stride_kb_head,
-        v_buffer_ptr + kv_head * stride_vb_head,
-        req_to_token_ptr + row * stride_req_row,
-        start,
-        end,
-        qk_scale,
-        stride_kb_slot,
-        stride_vb_slot,
-        BLOCK_M,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-        False,  # KV_LHS
-        V_FP8_WORDS,
-        V_FP8_PTX,
-    )
-    # Padding items have no members (every store below is masked off) and an empty range.
-    l_i = tl.where(l_i > 0, l_i, 1.0)
-    out_row = entry.to(tl.int64) * num_heads + heads  # [BLOCK_M]
-    tl.store(
-        partial_out_ptr + out_row[:, None] * HEAD_DIM + offs_d[None, :],
-        acc * (v_scale / l_i[:, None]),  # scaled as the suffix's partials
-        mask=mask_m[:, None] & mask_d[None, :],
-    )
-    tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
+    for item in range(item0, num_items, step):
+        start = tl.load(item_kv_starts_ptr + item)
+        end = tl.load(item_kv_ends_ptr + item)
+        num_members = tl.load(item_num_members_ptr + item)
+        row = tl.load(item_kv_rows_ptr + item).to(tl.int64)
+        mask_member = member < num_members
+        mask_m = mask_member & (head_in_group < GROUP_SIZE)
+        request = tl.load(item_members_ptr + item * MEMBERS + member, mask=mask_member, other=0)
+        entry = tl.load(item_entries_ptr + item * MEMBERS + member, mask=mask_member, other=0)
+        q = tl.load(
+            q_ptr
+            + request.to(tl.int64)[:, None] * stride_q_batch
+            + heads[:, None] * stride_q_head
+            + offs_d[None, :],
+            mask=mask_m[:, None] & mask_d[None, :],
+            other=0.0,
+        )  # [BLOCK_M, BLOCK_D]
+        if DOT_FP16:
+            q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+        acc, m_i, l_i = attend_paged_range(
+            q,
+            k_buffer_ptr + kv_head * stride_kb_head,
+            v_buffer_ptr + kv_head * stride_vb_head,
+            req_to_token_ptr + row * stride_req_row,
+            start,
+            end,
+            qk_scale,
+            stride_kb_slot,
+            stride_vb_slot,
+            BLOCK_M,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            False,  # KV_LHS
+            V_FP8_WORDS,
+            V_FP8_PTX,
+        )
+        # Member rows past num_members are masked off below; a real item's range is not empty.
+        l_i = tl.where(l_i > 0, l_i, 1.0)
+        out_row = entry.to(tl.int64) * num_heads + heads  # [BLOCK_M]
+        tl.store(
+            partial_out_ptr + out_row[:, None] * HEAD_DIM + offs_d[None, :],
+            acc * (v_scale / l_i[:, None]),  # scaled as the suffix's partials
+            mask=mask_m[:, None] & mask_d[None, :],
+        )
+        tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
 
 
 def _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan):
@@ -250,7 +259,9 @@ def tree_decode_attention(
     if plan.max_items > 0:
         members = plan.members_per_item
         block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
-        _tree_shared_kernel[(plan.max_items * num_kv_heads,)](
+        # A fixed grid (CUDA graphs): at most the automatic chunking's target of programs.
+        grid_items = min(plan.max_items, default_target_items(num_kv_heads, q.device))
+        _tree_shared_kernel[(grid_items * num_kv_heads,)](
             q,
             k_buffer,
             v_buffer,
@@ -261,6 +272,7 @@ def tree_decode_attention(
             plan.item_num_members,
             plan.item_members,
             plan.item_entries,
+            plan.item_count,
             workspace.shared_out,
             workspace.shared_lse,
             qk_scale,

@@ -16,7 +16,8 @@ system prompt held by the radix cache), tiling `[0, suffix_start_i)`, then its o
 
 Fixed capacities (`max_items`, `max_entries`, `batch_size`) make the tables' shapes, and thus
 the kernels' grids, independent of the grouping: padding items have no members and an empty
-range, padding requests have suffix_start 0 and no entries. A CUDA graph captured with one
+range, padding requests have suffix_start 0 and no entries; `item_count` holds the number of
+real items (the shared pass's programs loop over them, none is launched for padding). A CUDA graph captured with one
 capacity replays any grouping that fits it (`None` is returned when a grouping does not fit).
 """
 
@@ -75,6 +76,7 @@ class TreeDecodePlan:
     item_entries: torch.Tensor  # [max_items, members_per_item] entry of each member
     suffix_starts: torch.Tensor  # [batch_size] first position of each request's own suffix
     entry_offsets: torch.Tensor  # [batch_size + 1] request i's entries: [off[i], off[i+1])
+    item_count: torch.Tensor  # [1] num_items, read by the kernel (its grid is fixed)
 
     @classmethod
     def from_packed(
@@ -93,7 +95,7 @@ class TreeDecodePlan:
         if packed.shape != (sum(aligned),) or packed.dtype != torch.int32:
             raise ValueError(f"packed must be an int32 [{sum(aligned)}] tensor")
         tables = [t[:size] for t, size in zip(packed.split(aligned), sizes, strict=True)]
-        rows, starts, ends, counts, members, entries, suffix, offsets = tables
+        rows, starts, ends, counts, members, entries, suffix, offsets, item_count = tables
         return cls(
             batch_size=batch_size,
             members_per_item=members_per_item,
@@ -110,6 +112,7 @@ class TreeDecodePlan:
             item_entries=entries.view(max_items, members_per_item),
             suffix_starts=suffix,
             entry_offsets=offsets,
+            item_count=item_count,
         )
 
     @classmethod
@@ -180,7 +183,7 @@ def _next_power_of_2(n: int) -> int:
 
 def _table_sizes(batch_size: int, members_per_item: int, max_items: int) -> list[int]:
     block = max_items * members_per_item
-    return [max_items] * 4 + [block, block, batch_size, batch_size + 1]
+    return [max_items] * 4 + [block, block, batch_size, batch_size + 1, 1]
 
 
 def _aligned(num_ints: int) -> int:
@@ -322,7 +325,10 @@ def build_tree_decode_plan(
                 item_entries += [cursor[member] + chunk for member in block] + padding
         for member in segment.members:
             cursor[member] += num_chunks
-    tables = [rows, starts, ends, counts, item_members, item_entries, suffix_starts, entry_offsets]
+    tables = [
+        *(rows, starts, ends, counts, item_members, item_entries, suffix_starts, entry_offsets),
+        [num_items],
+    ]
     sizes = _table_sizes(batch_size, members_per_item, max_items)
     packed = torch.zeros(sum(_aligned(size) for size in sizes), dtype=torch.int32)
     offset = 0

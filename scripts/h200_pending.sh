@@ -2,9 +2,9 @@
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eleventh
 # session (2026-12-02) ran gpu-tests fp8-kv-attn tree-noshare tree-sweep tree-gsp and an A/B of
 # generated-shared-prefix (docs/benchmarks.md). Pending after it, in order: tree-sweep and
-# tree-gsp (the shared pass's grid now KV heads fastest, so a CUDA graph plan's padding items
-# start after the real ones: 2.0 TB/s at batch 1024 in the eleventh session's profile against
-# 3.6 TB/s for the same bytes without padding), fp8 (the FP8 / bf16 ratio without the penalty
+# tree-gsp (the shared pass's fixed grid loops over the real items, KV heads fastest, so a CUDA
+# graph plan's ~1,000 padding items a head launch nothing: 2.0 TB/s at batch 1024 in the
+# eleventh session's profile against 3.6 TB/s for the same bytes unpadded), fp8 (the FP8 / bf16 ratio without the penalty
 # kernels every earlier run paid), fp8-rows, gpu-tests.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.

@@ -18,6 +18,7 @@ from radixgen.kernels.tree_decode_plan import (
     TreeDecodePlan,
     TreeDecodeWorkspace,
     build_tree_decode_plan,
+    default_target_items,
 )
 from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
@@ -200,6 +201,9 @@ def test_padded_plan_gives_the_same_output():
         args, segments, members_per_item=2, chunk_tokens=16, max_items=40, max_entries=64
     )
     assert padded.max_items == 40 and padded.num_items == exact.num_items
+    assert padded.item_count.tolist() == [exact.num_items]  # what the shared pass loops to
+    # More items than the shared pass has programs (4 on the CPU): each takes several.
+    assert exact.num_items > default_target_items(args["k_buffer"].shape[1], args["q"].device)
     static = TreeDecodePlan.empty(
         batch_size=batch, members_per_item=2, max_items=40, max_entries=64, device=args["q"].device
     )
@@ -364,7 +368,8 @@ def test_shared_pass_compiles_for_sm90_without_spills():
     strides = ("stride_q_batch", "stride_q_head", "stride_kb_slot", "stride_kb_head",
                "stride_vb_slot", "stride_vb_head", "stride_req_row")  # fmt: skip
     tables = ("item_kv_rows_ptr", "item_kv_starts_ptr", "item_kv_ends_ptr",
-              "item_num_members_ptr", "item_members_ptr", "item_entries_ptr")  # fmt: skip
+              "item_num_members_ptr", "item_members_ptr", "item_entries_ptr",
+              "item_count_ptr")  # fmt: skip
     signature = {
         "q_ptr": "*bf16",
         "k_buffer_ptr": "*bf16",
