@@ -343,45 +343,68 @@ def decode_split_kernel(
     else:  # an empty split 0 (an empty range): weight 0 in the merge
         lse = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         out = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    # The separate merge (MERGE off: tree attention, and callers that merge themselves) reads
-    # every split: all store. The in-kernel merge reads only the used ones.
     if MERGE:
-        stored_splits = used_splits
-    else:
-        stored_splits = num_kv_splits
-    if split < stored_splits:
-        tl.store(
-            partial_out_ptr
-            + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
-            + offs_d[None, :],
-            out,
-            mask=mask_h[:, None] & mask_d[None, :],
-        )
-        tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
-    # Only the used splits arrive at the group's counter: an empty split has nothing to merge
-    # (at batch 1, 32 splits over a few hundred positions, 4 or 5 arrive instead of 32 atomics
-    # on one address). Every program computes the same `used_splits`.
-    if MERGE and split < used_splits:
-        # Every thread's partials are stored before the release of the (one-thread) atomic.
-        tl.debug_barrier()
-        counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
-        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-        if arrived == used_splits - 1:
-            tl.debug_barrier()  # the acquire above orders every thread's loads below
-            out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head
-            if HAS_SHARED:
-                entry_start = tl.load(entry_offsets_ptr + req)
-                entry_end = tl.load(entry_offsets_ptr + req + 1)
-            else:
-                entry_start = 0
-                entry_end = 0
-            _merge_group(
-                partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits,
-                out_ptrs + offs_d[None, :], mask_h, offs_d, mask_d, shared_out_ptr,
-                shared_lse_ptr, entry_start, entry_end, heads, tl.num_programs(1) * GROUP_SIZE,
-                HAS_SHARED, HEAD_DIM, BLOCK_H, BLOCK_D,
+        out_ptrs = o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head + offs_d[None, :]
+        if HAS_SHARED:
+            entry_start = tl.load(entry_offsets_ptr + req)
+            entry_end = tl.load(entry_offsets_ptr + req + 1)
+        else:
+            entry_start = 0
+            entry_end = 0
+        num_heads = tl.num_programs(1) * GROUP_SIZE
+        if used_splits == 1:
+            # Alone (one split: large batches, and most tree suffixes): merged from registers,
+            # with no partial stored, no counter and no reload from L2.
+            if split == 0:
+                _add_entries_and_store(
+                    out, tl.full([BLOCK_H], 1.0, dtype=tl.float32), lse, out_ptrs, mask_h,
+                    offs_d, mask_d, shared_out_ptr, shared_lse_ptr, entry_start, entry_end,
+                    heads, num_heads, HAS_SHARED, HEAD_DIM, BLOCK_H,
+                )  # fmt: skip
+        elif split < used_splits:
+            # Only the used splits store and arrive at the group's counter: an empty split has
+            # nothing to merge (at batch 1, 32 splits over a few hundred positions, 4 or 5
+            # arrive instead of 32 atomics on one address). Every program computes the same
+            # `used_splits`.
+            _store_partial(
+                partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, split, out, lse,
+                mask_h, offs_d, mask_d, HEAD_DIM,
             )  # fmt: skip
-            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+            # Every thread's partials are stored before the release of the (one-thread) atomic.
+            tl.debug_barrier()
+            counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == used_splits - 1:
+                tl.debug_barrier()  # the acquire above orders every thread's loads below
+                _merge_group(
+                    partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits,
+                    out_ptrs, mask_h, offs_d, mask_d, shared_out_ptr, shared_lse_ptr,
+                    entry_start, entry_end, heads, num_heads, HAS_SHARED, HEAD_DIM, BLOCK_H,
+                    BLOCK_D,
+                )  # fmt: skip
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+    else:
+        # The separate merge (callers that merge themselves) reads every split: all store.
+        _store_partial(
+            partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, split, out, lse, mask_h,
+            offs_d, mask_d, HEAD_DIM,
+        )  # fmt: skip
+
+
+@triton.jit
+def _store_partial(
+    partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, split, out, lse, mask_h, offs_d,
+    mask_d, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """Stores one split's normalised output and lse for the GQA group's heads."""
+    tl.store(
+        partial_out_ptr
+        + (partial_row[:, None] * num_kv_splits + split) * HEAD_DIM
+        + offs_d[None, :],
+        out,
+        mask=mask_h[:, None] & mask_d[None, :],
+    )
+    tl.store(partial_lse_ptr + partial_row * num_kv_splits + split, lse, mask=mask_h)
 
 
 @triton.jit
@@ -394,20 +417,14 @@ def _merge_group(
     """Merges the first `used_splits` splits (the others are empty and unwritten) of the GQA
     group's heads (`partial_row`: [BLOCK_H] rows; `num_kv_splits`: the buffers' split stride)
     into `out_ptrs` ([BLOCK_H, BLOCK_D]); the partials are read from L2 (other SMs wrote them).
-    With HAS_SHARED, also the tree's shared entries `entry_start .. entry_end` (rows
-    `entry * num_heads + heads` of the shared pass's partials, written by an earlier launch)."""
+    With HAS_SHARED, the tree's shared entries too (`_add_entries_and_store`)."""
     lse_rows = partial_lse_ptr + partial_row * num_kv_splits
     lse_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     for s in range(0, used_splits):
         lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
         lse_max = tl.maximum(lse_max, lse)
-    if HAS_SHARED:
-        for e in range(entry_start, entry_end):
-            entry_rows = heads.to(tl.int64) + e * num_heads  # e * num_heads < 2**31
-            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=float("-inf"))
-            lse_max = tl.maximum(lse_max, lse)
-    # Split 0 is never empty for seq_len >= 1 (a tree suffix may be, but then its request has
-    # entries): finite for every real head (padding: 0).
+    # Split 0 is never empty for seq_len >= 1 (a tree suffix may be: its request then has
+    # entries, which the online merge below takes): finite, or -inf for an empty tree suffix.
     lse_max = tl.where(mask_h, lse_max, 0.0)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     weight_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -423,18 +440,37 @@ def _merge_group(
         )  # [BLOCK_H, BLOCK_D]
         acc += partial * weight[:, None]
         weight_sum += weight
+    _add_entries_and_store(
+        acc, weight_sum, lse_max, out_ptrs, mask_h, offs_d, mask_d, shared_out_ptr,
+        shared_lse_ptr, entry_start, entry_end, heads, num_heads, HAS_SHARED, HEAD_DIM, BLOCK_H,
+    )  # fmt: skip
+
+
+@triton.jit
+def _add_entries_and_store(
+    acc, weight_sum, lse_max, out_ptrs, mask_h, offs_d, mask_d, shared_out_ptr, shared_lse_ptr,
+    entry_start, entry_end, heads, num_heads, HAS_SHARED: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    """Stores `acc / weight_sum` ([BLOCK_H, BLOCK_D]: partials weighted by exp2(lse - lse_max))
+    after adding, with HAS_SHARED, the tree's shared entries `entry_start .. entry_end` (rows
+    `entry * num_heads + heads` of the shared pass's partials, written by an earlier launch),
+    rescaling online as each one raises the maximum."""
     if HAS_SHARED:
         for e in range(entry_start, entry_end):
             entry_rows = heads.to(tl.int64) + e * num_heads  # e * num_heads < 2**31
-            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=float("-inf"))
-            weight = tl.math.exp2(lse - lse_max)
+            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=0.0)
             partial = tl.load(
                 shared_out_ptr + entry_rows[:, None] * HEAD_DIM + offs_d[None, :],
                 mask=mask_h[:, None] & mask_d[None, :],
                 other=0.0,
             )  # [BLOCK_H, BLOCK_D]
-            acc += partial * weight[:, None]
-            weight_sum += weight
+            new_max = tl.maximum(lse_max, lse)  # finite: a shared entry is never empty
+            scale = tl.math.exp2(lse_max - new_max)  # 0 while the suffix was empty (-inf)
+            weight = tl.math.exp2(lse - new_max)
+            acc = acc * scale[:, None] + partial * weight[:, None]
+            weight_sum = weight_sum * scale + weight
+            lse_max = new_max
     out = acc / tl.where(mask_h, weight_sum, 1.0)[:, None]
     tl.store(out_ptrs, out.to(out_ptrs.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
