@@ -4,8 +4,10 @@
 # generated-shared-prefix (docs/benchmarks.md). Pending after it, in order: tree-sweep and
 # tree-gsp (the shared pass's fixed grid loops over the real items, KV heads fastest, so a CUDA
 # graph plan's ~1,000 padding items a head launch nothing: 2.0 TB/s at batch 1024 in the
-# eleventh session's profile against 3.6 TB/s for the same bytes unpadded), fp8 (the FP8 / bf16 ratio without the penalty
-# kernels every earlier run paid), fp8-rows, gpu-tests.
+# eleventh session's profile against 3.6 TB/s for the same bytes unpadded), gpu-tests,
+# fp8-kv-attn (decode attention's one-split path: the 256 x 1024 rows take it; that session
+# measured 259.9 us bf16 and 200.1 us e4m3 before it), fp8 (the FP8 / bf16 ratio without the
+# penalty kernels every earlier run paid), fp8-rows.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)
