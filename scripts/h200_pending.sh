@@ -27,7 +27,8 @@
 #   fp8-gemv    [8/14] the FP8 split-K GEMV swept against the skinny GEMM at batch 1, its
 #               table installed, bench latency --quantization fp8 batch 1 before and after
 #   fp8-rows    [8/14] offline 1000 x 1000/1000 with FP8 weights only and FP8 KV only
-#   tree-sweep  [6/14] scripts/bench_tree_attention.py with its launch sweep (ninth session:
+#   tree-sweep  [6/14] scripts/bench_tree_attention.py with its launch sweep and each case in a
+#               CUDA-graph-capacity plan ("padded us", as serving runs it) (ninth session:
 #               2.56x at the defaults, 2.77x at 3 stages; now with each pass's kernel time)
 #   tree-gsp    [6/14] generated-shared-prefix in-process, tree attention off / on alternating,
 #               and a profile of one decode step of that batch with and without it
