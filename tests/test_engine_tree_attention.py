@@ -88,24 +88,45 @@ def output_ids(outputs: list[dict]) -> list[list[int]]:
     return [output["output_ids"] for output in outputs]
 
 
-def test_tree_attention_engine_outputs_equal_the_reference(two_layer_model_path):
-    """The Triton backend (interpreter on CPU) with tree attention on gives the greedy outputs
-    of the torch reference backend (plain decode attention), and its logprobs."""
-    with_tree, stats = run_engine(
-        two_layer_model_path, attention_backend="triton", enable_tree_attention=True
-    )
-    reference, reference_stats = run_engine(two_layer_model_path, attention_backend="torch")
-    assert stats["num_tree_attention_steps"] == 1  # the decode step
-    assert reference_stats["num_tree_attention_steps"] == 0
-    assert output_ids(with_tree) == output_ids(reference)
+@pytest.fixture(scope="module")
+def reference_run(two_layer_model_path) -> tuple[list[dict], dict]:
+    """The torch reference backend's outputs (plain decode attention) and stats."""
+    return run_engine(two_layer_model_path, attention_backend="torch")
+
+
+def assert_same_as_reference(outputs: list[dict], reference: list[dict]) -> None:
+    assert output_ids(outputs) == output_ids(reference)
     # A random model's greedy token mostly repeats its input (the residual stream dominates),
     # so the decode step's top logprobs, which attention moves, are compared too.
-    for got, expected in zip(with_tree, reference, strict=True):
+    for got, expected in zip(outputs, reference, strict=True):
         got_top = got["meta_info"]["output_top_logprobs"][-1]
         expected_top = expected["meta_info"]["output_top_logprobs"][-1]
         assert [token for _, token, *_ in got_top] == [token for _, token, *_ in expected_top]
         errors = [abs(a[0] - b[0]) for a, b in zip(got_top, expected_top, strict=True)]
         assert max(errors) < 1e-4, (got_top, expected_top)
+
+
+def test_tree_attention_engine_outputs_equal_the_reference(two_layer_model_path, reference_run):
+    """The Triton backend (interpreter on CPU) with tree attention on gives the greedy outputs
+    of the torch reference backend (plain decode attention), and its logprobs."""
+    with_tree, stats = run_engine(
+        two_layer_model_path, attention_backend="triton", enable_tree_attention=True
+    )
+    reference, reference_stats = reference_run
+    assert stats["num_tree_attention_steps"] == 1  # the decode step
+    assert reference_stats["num_tree_attention_steps"] == 0
+    assert_same_as_reference(with_tree, reference)
+
+
+def test_tree_attention_under_tensor_parallelism(two_layer_model_path, reference_run):
+    """TP 2 (gloo) with tree attention (the default on CUDA): rank 0 groups the batch, its batch
+    header carries the shared prefixes to the follower, each rank attends over two of the four
+    KV heads; the outputs equal one process's plain decode."""
+    with_tree, stats = run_engine(
+        two_layer_model_path, attention_backend="triton", enable_tree_attention=True, tp_size=2
+    )
+    assert stats["num_tree_attention_steps"] == 1
+    assert_same_as_reference(with_tree, reference_run[0])
 
 
 @pytest.mark.slow
