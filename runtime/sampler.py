@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixgen.kernels.penalties import apply_penalties_
 from radixgen.kernels.sampling_torch import counter_uniform, sample_inverse_cdf, top_k_top_p
 from radixgen.kernels.vocab_mask import apply_token_bitmask_
 from radixgen.runtime.sampling_batch_info import SamplingBatchInfo
@@ -30,13 +31,16 @@ class SampleOutput:
 
 
 def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> None:
-    """Repetition (prompt and output tokens), frequency and presence (output) penalties."""
-    repetition = info.repetition_penalties  # [batch, 1]
-    penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
-    logits.copy_(torch.where(info.seen_tokens, penalised, logits))
-    counts = info.output_counts.to(logits.dtype)
-    logits -= info.frequency_penalties * counts
-    logits -= info.presence_penalties * (counts > 0).to(logits.dtype)
+    """Repetition (prompt and output tokens), frequency and presence (output) penalties, in
+    place: one Triton pass on CUDA, torch elsewhere (`radixgen.kernels.penalties`)."""
+    apply_penalties_(
+        logits,
+        info.output_counts,
+        info.seen_tokens,
+        info.frequency_penalties,
+        info.presence_penalties,
+        info.repetition_penalties,
+    )
 
 
 def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
