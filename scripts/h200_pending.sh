@@ -7,7 +7,8 @@
 # eleventh session's profile against 3.6 TB/s for the same bytes unpadded), gpu-tests,
 # fp8-kv-attn (decode attention's one-split path: the 256 x 1024 rows take it; that session
 # measured 259.9 us bf16 and 200.1 us e4m3 before it), fp8 (the FP8 / bf16 ratio without the
-# penalty kernels every earlier run paid), fp8-rows.
+# penalty kernels every earlier run paid), fp8-rows, lean (served / in-process now that tree
+# attention is on by default: [6/14] asks <= 20 s served).
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)
