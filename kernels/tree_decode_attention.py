@@ -8,10 +8,11 @@ so two launches compute exactly what `decode_attention` computes:
 
 1. Shared pass, a fixed grid of (program, KV head) pairs, KV heads fastest; programs loop over
    the plan's real items (`item_count`). An item is a token chunk of a segment and up to
-   `members_per_item` member requests; a program takes it for one KV head. Its Q tile is the members' query heads of that KV head, `[members_per_item * BLOCK_G,
-   head_dim]` (64 rows by default), as in prefill: every K/V row read serves all of them. It
-   writes each member's normalised partial output and base-2 log-sum-exp to the member's
-   entry. Padding items (no members, empty range) write nothing.
+   `members_per_item` member requests; a program takes it for one KV head. Its Q tile is the
+   members' query heads of that KV head, `[members_per_item * BLOCK_G, head_dim]` (64 rows by
+   default), as in prefill: every K/V row read serves all of them. It writes each member's
+   normalised partial output and base-2 log-sum-exp to the member's entry. Padding items (past
+   `item_count`) are never visited.
 2. Suffix pass, grid `(batch, num_kv_heads, num_kv_splits)`: decode's split-KV program over
    `[suffix_starts[i], seq_lens[i])` (the whole history for a request that shares nothing).
    The last of a (request, KV head)'s splits to finish merges, as plain decode does: the

@@ -17,8 +17,9 @@ system prompt held by the radix cache), tiling `[0, suffix_start_i)`, then its o
 Fixed capacities (`max_items`, `max_entries`, `batch_size`) make the tables' shapes, and thus
 the kernels' grids, independent of the grouping: padding items have no members and an empty
 range, padding requests have suffix_start 0 and no entries; `item_count` holds the number of
-real items (the shared pass's programs loop over them, none is launched for padding). A CUDA graph captured with one
-capacity replays any grouping that fits it (`None` is returned when a grouping does not fit).
+real items (the shared pass's programs loop over those: none runs for padding). A CUDA graph
+captured with one capacity replays any grouping that fits it (`None` is returned when a
+grouping does not fit).
 """
 
 from __future__ import annotations
