@@ -180,7 +180,7 @@ print('tree attention steps', s['num_tree_attention_steps'], 'of', s['num_forwar
     log "DSL prefix sharing (fork / run_batch), 64 branches x 256 tokens $flag"
     timeout ${STAGE_TIMEOUT:-330} python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
       --load-format dummy --batch-size 64 --max-tokens 256 $flag 2>&1 | grep '^|' \
-      | tee "$OUT/dsl_prefix_sharing${flag#--}.md"
+      | tee "$OUT/dsl_prefix_sharing_${flag#--}.md"
   done
   log "bench offline 1000 x (200 in / 200 out), tree attention on (no sharing: plain kernel)"
   $BENCH offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
