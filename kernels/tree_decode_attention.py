@@ -198,7 +198,8 @@ def tree_decode_attention(
         out: optional output tensor like q.
         num_kv_splits: splits of each suffix (default `default_num_kv_splits`).
         workspace: optional preallocated partials (CUDA graphs keep one static).
-        block_n (both passes), num_warps, num_stages (the shared pass): tuning overrides.
+        block_n (both passes; default 64 for the shared pass, 128 for the suffix pass over a
+            16-bit pool on CUDA), num_warps, num_stages (the shared pass): tuning overrides.
         fp8_dot_fp16, fp8_v_words: an FP8 pool's paths, as in `decode_attention` (both passes;
             `fp8_pool_paths` picks the defaults).
 
@@ -247,6 +248,12 @@ def tree_decode_attention(
     block_d = max(16, triton.next_power_of_2(head_dim))
     on_cuda = q.device.type == "cuda"
     default_n, default_warps, default_stages = default_decode_blocks(head_dim, q.device)
+    # The suffix pass reads short ranges (a question and its answer so far): 128-position tiles
+    # beat 64 there on the H200 over a 16-bit pool (twelfth session's sweep, docs/benchmarks.md:
+    # 83.5 -> 78.0 us at 16 x 16 sharing 2048 + 256, 286.7 -> 275.7 us at 64 x 16), while the
+    # shared pass's 64-row Q tiles want 64 (53 -> 70 us at 128).
+    wide_suffix = on_cuda and head_dim <= 128 and k_buffer.element_size() >= 2
+    suffix_block_n = block_n or (128 if wide_suffix else default_n)
     block_n = block_n or default_n
     strides = (
         q.stride(0),
@@ -327,7 +334,7 @@ def tree_decode_attention(
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         BLOCK_H=max(16, triton.next_power_of_2(group_size)),
-        BLOCK_N=block_n,
+        BLOCK_N=suffix_block_n,
         num_warps=default_warps,
         num_stages=default_stages,
     )

@@ -56,6 +56,20 @@ SWEEP = [
     for stages in (3, 4)
     for warps in (4,)  # 8 warps lost at every size and chunk in the ninth session's sweep
 ]
+# --blocks-sweep: both passes' K/V tile (block_n) and the shared pass's launch, on the target
+# case (default and 1024-token chunks) and on generated-shared-prefix's decode batch
+# (64 x 16 sharing 2048 + ~256, batch 1024).
+BLOCKS_CASES = [
+    ((16, 16, 2048, 256), None),
+    ((16, 16, 2048, 256), 1024),
+    ((64, 16, 2048, 256), None),
+]
+BLOCKS_SWEEP = [
+    dict(block_n=block_n, num_stages=stages, num_warps=warps)
+    for block_n in (64, 128)
+    for stages in (2, 3, 4)
+    for warps in (4, 8)
+]
 
 
 def make_case(groups: int, per_group: int, prefix: int, suffix: int, device="cuda", seed=0):
@@ -125,6 +139,7 @@ def bench_case(
     modes=("graph", "eager"),
     num_stages=None,
     num_warps=None,
+    block_n=None,
     **plan_options,
 ) -> dict:
     device = torch.device("cuda")
@@ -182,12 +197,13 @@ def bench_case(
             out=tree_out,
             num_stages=num_stages,
             num_warps=num_warps,
+            block_n=block_n,
         )
 
     def run_padded():
         tree_decode_attention(
             **args, plan=padded_plan, workspace=padded_workspace, out=tree_out,
-            num_stages=num_stages, num_warps=num_warps,
+            num_stages=num_stages, num_warps=num_warps, block_n=block_n,
         )  # fmt: skip
 
     run_decode()
@@ -232,6 +248,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
     parser.add_argument("--quick", action="store_true", help="the target case only, no sweep")
+    parser.add_argument(
+        "--blocks-sweep", action="store_true", help="only the block_n / stages / warps sweep"
+    )
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -248,8 +267,18 @@ def main() -> None:
         f"{'case':>26} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6} "
         f"{'padded us':>10}"
     )
+    if options.blocks_sweep:
+        for case, chunk in BLOCKS_CASES:
+            for tuning in BLOCKS_SWEEP:
+                row = bench_case(*case, modes=("graph",), chunk_tokens=chunk, **tuning)
+                results["sweep"].append({**row, **tuning, "chunk_tokens": chunk})
+                print(
+                    f"   {case} chunk {chunk} {tuning}: tree {row['tree_us_graph']:.1f} us "
+                    f"({row['speedup_graph']:.2f}x) passes "
+                    + ", ".join(f"{k[:12]} {v:.1f}" for k, v in row["tree_kernels_us"].items())
+                )
     print(header)
-    for case in QUICK_CASES if options.quick else CASES:
+    for case in [] if options.blocks_sweep else QUICK_CASES if options.quick else CASES:
         row = bench_case(*case)
         results["cases"].append(row)
         name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
@@ -260,7 +289,7 @@ def main() -> None:
         )
         passes = ", ".join(f"{name} {us:.1f}" for name, us in row["tree_kernels_us"].items())
         print(f"{'':>26} tree kernels (eager, us): {passes}")
-    if not options.quick:
+    if not (options.quick or options.blocks_sweep):
         for tuning in SWEEP:
             row = bench_case(*CASES[0], modes=("graph",), **tuning)
             results["sweep"].append({**row, **tuning})
