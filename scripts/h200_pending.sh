@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The eleventh
-# session (2026-12-02) ran gpu-tests fp8-kv-attn tree-noshare tree-sweep tree-gsp and an A/B of
-# generated-shared-prefix (docs/benchmarks.md). Pending after it, in order: tree-sweep and
-# tree-gsp (the shared pass's fixed grid loops over the real items, KV heads fastest, so a CUDA
-# graph plan's ~1,000 padding items a head launch nothing: 2.0 TB/s at batch 1024 in the
-# eleventh session's profile against 3.6 TB/s for the same bytes unpadded), gpu-tests,
-# fp8-kv-attn (decode attention's one-split path: the 256 x 1024 rows take it; that session
-# measured 259.9 us bf16 and 200.1 us e4m3 before it), fp8 (the FP8 / bf16 ratio without the
-# penalty kernels every earlier run paid), fp8-rows, lean (served / in-process now that tree
-# attention is on by default: [6/14] asks <= 20 s served).
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The twelfth
+# session (2026-12-02) ran the eleventh's kernel tests, tree-sweep, fp8-kv-attn, tree-gsp, the
+# new gsp-steps (as profile_step_times.py) and the tree kernel's blocks sweep
+# (docs/benchmarks.md). Pending after it, in order: gpu-tests (the whole suite at the new head:
+# the tree chunking and suffix tiles changed), gsp-steps (every step of generated-shared-prefix
+# timed: 255 overlapped decode steps took 10.91 s against 255 x 39.46 ms medians; which steps
+# hold the other ~0.85 s), lean (served / in-process with tree attention on by default: [6/14]
+# asks <= 20 s served), fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run
+# paid), fp8-rows.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
-#   gpu-tests   every GPU test (`pytest -m gpu`; 111 passed at 17f7082 in the ninth session)
+#   gpu-tests   every GPU test (`pytest -m gpu`; 112 passed at 8cd9a13 in the eleventh session)
 #   decode-merge [7/14] item 4: bench latency batch 1, 128/256, `.base` = d6999be (main before
 #               only the used splits arrived at the in-kernel merge's counter) vs this tree
 #   fp8         [8/14] offline 1000 x 1000/1000, bf16 then FP8 weights + FP8 KV (fifth session:
@@ -33,6 +32,9 @@
 #               2.56x at the defaults, 2.77x at 3 stages; now with each pass's kernel time)
 #   tree-gsp    [6/14] generated-shared-prefix in-process, tree attention off / on alternating,
 #               and a profile of one decode step of that batch with and without it
+#   gsp-steps   [6/14] scripts/profile_step_times.py on generated-shared-prefix (tree on): each
+#               scheduler step timed (prefill, decode), the slowest listed, cProfile of 10 decode
+#               steps at batch 1024
 #   tree-noshare [6/14] offline 1000 x 200/200 with tree attention off / on alternating (the
 #               default flip needs no regression where nothing is shared)
 #   int4-profile [9/14] the batch-1 int4 step's kernels (4.27 ms a step, GEMVs alone 2.29 ms)
@@ -101,6 +103,10 @@ for stage in "$@"; do
           --batch-size 1024 --input-len 128 --shared-prefix-len 2048 --groups 64 --steps 32 \
           $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
       done ;;
+    gsp-steps)
+      mkdir -p "$OUT/gsp_steps"
+      timeout 240 python3 scripts/profile_step_times.py --model-path $MODEL --load-format dummy \
+        --profile-steps 10 --out "$OUT/gsp_steps" 2>&1 | grep -v Warn | head -24 ;;
     tree-noshare)
       # [6/14] before tree attention can be the default: no regression where nothing is shared
       # (third session: 1000 x 200/200 took 15.88 s with it on against 15.14 s off)

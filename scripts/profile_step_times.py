@@ -11,7 +11,7 @@ milliseconds. The decode steps' wall is what the GPU kernels of `profile_decode_
 compared with: the difference is host time the device waited on. Then the same prompts run
 again (their prefixes now cached) with `cProfile` on in the scheduler thread for
 `--profile-steps` decode steps at the full batch: the functions by cumulative time.
-JSON to --out/profile_step_times.json.
+The eight slowest steps are listed; JSON (every step) to --out/profile_step_times.json.
 """
 
 from __future__ import annotations
@@ -124,6 +124,11 @@ def main() -> None:
         for kind, times in sorted(groups.items())
     }
     print(f"duration {duration:.2f} s, steps {len(run_records)}")
+    slowest = sorted(range(len(run_records)), key=lambda i: -run_records[i][0])[:8]
+    print("slowest steps (index: ms, rows before -> after):")
+    for i in sorted(slowest):
+        seconds, rows, rows_after = run_records[i][:3]
+        print(f"  {i}: {1e3 * seconds:.1f} ms, {rows} -> {rows_after}")
     for kind, row in summary.items():
         print(f"{kind:<28} {row['steps']:>5} {row['total_s']:>8.2f} s {row['median_ms']:>8.2f} ms")
     text = io.StringIO()
@@ -136,6 +141,8 @@ def main() -> None:
                 "args": vars(args),
                 "duration_s": duration,
                 "groups": summary,
+                # Every step in order: (ms, running rows before, after, forwards, tree steps).
+                "steps": [(round(1e3 * r[0], 3), *r[1:]) for r in run_records],
                 "cprofile": text.getvalue(),
             },
             f,
