@@ -13,10 +13,11 @@ import pydantic
 import pytest
 
 import radixgen as rg
+from radixgen.backends.choice_scoring import select_by_prompt_logprobs
 from radixgen.backends.generate_payload import request_options
 from radixgen.chat_template import derive_chat_template, jinja_renderer
 from radixgen.context import BackendContext
-from radixgen.ir import Gen, RoleBegin, RoleEnd, Select, Text, flatten
+from radixgen.ir import ChoicesMethod, Gen, RoleBegin, RoleEnd, Select, Text, flatten
 from radixgen.prefix_trace import common_prefix, trace_prefix
 from radixgen.runtime.request_schema import build_request
 from radixgen.runtime.tiny_model import CHAT_TEMPLATE
@@ -104,6 +105,38 @@ def test_select_rejects_empty_and_bad_choices():
     assert rg.select("x", ["a"], choices_method="greedy_token_selection").method is (
         rg.greedy_token_selection
     )
+
+
+class _FixedLogprobs:
+    """Prompt logprobs from a table (the scoring arithmetic alone; the engine's own select
+    runs in test_lang_engine.py). Rows from position P-1: the prefix's last token (id 1),
+    then the choice's tokens as (logprob, id)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def prefill(self, text):
+        return {"prompt_tokens": 3, "cached_tokens": 0}
+
+    def prompt_logprobs(self, texts, logprob_start_len):
+        return [[(None, 1)], *self.rows]
+
+
+def test_greedy_token_selection_ties_on_a_shared_first_token():
+    # Both choices start with token 7; its logprob differs in the last bits between the two
+    # batch rows (CPU kernels round by shape). The second token decides: choice 0.
+    rows = [[(-1.0, 1), (-1.0200001, 7), (-0.3, 8)], [(-1.0, 1), (-1.0199999, 7), (-4.0, 9)]]
+    outcome = select_by_prompt_logprobs(
+        _FixedLogprobs(rows), "x", ["a", "b"], ChoicesMethod.GREEDY_TOKEN_SELECTION
+    )
+    assert outcome.index == 0
+    assert outcome.scores == [[-1.0200001, -0.3], [-1.0200001, -4.0]]
+    # A different first token is not a tie: the higher logprob wins there.
+    rows[1][1] = (-1.0199999, 6)
+    outcome = select_by_prompt_logprobs(
+        _FixedLogprobs(rows), "x", ["a", "b"], ChoicesMethod.GREEDY_TOKEN_SELECTION
+    )
+    assert outcome.index == 1
 
 
 def test_gen_options_merge_over_run_defaults_into_one_request():

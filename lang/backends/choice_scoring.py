@@ -65,9 +65,8 @@ def select_by_prompt_logprobs(
             for cond, uncond in zip(token_logprobs, unconditional, strict=True)
         ]
     elif method is ChoicesMethod.GREEDY_TOKEN_SELECTION:
-        # Lists compare lexicographically: the first token decides, ties (a shared first
-        # token has the same logprob in every choice) go to the next one.
-        scores = [list(lps) for lps in token_logprobs]
+        # Lists compare lexicographically: the first token decides, ties go to the next one.
+        scores = _shared_prefix_ties(choice_logprobs)
     else:
         scores = [_mean(lps) for lps in token_logprobs]
     meta["scores"] = scores
@@ -81,6 +80,21 @@ def _choice_part(row: list[TokenLogprob], prefix_last_token: int) -> list[tuple[
     if not entries or any(lp is None for lp, _ in entries):
         raise BackendError("prompt logprobs are missing for a select choice")
     return [(float(lp), int(tid)) for lp, tid in entries]
+
+
+def _shared_prefix_ties(choice_logprobs: list[list[tuple[float, int]]]) -> list[list[float]]:
+    """Each choice's token logprobs, where choices that start with the same tokens get the
+    same values for them (the first choice's): the same token after the same text is a tie.
+    Computed in different batch rows, its logprobs may differ in the last bits (the CPU's
+    kernels round by batch shape), which must not pick the choice."""
+    first_seen: dict[tuple[int, ...], float] = {}
+    scores = []
+    for entries in choice_logprobs:
+        token_ids = tuple(token_id for _, token_id in entries)
+        scores.append(
+            [first_seen.setdefault(token_ids[: i + 1], lp) for i, (lp, _) in enumerate(entries)]
+        )
+    return scores
 
 
 def _mean(values: list[float]) -> float:
