@@ -184,6 +184,7 @@ def tree_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    suffix_launch: tuple[int, int, int] | None = None,
     fp8_dot_fp16: bool | None = None,
     fp8_v_words: bool | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
@@ -200,6 +201,8 @@ def tree_decode_attention(
         workspace: optional preallocated partials (CUDA graphs keep one static).
         block_n (both passes; default 64 for the shared pass, 128 for the suffix pass over a
             16-bit pool on CUDA), num_warps, num_stages (the shared pass): tuning overrides.
+        suffix_launch: (block_n, num_warps, num_stages) of the suffix pass alone, a tuning
+            override (`scripts/bench_tree_attention.py --suffix-sweep`).
         fp8_dot_fp16, fp8_v_words: an FP8 pool's paths, as in `decode_attention` (both passes;
             `fp8_pool_paths` picks the defaults).
 
@@ -254,6 +257,9 @@ def tree_decode_attention(
     # shared pass's 64-row Q tiles want 64 (53 -> 70 us at 128).
     wide_suffix = on_cuda and head_dim <= 128 and k_buffer.element_size() >= 2
     suffix_block_n = block_n or (128 if wide_suffix else default_n)
+    suffix_warps, suffix_stages = default_warps, default_stages
+    if suffix_launch is not None:
+        suffix_block_n, suffix_warps, suffix_stages = suffix_launch
     block_n = block_n or default_n
     strides = (
         q.stride(0),
@@ -335,8 +341,8 @@ def tree_decode_attention(
         BLOCK_D=block_d,
         BLOCK_H=max(16, triton.next_power_of_2(group_size)),
         BLOCK_N=suffix_block_n,
-        num_warps=default_warps,
-        num_stages=default_stages,
+        num_warps=suffix_warps,
+        num_stages=suffix_stages,
     )
     return out
 

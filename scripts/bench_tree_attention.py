@@ -64,6 +64,16 @@ BLOCKS_CASES = [
     ((16, 16, 2048, 256), 1024),
     ((64, 16, 2048, 256), None),
 ]
+# --suffix-sweep: the suffix pass's own launch (block_n, warps, stages) at the target case
+# (2,048 programs of 256 positions: short loops, where the default's 128-position tiles leave
+# one or two programs an SM) and at generated-shared-prefix's decode batch.
+SUFFIX_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
+SUFFIX_SWEEP = [
+    (block_n, warps, stages)
+    for block_n in (32, 64, 128)
+    for warps in (2, 4, 8)
+    for stages in (1, 2, 3)
+]
 BLOCKS_SWEEP = [
     dict(block_n=block_n, num_stages=stages, num_warps=warps)
     for block_n in (64, 128)
@@ -140,6 +150,7 @@ def bench_case(
     num_stages=None,
     num_warps=None,
     block_n=None,
+    suffix_launch=None,
     **plan_options,
 ) -> dict:
     device = torch.device("cuda")
@@ -198,12 +209,14 @@ def bench_case(
             num_stages=num_stages,
             num_warps=num_warps,
             block_n=block_n,
+            suffix_launch=suffix_launch,
         )
 
     def run_padded():
         tree_decode_attention(
             **args, plan=padded_plan, workspace=padded_workspace, out=tree_out,
             num_stages=num_stages, num_warps=num_warps, block_n=block_n,
+            suffix_launch=suffix_launch,
         )  # fmt: skip
 
     run_decode()
@@ -251,6 +264,9 @@ def main() -> None:
     parser.add_argument(
         "--blocks-sweep", action="store_true", help="only the block_n / stages / warps sweep"
     )
+    parser.add_argument(
+        "--suffix-sweep", action="store_true", help="only the suffix pass's launch sweep"
+    )
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -277,8 +293,28 @@ def main() -> None:
                     f"({row['speedup_graph']:.2f}x) passes "
                     + ", ".join(f"{k[:12]} {v:.1f}" for k, v in row["tree_kernels_us"].items())
                 )
+    if options.suffix_sweep:
+        for case in SUFFIX_CASES:
+            for launch in SUFFIX_SWEEP:
+                try:
+                    row = bench_case(*case, modes=("graph",), suffix_launch=launch)
+                except Exception as error:  # a launch that does not fit (shared memory)
+                    print(f"   {case} suffix {launch}: {type(error).__name__}")
+                    continue
+                results["sweep"].append({**row, "suffix_launch": launch})
+                suffix_us = row["tree_kernels_us"].get("decode_split_kernel", float("nan"))
+                print(
+                    f"   {case} suffix {launch}: tree {row['tree_us_graph']:.1f} us "
+                    f"({row['speedup_graph']:.2f}x), suffix pass {suffix_us:.1f} us"
+                )
     print(header)
-    for case in [] if options.blocks_sweep else QUICK_CASES if options.quick else CASES:
+    for case in (
+        []
+        if options.blocks_sweep or options.suffix_sweep
+        else QUICK_CASES
+        if options.quick
+        else CASES
+    ):
         row = bench_case(*case)
         results["cases"].append(row)
         name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
@@ -289,7 +325,7 @@ def main() -> None:
         )
         passes = ", ".join(f"{name} {us:.1f}" for name, us in row["tree_kernels_us"].items())
         print(f"{'':>26} tree kernels (eager, us): {passes}")
-    if not (options.quick or options.blocks_sweep):
+    if not (options.quick or options.blocks_sweep or options.suffix_sweep):
         for tuning in SWEEP:
             row = bench_case(*CASES[0], modes=("graph",), **tuning)
             results["sweep"].append({**row, **tuning})

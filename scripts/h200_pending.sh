@@ -3,7 +3,9 @@
 # session (2026-12-02) ran the eleventh's kernel tests, tree-sweep, fp8-kv-attn, tree-gsp, the
 # new gsp-steps (as profile_step_times.py) and the tree kernel's blocks sweep
 # (docs/benchmarks.md). Pending after it, in order: gpu-tests (the whole suite at the new head:
-# the tree chunking and suffix tiles changed), gsp-steps (every step of generated-shared-prefix
+# the tree chunking and suffix tiles changed), tree-suffix (the suffix pass's own launch: 2,048
+# programs of 256 positions hold ~30 us of fixed cost at 16 x 16; the micro is at 3.30x of 4x),
+# gsp-steps (every step of generated-shared-prefix
 # timed: 255 overlapped decode steps took 10.91 s against 255 x 39.46 ms medians; which steps
 # hold the other ~0.85 s), lean (served / in-process with tree attention on by default: [6/14]
 # asks <= 20 s served), fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run
@@ -32,6 +34,9 @@
 #               2.56x at the defaults, 2.77x at 3 stages; now with each pass's kernel time)
 #   tree-gsp    [6/14] generated-shared-prefix in-process, tree attention off / on alternating,
 #               and a profile of one decode step of that batch with and without it
+#   tree-suffix [6/14] bench_tree_attention.py --suffix-sweep: the suffix pass's (block_n, warps,
+#               stages) at 16 x 16 and 64 x 16 sharing 2048 + 256; the best goes into
+#               tree_decode_attention's suffix defaults
 #   gsp-steps   [6/14] scripts/profile_step_times.py on generated-shared-prefix (tree on): each
 #               scheduler step timed (prefill, decode), the slowest listed, cProfile of 10 decode
 #               steps at batch 1024
@@ -103,6 +108,9 @@ for stage in "$@"; do
           --batch-size 1024 --input-len 128 --shared-prefix-len 2048 --groups 64 --steps 32 \
           $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
       done ;;
+    tree-suffix)
+      timeout 400 python3 scripts/bench_tree_attention.py --suffix-sweep \
+        --out "$OUT/tree_suffix_sweep.json" 2>&1 | grep -v -i warn | tail -60 ;;
     gsp-steps)
       mkdir -p "$OUT/gsp_steps"
       timeout 240 python3 scripts/profile_step_times.py --model-path $MODEL --load-format dummy \

@@ -189,6 +189,9 @@ def test_tree_attention_equals_the_decode_kernel_with_empty_suffixes():
     plan = make_plan(args, segments, members_per_item=4, chunk_tokens=16)
     out = tree_decode_attention(**args, plan=plan, num_kv_splits=2)
     assert relative_error(out, decode_attention(**args, num_kv_splits=2)) < 1e-5
+    # The suffix pass in its own tiles (16 positions; the shared pass keeps 32 on the CPU).
+    own = tree_decode_attention(**args, plan=plan, num_kv_splits=2, suffix_launch=(16, 4, 1))
+    assert relative_error(own, out) < 1e-5
 
 
 def test_padded_plan_gives_the_same_output():
