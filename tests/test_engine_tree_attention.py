@@ -118,6 +118,9 @@ def test_tree_attention_engine_outputs_equal_the_reference(two_layer_model_path,
     assert_same_as_reference(with_tree, reference)
 
 
+# Slow: two gloo ranks under the Triton interpreter, 26 s of a suite near 10 minutes on the
+# 2-core machine (twelfth session); `make test-slow` runs it.
+@pytest.mark.slow
 def test_tree_attention_under_tensor_parallelism(two_layer_model_path, reference_run):
     """TP 2 (gloo) with tree attention (the default on CUDA): rank 0 groups the batch, its batch
     header carries the shared prefixes to the follower, each rank attends over two of the four
