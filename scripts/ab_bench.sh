@@ -10,7 +10,8 @@
 # serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
 # token with never-seen schemas), sampling-bench (this tree only: the fused sampling kernel),
 # serving-fresh (a fresh server's first vs second `bench serving` run, 256 x 24/128; and
-# serving-fresh-eager, the same with CUDA_MODULE_LOADING=EAGER),
+# serving-fresh-eager, the same with CUDA_MODULE_LOADING=EAGER; serving-fresh-gsp, the same on
+# generated-shared-prefix's defaults),
 # gsp-served / gsp-offline (generated-shared-prefix defaults through `radixgen serve` / the
 # in-process Engine; mean TTFT from the served run), step64 (in-process decode steps at batch
 # 64, device-synced: forward / sample / host ms per step), trace-path (per-process timestamps of
@@ -147,21 +148,22 @@ serve_bench() {  # the client runs this tree's code whichever tree serves
 triton_kernels() {  # the kernel variants in a Triton cache dir, one line each
   find "$1" -name '*.json' ! -name '__grp__*' 2>/dev/null | sort
 }
-stage_serving_fresh() {  # a fresh server: first vs second run of the same workload
+fresh_server_runs() {  # $1 tree, $2 name, $3 label; the rest: `bench serving` workload args
   # Its own empty Triton cache: what compiles after /health turns 200 (i.e. inside a run,
-  # missed by the warm-up) is listed per run in $1_fresh_compiled_<run>.txt.
-  local cache=/tmp/triton_fresh_$1
+  # missed by the warm-up) is listed per run in $1_$2_compiled_<run>.txt.
+  local tree=$1 name=$2 label=$3
+  shift 3
+  local cache=/tmp/triton_fresh_${tree}_$name
   rm -rf "$cache"
-  TRITON_CACHE_DIR=$cache start_server "$1_fresh"
+  TRITON_CACHE_DIR=$cache start_server "${tree}_$name"
   triton_kernels "$cache" >/tmp/fresh_kernels_before
   # A run with fresh prompts (seed 1) after the two of the issue: the second run's prompts
   # are the first's, so it also hits the radix cache.
   for run in first second fresh-prompts; do
     local seed=0
     [ $run = fresh-prompts ] && seed=1
-    log "$1: fresh server, $run run of 256 x 24/128 (seed $seed)"
-    serve_bench --dataset random-ids --num-prompts 256 --random-input-len 24 --seed $seed \
-      --random-output-len 128 --output-json "$OUT/$1_fresh_$run.json" \
+    log "$tree: fresh server, $run run of $label (seed $seed)"
+    serve_bench "$@" --seed $seed --output-json "$OUT/${tree}_${name}_$run.json" \
       | grep -E "duration|mean_ttft" | tail -2
     triton_kernels "$cache" >/tmp/fresh_kernels_after
     # Per new variant: its name, warps, and the signature line of its TTIR (the arguments'
@@ -169,11 +171,21 @@ stage_serving_fresh() {  # a fresh server: first vs second run of the same workl
     comm -13 /tmp/fresh_kernels_before /tmp/fresh_kernels_after | while read -r meta; do
       echo "$(basename "$meta" .json) $(grep -o '"num_warps": [0-9]*' "$meta")"
       grep -m1 'tt.func' "${meta%.json}.ttir" 2>/dev/null | cut -c1-1500
-    done >"$OUT/$1_fresh_compiled_$run.txt"
-    log "$1: $(grep -c num_warps "$OUT/$1_fresh_compiled_$run.txt") kernel variants compiled in the $run run"
+    done >"$OUT/${tree}_${name}_compiled_$run.txt"
+    log "$tree: $(grep -c num_warps "$OUT/${tree}_${name}_compiled_$run.txt") kernel variants compiled in the $run run"
     cp /tmp/fresh_kernels_after /tmp/fresh_kernels_before
   done
   stop_server
+}
+
+stage_serving_fresh() {  # a fresh server: first vs second run of the same workload
+  fresh_server_runs "$1" fresh "256 x 24/128" --dataset random-ids --num-prompts 256 \
+    --random-input-len 24 --random-output-len 128
+}
+
+stage_serving_fresh_gsp() {  # the same for generated-shared-prefix's defaults: the twelfth
+  # session's first in-process run on a fresh machine took 23.36 s against 19.17 / 19.35 s
+  fresh_server_runs "$1" fresh_gsp "generated-shared-prefix" --dataset generated-shared-prefix
 }
 
 stage_gsp_served() {  # generated-shared-prefix defaults (1024 x 2048+128/256) through HTTP

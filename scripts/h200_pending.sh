@@ -8,7 +8,8 @@
 # gsp-steps (every step of generated-shared-prefix
 # timed: 255 overlapped decode steps took 10.91 s against 255 x 39.46 ms medians; which steps
 # hold the other ~0.85 s), lean (served / in-process with tree attention on by default: [6/14]
-# asks <= 20 s served), fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run
+# asks <= 20 s served), fresh-gsp (which kernels compile inside a fresh server's first
+# generated-shared-prefix run: 23.36 s in-process against 19.2 s after), fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run
 # paid), fp8-rows.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
@@ -37,6 +38,8 @@
 #   tree-suffix [6/14] bench_tree_attention.py --suffix-sweep: the suffix pass's (block_n, warps,
 #               stages) at 16 x 16 and 64 x 16 sharing 2048 + 256; the best goes into
 #               tree_decode_attention's suffix defaults
+#   fresh-gsp   [7/14] item 2 on generated-shared-prefix: a fresh server (empty Triton cache),
+#               first / second / fresh-prompts runs, the kernel variants each compiled
 #   gsp-steps   [6/14] scripts/profile_step_times.py on generated-shared-prefix (tree on): each
 #               scheduler step timed (prefill, decode), the slowest listed, cProfile of 10 decode
 #               steps at batch 1024
@@ -172,6 +175,8 @@ for stage in "$@"; do
       cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json ;;
     fresh)
       OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh serving-fresh-eager ;;
+    fresh-gsp)
+      OUT=$OUT/fresh_gsp TREES=new bash scripts/ab_bench.sh . serving-fresh-gsp ;;
     lean)
       # Alternating (in-process, served, twice): every served run that came first in its call
       # of the eighth session measured 8-9% slower steps than the in-process run after it.
