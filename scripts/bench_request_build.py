@@ -16,6 +16,7 @@ import statistics
 import time
 
 from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset
+from radixgen.runtime.bench.offline import with_model_vocab
 from radixgen.runtime.engine import Engine
 
 
@@ -25,10 +26,8 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine(model_path="tiny", max_total_tokens=4096)
     try:
-        dataset = DatasetArgs(
-            dataset="generated-shared-prefix", vocab_size=min(32000, len(engine.tokenizer))
-        )
-        requests = build_dataset(dataset)
+        dataset = DatasetArgs(dataset="generated-shared-prefix")
+        requests = build_dataset(with_model_vocab(dataset, engine))
         ids = [r.input_ids for r in requests]
         params = [
             {"max_new_tokens": r.output_len, "temperature": 0.0, "ignore_eos": True}

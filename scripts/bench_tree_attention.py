@@ -1,6 +1,6 @@
 """Microbenchmark: tree (cascade) decode attention against today's decode kernel (CUDA GPU).
 
-    python scripts/bench_tree_attention.py [--out PATH] [--quick]
+    python scripts/bench_tree_attention.py [--out PATH] [--quick | --blocks-sweep | --suffix-sweep]
 
 Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV). Each case is
 `groups` x `per_group` requests sharing a `prefix`-token prefix (one shared segment per group,
@@ -12,8 +12,9 @@ kernels is timed on its own under torch.profiler. "padded": the same grouping in
 engine's CUDA-graph capacity (`graph_plan_capacity`: batch + ~66 items, mostly padding), as
 serving runs it. The main
 case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item /
-chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin.
-JSON goes to --out, or $OUT/bench_tree_attention.json.
+chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin;
+--blocks-sweep and --suffix-sweep run only their sweeps (the K/V tiles of both passes; the
+suffix pass's own launch). JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ BLOCKS_CASES = [
     ((16, 16, 2048, 256), 1024),
     ((64, 16, 2048, 256), None),
 ]
+BLOCKS_SWEEP = [
+    dict(block_n=block_n, num_stages=stages, num_warps=warps)
+    for block_n in (64, 128)
+    for stages in (2, 3, 4)
+    for warps in (4, 8)
+]
 # --suffix-sweep: the suffix pass's own launch (block_n, warps, stages) at the target case
 # (2,048 programs of 256 positions: short loops, where the default's 128-position tiles leave
 # one or two programs an SM) and at generated-shared-prefix's decode batch.
@@ -73,12 +80,6 @@ SUFFIX_SWEEP = [
     for block_n in (32, 64, 128)
     for warps in (2, 4, 8)
     for stages in (1, 2, 3)
-]
-BLOCKS_SWEEP = [
-    dict(block_n=block_n, num_stages=stages, num_warps=warps)
-    for block_n in (64, 128)
-    for stages in (2, 3, 4)
-    for warps in (4, 8)
 ]
 
 
@@ -257,14 +258,70 @@ def bench_case(
     return result
 
 
+def run_cases(cases, results: dict) -> None:
+    print(
+        f"{'case':>26} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6} "
+        f"{'padded us':>10}"
+    )
+    for case in cases:
+        row = bench_case(*case)
+        results["cases"].append(row)
+        name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
+        print(
+            f"{name:>26} {row['decode_us_graph']:>10.1f} {row['tree_us_graph']:>9.1f} "
+            f"{row['speedup_graph']:>7.2f}x {row['num_items']:>6} "
+            f"{row['tree_us_graph_padded']:>10.1f}"
+        )
+        passes = ", ".join(f"{name} {us:.1f}" for name, us in row["tree_kernels_us"].items())
+        print(f"{'':>26} tree kernels (eager, us): {passes}")
+
+
+def run_plan_sweep(results: dict) -> None:
+    for tuning in SWEEP:
+        row = bench_case(*CASES[0], modes=("graph",), **tuning)
+        results["sweep"].append({**row, **tuning})
+        print(
+            f"   sweep {tuning}: tree {row['tree_us_graph']:.1f} us ({row['speedup_graph']:.2f}x)"
+        )
+
+
+def run_blocks_sweep(results: dict) -> None:
+    for case, chunk in BLOCKS_CASES:
+        for tuning in BLOCKS_SWEEP:
+            row = bench_case(*case, modes=("graph",), chunk_tokens=chunk, **tuning)
+            results["sweep"].append({**row, **tuning, "chunk_tokens": chunk})
+            print(
+                f"   {case} chunk {chunk} {tuning}: tree {row['tree_us_graph']:.1f} us "
+                f"({row['speedup_graph']:.2f}x) passes "
+                + ", ".join(f"{k[:12]} {v:.1f}" for k, v in row["tree_kernels_us"].items())
+            )
+
+
+def run_suffix_sweep(results: dict) -> None:
+    for case in SUFFIX_CASES:
+        for launch in SUFFIX_SWEEP:
+            try:
+                row = bench_case(*case, modes=("graph",), suffix_launch=launch)
+            except Exception as error:  # a launch that does not fit (shared memory)
+                print(f"   {case} suffix {launch}: {type(error).__name__}")
+                continue
+            results["sweep"].append({**row, "suffix_launch": launch})
+            suffix_us = row["tree_kernels_us"].get("decode_split_kernel", float("nan"))
+            print(
+                f"   {case} suffix {launch}: tree {row['tree_us_graph']:.1f} us "
+                f"({row['speedup_graph']:.2f}x), suffix pass {suffix_us:.1f} us"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
-    parser.add_argument("--quick", action="store_true", help="the target case only, no sweep")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="the target case only, no sweep")
+    mode.add_argument(
         "--blocks-sweep", action="store_true", help="only the block_n / stages / warps sweep"
     )
-    parser.add_argument(
+    mode.add_argument(
         "--suffix-sweep", action="store_true", help="only the suffix pass's launch sweep"
     )
     options = parser.parse_args()
@@ -279,59 +336,15 @@ def main() -> None:
         cases=[],
         sweep=[],
     )
-    header = (
-        f"{'case':>26} {'decode us':>10} {'tree us':>9} {'speedup':>8} {'items':>6} "
-        f"{'padded us':>10}"
-    )
     if options.blocks_sweep:
-        for case, chunk in BLOCKS_CASES:
-            for tuning in BLOCKS_SWEEP:
-                row = bench_case(*case, modes=("graph",), chunk_tokens=chunk, **tuning)
-                results["sweep"].append({**row, **tuning, "chunk_tokens": chunk})
-                print(
-                    f"   {case} chunk {chunk} {tuning}: tree {row['tree_us_graph']:.1f} us "
-                    f"({row['speedup_graph']:.2f}x) passes "
-                    + ", ".join(f"{k[:12]} {v:.1f}" for k, v in row["tree_kernels_us"].items())
-                )
-    if options.suffix_sweep:
-        for case in SUFFIX_CASES:
-            for launch in SUFFIX_SWEEP:
-                try:
-                    row = bench_case(*case, modes=("graph",), suffix_launch=launch)
-                except Exception as error:  # a launch that does not fit (shared memory)
-                    print(f"   {case} suffix {launch}: {type(error).__name__}")
-                    continue
-                results["sweep"].append({**row, "suffix_launch": launch})
-                suffix_us = row["tree_kernels_us"].get("decode_split_kernel", float("nan"))
-                print(
-                    f"   {case} suffix {launch}: tree {row['tree_us_graph']:.1f} us "
-                    f"({row['speedup_graph']:.2f}x), suffix pass {suffix_us:.1f} us"
-                )
-    print(header)
-    for case in (
-        []
-        if options.blocks_sweep or options.suffix_sweep
-        else QUICK_CASES
-        if options.quick
-        else CASES
-    ):
-        row = bench_case(*case)
-        results["cases"].append(row)
-        name = "{groups}x{per_group} {prefix}+{suffix}".format(**row)
-        print(
-            f"{name:>26} {row['decode_us_graph']:>10.1f} {row['tree_us_graph']:>9.1f} "
-            f"{row['speedup_graph']:>7.2f}x {row['num_items']:>6} "
-            f"{row['tree_us_graph_padded']:>10.1f}"
-        )
-        passes = ", ".join(f"{name} {us:.1f}" for name, us in row["tree_kernels_us"].items())
-        print(f"{'':>26} tree kernels (eager, us): {passes}")
-    if not (options.quick or options.blocks_sweep or options.suffix_sweep):
-        for tuning in SWEEP:
-            row = bench_case(*CASES[0], modes=("graph",), **tuning)
-            results["sweep"].append({**row, **tuning})
-            print(
-                f"   sweep {tuning}: tree {row['tree_us_graph']:.1f} us ({row['speedup_graph']:.2f}x)"
-            )
+        run_blocks_sweep(results)
+    elif options.suffix_sweep:
+        run_suffix_sweep(results)
+    elif options.quick:
+        run_cases(QUICK_CASES, results)
+    else:
+        run_cases(CASES, results)
+        run_plan_sweep(results)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(results, f, indent=2)

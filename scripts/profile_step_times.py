@@ -40,6 +40,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from radixgen.runtime.bench.datasets import DatasetArgs, build_dataset
+    from radixgen.runtime.bench.offline import with_model_vocab
     from radixgen.runtime.engine import Engine
     from radixgen.runtime.scheduler import Scheduler
 
@@ -80,13 +81,9 @@ def main() -> None:
         enable_overlap_schedule=False if args.disable_overlap_schedule else None,
     )
     try:
-        requests = build_dataset(
-            DatasetArgs(
-                dataset=args.dataset,
-                vocab_size=min(32000, len(engine.tokenizer)),
-                **{k: int(v) for k, v in (kv.split("=") for kv in args.set)},
-            )
-        )
+        fields = {k: int(v) for k, v in (kv.split("=") for kv in args.set)}
+        dataset = DatasetArgs(dataset=args.dataset, **fields)
+        requests = build_dataset(with_model_vocab(dataset, engine))
         params = [
             {"max_new_tokens": r.output_len, "temperature": 0.0, "ignore_eos": True}
             for r in requests

@@ -28,7 +28,7 @@ def run_offline(server_args: ServerArgs, dataset: DatasetArgs, args: OfflineArgs
 
     engine = Engine(**asdict(server_args))
     try:
-        dataset = _with_model_vocab(dataset, engine)
+        dataset = with_model_vocab(dataset, engine)
         requests = build_dataset(dataset)
         if any(r.input_ids is None for r in requests):
             raise ValueError(
@@ -93,7 +93,9 @@ def _progress(engine, total: int, interval_s: float = 0.5):
         bar.update(total - bar.n)  # generate returned: every request finished
 
 
-def _with_model_vocab(dataset: DatasetArgs, engine) -> DatasetArgs:
+def with_model_vocab(dataset: DatasetArgs, engine) -> DatasetArgs:
+    """The workload's token ids kept inside the engine's vocabulary (a tokenizer of a few
+    hundred entries, as a test model's, keeps the dataset's own bound)."""
     from dataclasses import replace
 
     vocab = len(engine.tokenizer)
