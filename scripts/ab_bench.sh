@@ -203,6 +203,16 @@ stage_gsp_served() {  # generated-shared-prefix defaults (1024 x 2048+128/256) t
   stop_server
 }
 
+stage_gsp_served_nocache() {  # [6/14]'s ratio: the same workload with the radix cache off
+  start_server "$1_gsp_nocache" --disable-radix-cache || return 1
+  serve_bench --dataset random-ids --num-prompts 16 --random-input-len 64 \
+    --random-output-len 8 >/dev/null
+  log "$1: generated-shared-prefix defaults, served, radix cache off"
+  serve_bench --dataset generated-shared-prefix --output-json "$OUT/$1_gsp_served_nocache.json" \
+    | grep -E "^(duration|mean_ttft|output_token_throughput)" | tail -3
+  stop_server
+}
+
 stage_gsp_offline() {
   log "$1: generated-shared-prefix defaults, in-process"
   bench offline --model-path $MODEL --load-format dummy --dataset generated-shared-prefix \

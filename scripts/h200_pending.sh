@@ -175,6 +175,16 @@ for stage in "$@"; do
       cp /tmp/gemv_configs_shipped.json kernels/gemv_configs.json ;;
     fresh)
       OUT=$OUT/fresh TREES=new bash scripts/ab_bench.sh . serving-fresh serving-fresh-eager ;;
+    gc-ab)
+      # [6/14] the in-process Engine's start-up heap frozen (four ~300 ms full collections in
+      # the twelfth session's run): .base = main before it, alternating; then served with the
+      # radix cache on and off (the 4.4x ratio)
+      for pass in 1 2; do
+        OUT=$OUT/gc_$pass TREES=base bash scripts/ab_bench.sh .base gsp-offline
+        OUT=$OUT/gc_$pass TREES=new bash scripts/ab_bench.sh .base gsp-offline
+        [ $pass = 1 ] && OUT=$OUT/served TREES=new bash scripts/ab_bench.sh .base gsp-served \
+          gsp-served-nocache
+      done ;;
     fresh-gsp)
       OUT=$OUT/fresh_gsp TREES=new bash scripts/ab_bench.sh . serving-fresh-gsp ;;
     lean)

@@ -53,6 +53,23 @@ def test_parallel_samples_share_the_prompt(engine):
     engine.check_integrity()
 
 
+def test_a_batch_finishing_out_of_order_returns_in_request_order(engine):
+    # One result channel serves the whole batch: outputs arrive interleaved and the later,
+    # shorter requests finish first; each result must still be its own request's.
+    prompts = ["def first(", "class Second:", "import third"]
+    lengths = [12, 5, 1]
+    params = [{**GREEDY, "max_new_tokens": n} for n in lengths]
+    params[1] = {**params[1], "n": 2}
+    results = engine.generate(prompts, params)
+    assert [r["index"] for r in results] == [0, 0, 1, 0]
+    assert [r["meta_info"]["completion_tokens"] for r in results] == [12, 5, 5, 1]
+    for prompt, n, result in zip(prompts, lengths, [results[0], results[1], results[3]]):
+        alone = engine.generate(prompt, {**GREEDY, "max_new_tokens": n})
+        assert result["output_ids"] == alone["output_ids"]
+    assert results[2]["output_ids"] == results[1]["output_ids"]  # greedy: both samples agree
+    engine.check_integrity()
+
+
 def test_cache_salt_shares_prefixes_only_within_one_salt(engine):
     prompt = list(range(300, 348))  # not used by other tests: nothing cached yet
     params = {**GREEDY, "max_new_tokens": 3}
@@ -393,6 +410,9 @@ def test_shutdown_gives_the_model_back(tiny_model_path):
     engine = Engine(model_path=tiny_model_path, dtype="float32", max_total_tokens=512)
     engine.generate(input_ids=[[300, 301, 302]], sampling_params={"max_new_tokens": 2})
     runner = weakref.ref(engine._scheduler.runner)
+    # start-up froze the heap (full collections skip the model); shutdown must thaw it, or
+    # the scheduler's reference cycles would never be collected
+    assert gc.get_freeze_count() > 0
     engine.shutdown()
     engine.shutdown()  # idempotent
     gc.collect()
