@@ -180,8 +180,9 @@ for stage in "$@"; do
       # the twelfth session's run): .base = main before it, alternating; then served with the
       # radix cache on and off (the 4.4x ratio)
       for pass in 1 2; do
-        OUT=$OUT/gc_$pass TREES=base bash scripts/ab_bench.sh .base gsp-offline
-        OUT=$OUT/gc_$pass TREES=new bash scripts/ab_bench.sh .base gsp-offline
+        # one folder a tree: ab_bench archives and clears its folder when it ends
+        OUT=$OUT/gc_${pass}_base TREES=base bash scripts/ab_bench.sh .base gsp-offline
+        OUT=$OUT/gc_${pass}_new TREES=new bash scripts/ab_bench.sh .base gsp-offline
         [ $pass = 1 ] && OUT=$OUT/served TREES=new bash scripts/ab_bench.sh .base gsp-served \
           gsp-served-nocache
       done ;;
