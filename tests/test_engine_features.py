@@ -63,7 +63,8 @@ def test_a_batch_finishing_out_of_order_returns_in_request_order(engine):
     results = engine.generate(prompts, params)
     assert [r["index"] for r in results] == [0, 0, 1, 0]
     assert [r["meta_info"]["completion_tokens"] for r in results] == [12, 5, 5, 1]
-    for prompt, n, result in zip(prompts, lengths, [results[0], results[1], results[3]]):
+    singles = [results[0], results[1], results[3]]
+    for prompt, n, result in zip(prompts, lengths, singles, strict=True):
         alone = engine.generate(prompt, {**GREEDY, "max_new_tokens": n})
         assert result["output_ids"] == alone["output_ids"]
     assert results[2]["output_ids"] == results[1]["output_ids"]  # greedy: both samples agree
