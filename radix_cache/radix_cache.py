@@ -222,17 +222,20 @@ class RadixCache:
         check_namespace(namespace)
         if self.disabled:
             return len(key)
-        num_cached, _ = self._insert(key, slots, namespace, min_cached=0)
+        num_cached, _, _ = self._insert(key, slots, namespace, min_cached=0)
         return num_cached
 
     def _insert(
         self, key: tuple[int, ...], slots: torch.Tensor, namespace: Hashable, *, min_cached: int
-    ) -> tuple[int, MatchResult]:
-        """Insert; returns (tokens already cached, the cached prefix of `key` afterwards)."""
+    ) -> tuple[int, TreeNode, list[torch.Tensor]]:
+        """Insert; returns (tokens already cached, the last node of `key`'s path, the path's
+        slot tensors). The pieces are not concatenated here: a finished request's insert
+        (one per request finishing, 1,024 in one step of generated-shared-prefix) has no use
+        for its path's slots, and each concatenation is a device copy."""
         ns_root = self._namespace_roots.get(namespace)
         if ns_root is None:
             if not key:
-                return 0, MatchResult(self._empty_slots, self.root)
+                return 0, self.root, []
             ns_root = self._new_node(
                 key=(), slots=self._empty_slots, parent=self.root, namespace=namespace
             )
@@ -259,7 +262,7 @@ class RadixCache:
             pieces.append(leaf.slots)
             node = leaf
             self._push_if_evictable_leaf(leaf)
-        return pos, MatchResult(concat_slots(pieces, self._empty_slots), node)
+        return pos, node, pieces
 
     # ---- locking -----------------------------------------------------------------------
 
@@ -378,7 +381,7 @@ class RadixCache:
         if self.disabled:
             self.slot_allocator.free(slots)
             return
-        num_cached, _ = self._insert(token_ids, slots, namespace, min_cached=prefix_len)
+        num_cached, _, _ = self._insert(token_ids, slots, namespace, min_cached=prefix_len)
         # slots[prefix_len:num_cached] are the request's copies of tokens that another
         # request cached meanwhile; the tree keeps its own, so these are freed here, once.
         self.slot_allocator.free(slots[prefix_len:num_cached])
@@ -407,7 +410,8 @@ class RadixCache:
         token_ids = check_req_args(token_ids, slots, prefix_len, namespace)
         if self.disabled:
             return MatchResult(slots.to(dtype=torch.int64), self.root)
-        num_cached, result = self._insert(token_ids, slots, namespace, min_cached=prefix_len)
+        num_cached, node, pieces = self._insert(token_ids, slots, namespace, min_cached=prefix_len)
+        result = MatchResult(concat_slots(pieces, self._empty_slots), node)
         self.slot_allocator.free(slots[prefix_len:num_cached])
         # Lock the new path before unlocking the old one: they overlap, and the shared part
         # must never look evictable in between.

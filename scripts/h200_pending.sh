@@ -114,6 +114,12 @@ for stage in "$@"; do
     tree-suffix)
       timeout 400 python3 scripts/bench_tree_attention.py --suffix-sweep \
         --out "$OUT/tree_suffix_sweep.json" 2>&1 | grep -v -i warn | tail -60 ;;
+    gsp-outside)
+      # [6/14] the in-process run's time outside the scheduler's steps (before the first, between,
+      # after the last), with a batch's outputs on one channel (thirteenth session): one run
+      mkdir -p "$OUT/gsp_outside"
+      timeout 200 python3 scripts/profile_step_times.py --model-path $MODEL --load-format dummy \
+        --profile-steps 0 --out "$OUT/gsp_outside" 2>&1 | grep -v Warn | head -16 ;;
     gsp-steps)
       mkdir -p "$OUT/gsp_steps"
       timeout 240 python3 scripts/profile_step_times.py --model-path $MODEL --load-format dummy \

@@ -10,7 +10,10 @@ forward, and prints the steps grouped (prefill / decode by batch size): count, t
 milliseconds. The decode steps' wall is what the GPU kernels of `profile_decode_step.py` are
 compared with: the difference is host time the device waited on. Then the same prompts run
 again (their prefixes now cached) with `cProfile` on in the scheduler thread for
-`--profile-steps` decode steps at the full batch: the functions by cumulative time.
+`--profile-steps` decode steps at the full batch (0: no second run): the functions by
+cumulative time. The time outside the steps is split in three: before the first step (the
+caller builds and submits the requests), between steps (the scheduler loop's intake and
+delivery) and after the last (the caller folds in and decodes the outputs).
 The eight slowest steps are listed; JSON (every step) to --out/profile_step_times.json.
 """
 
@@ -46,6 +49,7 @@ def main() -> None:
 
     # (seconds, running rows before and after, forwards, tree steps)
     records: list[tuple[float, int, int, int, int]] = []
+    step_starts: list[float] = []  # perf_counter at each step's start, beside `records`
     profile = {"left": 0, "profiler": cProfile.Profile(), "min_rows": 1}
     original_step = Scheduler.step
 
@@ -59,6 +63,7 @@ def main() -> None:
         start = time.perf_counter()
         outputs = original_step(self)
         elapsed = time.perf_counter() - start
+        step_starts.append(start)
         if profiling:
             profile["profiler"].disable()
             profile["left"] -= 1
@@ -92,13 +97,16 @@ def main() -> None:
         engine.generate(input_ids=[i[:64] for i in ids[:4]], sampling_params=params[:4])
         engine.flush_cache()
         records.clear()
+        step_starts.clear()
         start = time.perf_counter()
         engine.generate(input_ids=ids, sampling_params=params)
-        duration = time.perf_counter() - start
-        run_records = list(records)
-        profile["left"] = args.profile_steps
-        profile["min_rows"] = len(ids)
-        engine.generate(input_ids=ids, sampling_params=params)  # prefixes cached: decode
+        end = time.perf_counter()
+        duration = end - start
+        run_records, run_starts = list(records), list(step_starts)
+        if args.profile_steps > 0:
+            profile["left"] = args.profile_steps
+            profile["min_rows"] = len(ids)
+            engine.generate(input_ids=ids, sampling_params=params)  # prefixes cached: decode
     finally:
         engine.shutdown()
         Scheduler.step = original_step
@@ -121,6 +129,14 @@ def main() -> None:
         for kind, times in sorted(groups.items())
     }
     print(f"duration {duration:.2f} s, steps {len(run_records)}")
+    # The caller's side: building and submitting the requests before the first step, folding
+    # in outputs after the last; between steps, the scheduler loop's intake and delivery.
+    outside = {
+        "before_first_step_s": run_starts[0] - start,
+        "between_steps_s": (run_starts[-1] - run_starts[0]) - sum(r[0] for r in run_records[:-1]),
+        "after_last_step_s": end - run_starts[-1] - run_records[-1][0],
+    }
+    print("outside steps: " + ", ".join(f"{k} {v:.3f}" for k, v in outside.items()))
     slowest = sorted(range(len(run_records)), key=lambda i: -run_records[i][0])[:8]
     print("slowest steps (index: ms, rows before -> after):")
     for i in sorted(slowest):
@@ -129,14 +145,16 @@ def main() -> None:
     for kind, row in summary.items():
         print(f"{kind:<28} {row['steps']:>5} {row['total_s']:>8.2f} s {row['median_ms']:>8.2f} ms")
     text = io.StringIO()
-    pstats.Stats(profile["profiler"], stream=text).sort_stats("cumulative").print_stats(40)
-    print(text.getvalue())
+    if args.profile_steps > 0:
+        pstats.Stats(profile["profiler"], stream=text).sort_stats("cumulative").print_stats(40)
+        print(text.getvalue())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "profile_step_times.json"), "w") as f:
         json.dump(
             {
                 "args": vars(args),
                 "duration_s": duration,
+                "outside_steps": outside,
                 "groups": summary,
                 # Every step in order: (ms, running rows before, after, forwards, tree steps).
                 "steps": [(round(1e3 * r[0], 3), *r[1:]) for r in run_records],
