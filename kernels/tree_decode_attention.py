@@ -187,6 +187,7 @@ def tree_decode_attention(
     suffix_launch: tuple[int, int, int] | None = None,
     fp8_dot_fp16: bool | None = None,
     fp8_v_words: bool | None = None,
+    passes: str = "both",
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """`decode_attention` with the plan's shared segments read once per item.
 
@@ -205,6 +206,10 @@ def tree_decode_attention(
             override (`scripts/bench_tree_attention.py --suffix-sweep`).
         fp8_dot_fp16, fp8_v_words: an FP8 pool's paths, as in `decode_attention` (both passes;
             `fp8_pool_paths` picks the defaults).
+        passes: "both" (attention); "shared" or "suffix" launch one pass alone, the suffix pass
+            then storing its partials unmerged, and leave `out` unwritten: a profiling aid
+            (`scripts/bench_tree_attention.py --overlap-probe` runs them on two streams at
+            once, to see what overlapping the passes could gain).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -213,6 +218,8 @@ def tree_decode_attention(
         ValueError/TypeError naming the argument on bad shapes, dtypes, strides or plan.
     """
     _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan)
+    if passes not in ("both", "shared", "suffix"):
+        raise ValueError(f"passes must be 'both', 'shared' or 'suffix', got {passes!r}")
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group_size = num_heads // num_kv_heads
@@ -270,7 +277,7 @@ def tree_decode_attention(
         v_buffer.stride(1),
         req_to_token.stride(0),
     )
-    if plan.max_items > 0:
+    if plan.max_items > 0 and passes != "suffix":
         members = plan.members_per_item
         block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
         # A fixed grid (CUDA graphs): at most the automatic chunking's target of programs.
@@ -308,6 +315,8 @@ def tree_decode_attention(
             # docs/benchmarks.md: 162.5 -> 149.3 us at 16 x 16 sharing 2048 + 256).
             num_stages=num_stages or (3 if on_cuda else 1),
         )
+    if passes == "shared":
+        return out
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
@@ -330,7 +339,7 @@ def tree_decode_attention(
         out.stride(1),
         num_kv_splits,
         HAS_KV_STARTS=True,
-        MERGE=True,
+        MERGE=passes == "both",
         HAS_SHARED=True,
         DOT_FP16=dot_fp16,
         KV_LHS=False,

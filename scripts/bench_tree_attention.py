@@ -1,6 +1,7 @@
 """Microbenchmark: tree (cascade) decode attention against today's decode kernel (CUDA GPU).
 
-    python scripts/bench_tree_attention.py [--out PATH] [--quick | --blocks-sweep | --suffix-sweep]
+    python scripts/bench_tree_attention.py [--out PATH]
+        [--quick | --blocks-sweep | --suffix-sweep | --overlap-probe]
 
 Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV). Each case is
 `groups` x `per_group` requests sharing a `prefix`-token prefix (one shared segment per group,
@@ -14,7 +15,8 @@ serving runs it. The main
 case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item /
 chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin;
 --blocks-sweep and --suffix-sweep run only their sweeps (the K/V tiles of both passes; the
-suffix pass's own launch). JSON goes to --out, or $OUT/bench_tree_attention.json.
+suffix pass's own launch); --overlap-probe times each pass alone and both at once on two
+streams. JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -137,6 +139,19 @@ def kernel_times_us(fn, repeats: int = 20) -> dict[str, float]:
     return times
 
 
+def allocate_workspace(batch: int, entries: int) -> TreeDecodeWorkspace:
+    device = torch.device("cuda")
+    return TreeDecodeWorkspace.allocate(
+        max_entries=entries,
+        batch_size=batch,
+        num_heads=NUM_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        head_dim=HEAD_DIM,
+        num_kv_splits=default_num_kv_splits(batch, NUM_KV_HEADS, device),
+        device=device,
+    )
+
+
 def relative_error(out, ref) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
@@ -180,19 +195,8 @@ def bench_case(
         **plan_options,
     )
 
-    def allocate_workspace(entries: int) -> TreeDecodeWorkspace:
-        return TreeDecodeWorkspace.allocate(
-            max_entries=entries,
-            batch_size=batch,
-            num_heads=NUM_HEADS,
-            num_kv_heads=NUM_KV_HEADS,
-            head_dim=HEAD_DIM,
-            num_kv_splits=default_num_kv_splits(batch, NUM_KV_HEADS, device),
-            device=device,
-        )
-
-    workspace = allocate_workspace(plan.max_entries)
-    padded_workspace = allocate_workspace(max_entries)
+    workspace = allocate_workspace(batch, plan.max_entries)
+    padded_workspace = allocate_workspace(batch, max_entries)
     if padded_plan is None:  # a grouping the graph's plan refuses: the engine decodes it plainly
         padded_plan, padded_workspace = plan, workspace
     decode_out = torch.empty_like(args["q"])
@@ -313,6 +317,57 @@ def run_suffix_sweep(results: dict) -> None:
             )
 
 
+# --overlap-probe: each pass alone, and both at once on two streams (the suffix pass unmerged),
+# launched in either order: what running them concurrently (one merge counted by both passes)
+# could gain over one after the other.
+OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
+
+
+def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int) -> dict:
+    args, segments = make_case(groups, per_group, prefix, suffix)
+    batch = groups * per_group
+    plan = build_tree_decode_plan(
+        segments,
+        batch_size=batch,
+        group_size=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        device=torch.device("cuda"),
+    )
+    workspace = allocate_workspace(batch, plan.max_entries)
+    out = torch.empty_like(args["q"])
+    side = torch.cuda.Stream()
+
+    def run(passes: str) -> None:
+        tree_decode_attention(**args, plan=plan, workspace=workspace, out=out, passes=passes)
+
+    def run_two_streams(first: str, second: str) -> None:
+        side.wait_stream(torch.cuda.current_stream())
+        run(first)
+        with torch.cuda.stream(side):
+            run(second)
+        torch.cuda.current_stream().wait_stream(side)
+
+    row: dict = {"case": (groups, per_group, prefix, suffix)}
+    for name, fn in (
+        ("both_us", lambda: run("both")),
+        ("shared_us", lambda: run("shared")),
+        ("suffix_unmerged_us", lambda: run("suffix")),
+        ("shared_then_suffix_two_streams_us", lambda: run_two_streams("shared", "suffix")),
+        ("suffix_then_shared_two_streams_us", lambda: run_two_streams("suffix", "shared")),
+    ):
+        fn()
+        torch.cuda.synchronize()
+        row[name] = time_us(fn, graph=True)
+    return row
+
+
+def run_overlap_probe(results: dict) -> None:
+    for case in OVERLAP_CASES:
+        row = overlap_probe_case(*case)
+        results["overlap"].append(row)
+        print(f"   {case}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "case"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/...)")
@@ -323,6 +378,9 @@ def main() -> None:
     )
     mode.add_argument(
         "--suffix-sweep", action="store_true", help="only the suffix pass's launch sweep"
+    )
+    mode.add_argument(
+        "--overlap-probe", action="store_true", help="each pass alone and both on two streams"
     )
     options = parser.parse_args()
     if not torch.cuda.is_available():
@@ -335,11 +393,14 @@ def main() -> None:
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         cases=[],
         sweep=[],
+        overlap=[],
     )
     if options.blocks_sweep:
         run_blocks_sweep(results)
     elif options.suffix_sweep:
         run_suffix_sweep(results)
+    elif options.overlap_probe:
+        run_overlap_probe(results)
     elif options.quick:
         run_cases(QUICK_CASES, results)
     else:

@@ -111,6 +111,11 @@ for stage in "$@"; do
           --batch-size 1024 --input-len 128 --shared-prefix-len 2048 --groups 64 --steps 32 \
           $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
       done ;;
+    tree-overlap)
+      # [6/14] each tree pass alone and both at once on two streams (16 x 16 and 64 x 16 sharing
+      # 2048 + 256): what concurrent passes with one shared merge counter could gain
+      timeout 200 python3 scripts/bench_tree_attention.py --overlap-probe \
+        --out "$OUT/tree_overlap.json" 2>&1 | grep -v -i warn | tail -6 ;;
     tree-suffix)
       timeout 400 python3 scripts/bench_tree_attention.py --suffix-sweep \
         --out "$OUT/tree_suffix_sweep.json" 2>&1 | grep -v -i warn | tail -60 ;;

@@ -194,6 +194,49 @@ def test_tree_attention_equals_the_decode_kernel_with_empty_suffixes():
     assert relative_error(own, out) < 1e-5
 
 
+def test_passes_alone_store_partials_that_merge_to_the_output():
+    """`passes="shared"` and `passes="suffix"` (the overlap probe's launches) store the
+    partials the merged launch combines: their log-sum-exp merge, done here in torch, is the
+    attention."""
+    args, segments = random_tree_case(num_unshared=1, head_dim=32, seed=11)
+    plan = make_plan(args, segments, members_per_item=2, chunk_tokens=16)
+    batch, num_heads, head_dim = args["q"].shape
+    workspace = TreeDecodeWorkspace.allocate(
+        max_entries=plan.max_entries,
+        batch_size=batch,
+        num_heads=num_heads,
+        num_kv_heads=args["k_buffer"].shape[1],
+        head_dim=head_dim,
+        num_kv_splits=2,
+        device=args["q"].device,
+    )
+    for passes in ("shared", "suffix"):
+        tree_decode_attention(
+            **args, plan=plan, workspace=workspace, num_kv_splits=2, passes=passes
+        )
+    offsets = plan.entry_offsets.tolist()
+    merged = torch.empty_like(args["q"], dtype=torch.float32)
+    for i in range(batch):
+        outs = torch.cat(  # [splits + entries, num_heads, head_dim]
+            [
+                workspace.suffix_out[i].transpose(0, 1),
+                workspace.shared_out[offsets[i] : offsets[i + 1]],
+            ]
+        )
+        lses = torch.cat(  # [splits + entries, num_heads], base 2
+            [
+                workspace.suffix_lse[i].transpose(0, 1),
+                workspace.shared_lse[offsets[i] : offsets[i + 1]],
+            ]
+        )
+        weights = torch.exp2(lses - lses.max(0).values)
+        merged[i] = (weights[..., None] * outs).sum(0) / weights.sum(0)[:, None]
+    assert offsets[-1] > 0  # some requests had shared entries to merge
+    assert relative_error(merged, decode_attention_ref(**args)) < 1e-5
+    with pytest.raises(ValueError, match="passes"):
+        tree_decode_attention(**args, plan=plan, passes="merge")
+
+
 def test_padded_plan_gives_the_same_output():
     """A plan padded to larger capacities (CUDA graphs) and an empty plan (no sharing) are
     exact; rebuilt into the static tables of the capture."""
