@@ -319,11 +319,18 @@ def run_suffix_sweep(results: dict) -> None:
 
 # --overlap-probe: each pass alone, and both at once on two streams (the suffix pass unmerged),
 # launched in either order: what running them concurrently (one merge counted by both passes)
-# could gain over one after the other.
+# could gain over one after the other. Launches: the defaults (a shared program takes ~112 KB
+# of shared memory, 2 an SM fill it; a suffix program at 128-position tiles, 3 stages, ~196 KB),
+# and smaller ones under which a suffix program fits beside two shared ones.
 OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
+OVERLAP_LAUNCHES = [
+    {},
+    {"num_stages": 2, "suffix_launch": (64, 4, 2)},
+    {"num_stages": 2, "suffix_launch": (32, 4, 2)},
+]
 
 
-def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int) -> dict:
+def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int, launch: dict) -> dict:
     args, segments = make_case(groups, per_group, prefix, suffix)
     batch = groups * per_group
     plan = build_tree_decode_plan(
@@ -338,7 +345,9 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int) ->
     side = torch.cuda.Stream()
 
     def run(passes: str) -> None:
-        tree_decode_attention(**args, plan=plan, workspace=workspace, out=out, passes=passes)
+        tree_decode_attention(
+            **args, plan=plan, workspace=workspace, out=out, passes=passes, **launch
+        )
 
     def run_two_streams(first: str, second: str) -> None:
         side.wait_stream(torch.cuda.current_stream())
@@ -347,7 +356,7 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int) ->
             run(second)
         torch.cuda.current_stream().wait_stream(side)
 
-    row: dict = {"case": (groups, per_group, prefix, suffix)}
+    row: dict = {"case": (groups, per_group, prefix, suffix), "launch": launch}
     for name, fn in (
         ("both_us", lambda: run("both")),
         ("shared_us", lambda: run("shared")),
@@ -363,9 +372,11 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int) ->
 
 def run_overlap_probe(results: dict) -> None:
     for case in OVERLAP_CASES:
-        row = overlap_probe_case(*case)
-        results["overlap"].append(row)
-        print(f"   {case}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "case"))
+        for launch in OVERLAP_LAUNCHES:
+            row = overlap_probe_case(*case, launch)
+            results["overlap"].append(row)
+            times = ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k.endswith("_us"))
+            print(f"   {case} {launch}: {times}")
 
 
 def main() -> None:

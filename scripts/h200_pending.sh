@@ -115,7 +115,7 @@ for stage in "$@"; do
       # [6/14] each tree pass alone and both at once on two streams (16 x 16 and 64 x 16 sharing
       # 2048 + 256): what concurrent passes with one shared merge counter could gain
       timeout 200 python3 scripts/bench_tree_attention.py --overlap-probe \
-        --out "$OUT/tree_overlap.json" 2>&1 | grep -v -i warn | tail -6 ;;
+        --out "$OUT/tree_overlap.json" 2>&1 | grep -v -i warn | tail -8 ;;
     tree-suffix)
       timeout 400 python3 scripts/bench_tree_attention.py --suffix-sweep \
         --out "$OUT/tree_suffix_sweep.json" 2>&1 | grep -v -i warn | tail -60 ;;
@@ -222,7 +222,7 @@ for stage in "$@"; do
     spec)
       OUT=$OUT bash scripts/gpu_speculative.sh verify-cost tokens
       python3 scripts/bench_speculative.py oracle --batch-sizes 1 32 --alphas 0.5 0.9 \
-        --speculative-max-batch-size 32 --out "$OUT/oracle_alphas.json" 2>&1 | tail -6 ;;
+        --speculative-max-batch-size 32 --out "$OUT/oracle_alphas.json" 2>&1 | tail -8 ;;
     gemv)
       mkdir -p "$OUT/gemv"
       for when in before after; do
