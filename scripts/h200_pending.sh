@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The twelfth
-# session (2026-12-02) ran the eleventh's kernel tests, tree-sweep, fp8-kv-attn, tree-gsp, the
-# new gsp-steps (as profile_step_times.py) and the tree kernel's blocks sweep
-# (docs/benchmarks.md). Pending after it, in order: gpu-tests (the whole suite at the new head:
-# the tree chunking and suffix tiles changed), tree-suffix (the suffix pass's own launch: 2,048
-# programs of 256 positions hold ~30 us of fixed cost at 16 x 16; the micro is at 3.30x of 4x),
-# gsp-steps (every step of generated-shared-prefix
-# timed: 255 overlapped decode steps took 10.91 s against 255 x 39.46 ms medians; which steps
-# hold the other ~0.85 s), lean (served / in-process with tree attention on by default: [6/14]
-# asks <= 20 s served), fresh-gsp (which kernels compile inside a fresh server's first
-# generated-shared-prefix run: 23.36 s in-process against 19.2 s after), fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run
-# paid), fp8-rows.
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The thirteenth
+# session (2026-12-02) ran gpu-tests (113 passed), tree-suffix (the defaults are best), lean,
+# gsp-steps (four ~300 ms garbage collections) and gc-ab (docs/benchmarks.md). Pending after it,
+# in order: gsp-outside, and gc-ab with `.base` = 3a36de2 (main at the session's start; call 3
+# measured the heap freeze alone, 18.89 -> 18.30 s; the shared result channel came after it):
+# in-process generated-shared-prefix against [6/14]'s 18 s, ~0.8 s of it outside the
+# scheduler's steps; tree-overlap (each tree pass
+# alone and both on two streams: does overlapping them pay? the micro is at 3.31x of 4x),
+# fresh-gsp, fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run paid),
+# fp8-rows.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 112 passed at 8cd9a13 in the eleventh session)
