@@ -1,7 +1,7 @@
 """Microbenchmark: tree (cascade) decode attention against today's decode kernel (CUDA GPU).
 
     python scripts/bench_tree_attention.py [--out PATH]
-        [--quick | --blocks-sweep | --suffix-sweep | --overlap-probe]
+        [--quick | --blocks-sweep | --suffix-sweep | --shared-sweep | --overlap-probe]
 
 Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head_dim 128, bf16 KV). Each case is
 `groups` x `per_group` requests sharing a `prefix`-token prefix (one shared segment per group,
@@ -14,8 +14,9 @@ engine's CUDA-graph capacity (`graph_plan_capacity`: batch + ~66 items, mostly p
 serving runs it. The main
 case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item /
 chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin;
---blocks-sweep and --suffix-sweep run only their sweeps (the K/V tiles of both passes; the
-suffix pass's own launch); --overlap-probe times each pass alone and both at once on two
+--blocks-sweep, --suffix-sweep and --shared-sweep run only their sweeps (the K/V tiles of both
+passes; the suffix pass's own launch; the shared pass's, 32-position tiles included);
+--overlap-probe times each pass alone and both at once on two
 streams. JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
@@ -301,6 +302,37 @@ def run_blocks_sweep(results: dict) -> None:
             )
 
 
+# --shared-sweep: the shared pass's launch with the suffix pass at its default, including
+# 32-position tiles (not in --blocks-sweep): a 64-row program computes at ~190 TFLOP/s at
+# 16 x 16 (twelfth session), latency-bound with two resident an SM; smaller tiles and fewer
+# stages take less shared memory, so three may be resident.
+SHARED_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
+SHARED_SWEEP = [
+    dict(block_n=block_n, num_stages=stages, num_warps=4)
+    for block_n in (32, 64)
+    for stages in (2, 3, 4)
+]
+SUFFIX_DEFAULT_LAUNCH = (128, 4, 3)  # tree_decode_attention's over a 16-bit pool on CUDA
+
+
+def run_shared_sweep(results: dict) -> None:
+    for case in SHARED_CASES:
+        for tuning in SHARED_SWEEP:
+            try:
+                row = bench_case(
+                    *case, modes=("graph",), suffix_launch=SUFFIX_DEFAULT_LAUNCH, **tuning
+                )
+            except Exception as error:  # a launch that does not fit (shared memory)
+                print(f"   {case} shared {tuning}: {type(error).__name__}")
+                continue
+            results["sweep"].append({**row, **tuning})
+            shared_us = row["tree_kernels_us"].get("_tree_shared_kernel", float("nan"))
+            print(
+                f"   {case} shared {tuning}: tree {row['tree_us_graph']:.1f} us "
+                f"({row['speedup_graph']:.2f}x), shared pass {shared_us:.1f} us"
+            )
+
+
 def run_suffix_sweep(results: dict) -> None:
     for case in SUFFIX_CASES:
         for launch in SUFFIX_SWEEP:
@@ -393,6 +425,9 @@ def main() -> None:
     mode.add_argument(
         "--overlap-probe", action="store_true", help="each pass alone and both on two streams"
     )
+    mode.add_argument(
+        "--shared-sweep", action="store_true", help="only the shared pass's launch sweep"
+    )
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -412,6 +447,8 @@ def main() -> None:
         run_suffix_sweep(results)
     elif options.overlap_probe:
         run_overlap_probe(results)
+    elif options.shared_sweep:
+        run_shared_sweep(results)
     elif options.quick:
         run_cases(QUICK_CASES, results)
     else:

@@ -7,6 +7,7 @@
 # in-process generated-shared-prefix against [6/14]'s 18 s, ~0.8 s of it outside the
 # scheduler's steps; tree-overlap (each tree pass
 # alone and both on two streams: does overlapping them pay? the micro is at 3.31x of 4x),
+# tree-shared (the shared pass's launch, 32-position tiles included: three resident an SM?),
 # fresh-gsp, fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run paid),
 # fp8-rows.
 # Through the device tool with
@@ -114,6 +115,10 @@ for stage in "$@"; do
       # 2048 + 256): what concurrent passes with one shared merge counter could gain
       timeout 200 python3 scripts/bench_tree_attention.py --overlap-probe \
         --out "$OUT/tree_overlap.json" 2>&1 | grep -v -i warn | tail -8 ;;
+    tree-shared)
+      # [6/14] the shared pass's launch (32- and 64-position tiles x 2-4 stages), suffix default
+      timeout 300 python3 scripts/bench_tree_attention.py --shared-sweep \
+        --out "$OUT/tree_shared_sweep.json" 2>&1 | grep -v -i warn | tail -14 ;;
     tree-suffix)
       timeout 400 python3 scripts/bench_tree_attention.py --suffix-sweep \
         --out "$OUT/tree_suffix_sweep.json" 2>&1 | grep -v -i warn | tail -60 ;;
