@@ -350,8 +350,9 @@ def run_suffix_sweep(results: dict) -> None:
 
 
 # --overlap-probe: each pass alone, and both at once on two streams (the suffix pass unmerged),
-# launched in either order: what running them concurrently (one merge counted by both passes)
-# could gain over one after the other. Launches: the defaults (a shared program takes ~112 KB
+# launched in either order: what running them concurrently could gain over one after the other;
+# then `tree_decode_attention(concurrent=...)` itself (one merge counted by both passes, the
+# second pass on a side stream), checked against the sequential output. Launches: the defaults (a shared program takes ~112 KB
 # of shared memory, 2 an SM fill it; a suffix program at 128-position tiles, 3 stages, ~196 KB),
 # and smaller ones under which a suffix program fits beside two shared ones.
 OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
@@ -376,10 +377,13 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int, la
     out = torch.empty_like(args["q"])
     side = torch.cuda.Stream()
 
-    def run(passes: str) -> None:
+    def run(passes: str, **options) -> None:
         tree_decode_attention(
-            **args, plan=plan, workspace=workspace, out=out, passes=passes, **launch
+            **args, plan=plan, workspace=workspace, out=out, passes=passes, **launch, **options
         )
+
+    def run_concurrent(order: str) -> None:
+        run("both", concurrent=order, side_stream=side)
 
     def run_two_streams(first: str, second: str) -> None:
         side.wait_stream(torch.cuda.current_stream())
@@ -389,12 +393,23 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int, la
         torch.cuda.current_stream().wait_stream(side)
 
     row: dict = {"case": (groups, per_group, prefix, suffix), "launch": launch}
+    # The concurrent passes (one merge counted by both) must give the sequential output.
+    run("both")
+    expected = out.clone()
+    for order in ("suffix_first", "shared_first"):
+        run_concurrent(order)
+        torch.cuda.synchronize()
+        error = relative_error(out, expected)
+        if not error < 1e-3:
+            raise SystemExit(f"concurrent passes ({order}) differ: relative error {error}")
     for name, fn in (
         ("both_us", lambda: run("both")),
         ("shared_us", lambda: run("shared")),
         ("suffix_unmerged_us", lambda: run("suffix")),
         ("shared_then_suffix_two_streams_us", lambda: run_two_streams("shared", "suffix")),
         ("suffix_then_shared_two_streams_us", lambda: run_two_streams("suffix", "shared")),
+        ("concurrent_suffix_first_us", lambda: run_concurrent("suffix_first")),
+        ("concurrent_shared_first_us", lambda: run_concurrent("shared_first")),
     ):
         fn()
         torch.cuda.synchronize()
