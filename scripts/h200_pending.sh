@@ -2,14 +2,17 @@
 # The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The thirteenth
 # session (2026-12-02) ran gpu-tests (113 passed), tree-suffix (the defaults are best), lean,
 # gsp-steps (four ~300 ms garbage collections) and gc-ab (docs/benchmarks.md). Pending after it,
-# in order: gsp-outside, and gc-ab with `.base` = 3a36de2 (main at the session's start; call 3
-# measured the heap freeze alone, 18.89 -> 18.30 s; the shared result channel came after it):
-# in-process generated-shared-prefix against [6/14]'s 18 s, ~0.8 s of it outside the
-# scheduler's steps; tree-overlap (each tree pass
-# alone and both on two streams: does overlapping them pay? the micro is at 3.31x of 4x),
-# tree-shared (the shared pass's launch, 32-position tiles included: three resident an SM?),
-# fresh-gsp, fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run paid),
-# fp8-rows.
+# in order:
+#   gpu-tests    the merge now reads entries through L2, and the concurrent tree passes are new
+#   tree-overlap each tree pass alone, both on two streams, the concurrent mode: does
+#                overlapping the passes pay? (the micro is at 3.31x of 4x)
+#   tree-shared  the shared pass's launch, 32-position tiles included (three resident an SM?)
+#   gsp-outside  the in-process run's time outside the scheduler's steps (~0.8 s in call 3)
+#   gc-ab        with `.base` = 3a36de2 (main at the session's start; call 3 measured the heap
+#                freeze alone, 18.89 -> 18.30 s; the shared result channel came after it):
+#                in-process generated-shared-prefix against [6/14]'s 18 s
+#   fresh-gsp, fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run paid),
+#   fp8-rows.
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 112 passed at 8cd9a13 in the eleventh session)
@@ -111,8 +114,9 @@ for stage in "$@"; do
           $flag --out "$OUT/tree_gsp" 2>&1 | tail -16
       done ;;
     tree-overlap)
-      # [6/14] each tree pass alone and both at once on two streams (16 x 16 and 64 x 16 sharing
-      # 2048 + 256): what concurrent passes with one shared merge counter could gain
+      # [6/14] each tree pass alone, both at once on two streams, and the concurrent mode
+      # (`tree_decode_attention(concurrent=...)`: one merge counter for both passes, built in
+      # the thirteenth session, never run on a GPU yet) at 16 x 16 and 64 x 16 sharing 2048 + 256
       timeout 200 python3 scripts/bench_tree_attention.py --overlap-probe \
         --out "$OUT/tree_overlap.json" 2>&1 | grep -v -i warn | tail -8 ;;
     tree-shared)

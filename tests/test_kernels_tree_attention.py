@@ -376,6 +376,51 @@ def test_tree_attention_bf16_real_sizes_cuda(groups, per_group):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("order", ["suffix_first", "shared_first"])
+def test_concurrent_passes_on_two_streams_cuda(order):
+    """The concurrent mode at the micro's size, the second pass on a side stream, eager and
+    replayed from a CUDA graph, many times (a lost or double arrival would show as a wrong or
+    NaN output, or counters left nonzero): the sequential output."""
+    args, segments = llama8b_shared_case(
+        groups=16, per_group=16, prefix_len=2048, suffix_len=256, dtype=torch.bfloat16
+    )
+    plan = make_plan(args, segments)
+    expected = tree_decode_attention(**args, plan=plan)
+    side = torch.cuda.Stream()
+    out = torch.empty_like(expected)
+    workspace = TreeDecodeWorkspace.allocate(
+        max_entries=plan.max_entries,
+        batch_size=256,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        num_kv_splits=2,
+        device=expected.device,
+    )
+
+    def run():
+        tree_decode_attention(
+            **args, plan=plan, workspace=workspace, out=out, num_kv_splits=2,
+            concurrent=order, side_stream=side,
+        )  # fmt: skip
+
+    for _ in range(20):
+        out.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        assert relative_error(out, expected) < 1e-2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for _ in range(20):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relative_error(out, expected) < 1e-2
+    assert not workspace.merge_counters.any()
+
+
+@pytest.mark.gpu
 def test_tree_attention_random_trees_bf16_cuda():
     args, segments = random_tree_case(
         num_groups=6,
