@@ -142,6 +142,19 @@ def make_plan(args, segments, **options):
     )
 
 
+def make_workspace(args, max_entries, num_kv_splits):
+    batch, num_heads, head_dim = args["q"].shape
+    return TreeDecodeWorkspace.allocate(
+        max_entries=max_entries,
+        batch_size=batch,
+        num_heads=num_heads,
+        num_kv_heads=args["k_buffer"].shape[1],
+        head_dim=head_dim,
+        num_kv_splits=num_kv_splits,
+        device=args["q"].device,
+    )
+
+
 CPU_CASES = [
     # (groups, per group, unshared, heads, kv heads, head_dim, members_per_item, chunk, splits)
     (2, 5, 1, 8, 2, 32, 2, 16, 2),  # GQA 4, two member blocks per node, chunked segments
@@ -200,16 +213,8 @@ def test_passes_alone_store_partials_that_merge_to_the_output():
     attention."""
     args, segments = random_tree_case(num_unshared=1, head_dim=32, seed=11)
     plan = make_plan(args, segments, members_per_item=2, chunk_tokens=16)
-    batch, num_heads, head_dim = args["q"].shape
-    workspace = TreeDecodeWorkspace.allocate(
-        max_entries=plan.max_entries,
-        batch_size=batch,
-        num_heads=num_heads,
-        num_kv_heads=args["k_buffer"].shape[1],
-        head_dim=head_dim,
-        num_kv_splits=2,
-        device=args["q"].device,
-    )
+    batch = args["q"].shape[0]
+    workspace = make_workspace(args, plan.max_entries, num_kv_splits=2)
     for passes in ("shared", "suffix"):
         tree_decode_attention(
             **args, plan=plan, workspace=workspace, num_kv_splits=2, passes=passes
@@ -249,15 +254,7 @@ def test_concurrent_passes_merge_wherever_the_last_arrival_is(order, splits):
     plan = make_plan(args, segments, members_per_item=2, chunk_tokens=16)
     suffixes = args["seq_lens"] - plan.suffix_starts
     assert (suffixes == 0).any() and (plan.entry_offsets.diff() == 0).any()
-    workspace = TreeDecodeWorkspace.allocate(
-        max_entries=plan.max_entries,
-        batch_size=args["q"].shape[0],
-        num_heads=args["q"].shape[1],
-        num_kv_heads=args["k_buffer"].shape[1],
-        head_dim=32,
-        num_kv_splits=splits,
-        device=args["q"].device,
-    )
+    workspace = make_workspace(args, plan.max_entries, num_kv_splits=splits)
     expected = decode_attention_ref(**args)
     for _ in range(2):
         out = torch.full_like(args["q"], float("nan"))
@@ -388,15 +385,7 @@ def test_concurrent_passes_on_two_streams_cuda(order):
     expected = tree_decode_attention(**args, plan=plan)
     side = torch.cuda.Stream()
     out = torch.empty_like(expected)
-    workspace = TreeDecodeWorkspace.allocate(
-        max_entries=plan.max_entries,
-        batch_size=256,
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        num_kv_splits=2,
-        device=expected.device,
-    )
+    workspace = make_workspace(args, plan.max_entries, num_kv_splits=2)
 
     def run():
         tree_decode_attention(
