@@ -140,6 +140,17 @@ def kernel_times_us(fn, repeats: int = 20) -> dict[str, float]:
     return times
 
 
+def build_plan(segments, batch: int, **plan_options):
+    return build_tree_decode_plan(
+        segments,
+        batch_size=batch,
+        group_size=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        device=torch.device("cuda"),
+        **plan_options,
+    )
+
+
 def allocate_workspace(batch: int, entries: int) -> TreeDecodeWorkspace:
     device = torch.device("cuda")
     return TreeDecodeWorkspace.allocate(
@@ -174,26 +185,12 @@ def bench_case(
     args, segments = make_case(groups, per_group, prefix, suffix)
     batch = groups * per_group
     start = time.perf_counter()
-    plan = build_tree_decode_plan(
-        segments,
-        batch_size=batch,
-        group_size=NUM_HEADS // NUM_KV_HEADS,
-        num_kv_heads=NUM_KV_HEADS,
-        device=device,
-        **plan_options,
-    )
+    plan = build_plan(segments, batch, **plan_options)
     torch.cuda.synchronize()
     plan_build_us = 1e6 * (time.perf_counter() - start)
     max_items, max_entries = graph_plan_capacity(batch, num_kv_heads=NUM_KV_HEADS, device=device)
-    padded_plan = build_tree_decode_plan(
-        segments,
-        batch_size=batch,
-        group_size=NUM_HEADS // NUM_KV_HEADS,
-        num_kv_heads=NUM_KV_HEADS,
-        device=device,
-        max_items=max_items,
-        max_entries=max_entries,
-        **plan_options,
+    padded_plan = build_plan(
+        segments, batch, max_items=max_items, max_entries=max_entries, **plan_options
     )
 
     workspace = allocate_workspace(batch, plan.max_entries)
@@ -352,27 +349,22 @@ def run_suffix_sweep(results: dict) -> None:
 # --overlap-probe: each pass alone, and both at once on two streams (the suffix pass unmerged),
 # launched in either order: what running them concurrently could gain over one after the other;
 # then `tree_decode_attention(concurrent=...)` itself (one merge counted by both passes, the
-# second pass on a side stream), checked against the sequential output. Launches: the defaults (a shared program takes ~112 KB
-# of shared memory, 2 an SM fill it; a suffix program at 128-position tiles, 3 stages, ~196 KB),
-# and smaller ones under which a suffix program fits beside two shared ones.
+# second pass on a side stream), checked against the sequential output. Launches (shared memory
+# from Triton's sm_90a compile on the CPU machine; an H200 SM has 228 KB): the defaults, where a
+# suffix program (128-position tiles, 3 stages: 72.5 KB) does not fit beside the two resident
+# shared ones (80.5 KB each), and suffix tiles of 64 (38 KB) or 32 positions (21 KB), which do.
 OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
 OVERLAP_LAUNCHES = [
     {},
-    {"num_stages": 2, "suffix_launch": (64, 4, 2)},
-    {"num_stages": 2, "suffix_launch": (32, 4, 2)},
+    {"suffix_launch": (64, 4, 2)},
+    {"suffix_launch": (32, 4, 2)},
 ]
 
 
 def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int, launch: dict) -> dict:
     args, segments = make_case(groups, per_group, prefix, suffix)
     batch = groups * per_group
-    plan = build_tree_decode_plan(
-        segments,
-        batch_size=batch,
-        group_size=NUM_HEADS // NUM_KV_HEADS,
-        num_kv_heads=NUM_KV_HEADS,
-        device=torch.device("cuda"),
-    )
+    plan = build_plan(segments, batch)
     workspace = allocate_workspace(batch, plan.max_entries)
     out = torch.empty_like(args["q"])
     side = torch.cuda.Stream()
