@@ -285,9 +285,6 @@ def decode_split_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SHARED_ARRIVES: tl.constexpr = False,  # tree attention's shared pass runs concurrently and
-    # arrives at the counters too (`tree_decode_attention(concurrent=...)`): the merge waits
-    # for a request's entries as for its splits
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -355,13 +352,7 @@ def decode_split_kernel(
             entry_start = 0
             entry_end = 0
         num_heads = tl.num_programs(1) * GROUP_SIZE
-        alone = used_splits == 1
-        arrivals = used_splits
-        if SHARED_ARRIVES:
-            # The shared pass's entries may still be on their way: count them too.
-            alone = alone & (entry_end == entry_start)
-            arrivals = used_splits + entry_end - entry_start
-        if alone:
+        if used_splits == 1:
             # Alone (one split: large batches, and most tree suffixes): merged from registers,
             # with no partial stored, no counter and no reload from L2.
             if split == 0:
@@ -383,7 +374,7 @@ def decode_split_kernel(
             tl.debug_barrier()
             counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
             arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            if arrived == arrivals - 1:
+            if arrived == used_splits - 1:
                 tl.debug_barrier()  # the acquire above orders every thread's loads below
                 _merge_group(
                     partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, used_splits,
@@ -435,15 +426,12 @@ def _merge_group(
     # Split 0 is never empty for seq_len >= 1 (a tree suffix may be: its request then has
     # entries, which the online merge below takes): finite, or -inf for an empty tree suffix.
     lse_max = tl.where(mask_h, lse_max, 0.0)
-    # The splits' weights are taken against a finite maximum: an empty split (an empty tree
-    # suffix merged with its entries, concurrent passes) then weighs exp2(-inf) = 0, not NaN.
-    split_max = tl.where(lse_max > float("-inf"), lse_max, 0.0)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     weight_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
     out_rows = partial_out_ptr + (partial_row * num_kv_splits)[:, None] * HEAD_DIM
     for s in range(0, used_splits):
         lse = tl.load(lse_rows + s, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
-        weight = tl.math.exp2(lse - split_max)  # [BLOCK_H]
+        weight = tl.math.exp2(lse - lse_max)  # [BLOCK_H]
         partial = tl.load(
             out_rows + s * HEAD_DIM + offs_d[None, :],
             mask=mask_h[:, None] & mask_d[None, :],
@@ -466,18 +454,16 @@ def _add_entries_and_store(
 ):  # fmt: skip
     """Stores `acc / weight_sum` ([BLOCK_H, BLOCK_D]: partials weighted by exp2(lse - lse_max))
     after adding, with HAS_SHARED, the tree's shared entries `entry_start .. entry_end` (rows
-    `entry * num_heads + heads` of the shared pass's partials, written by an earlier launch or
-    a concurrent one), rescaling online as each one raises the maximum."""
+    `entry * num_heads + heads` of the shared pass's partials, written by an earlier launch),
+    rescaling online as each one raises the maximum."""
     if HAS_SHARED:
         for e in range(entry_start, entry_end):
             entry_rows = heads.to(tl.int64) + e * num_heads  # e * num_heads < 2**31
-            # From L2 (".cg"): a concurrent shared pass wrote them on other SMs.
-            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=0.0, cache_modifier=".cg")
+            lse = tl.load(shared_lse_ptr + entry_rows, mask=mask_h, other=0.0)
             partial = tl.load(
                 shared_out_ptr + entry_rows[:, None] * HEAD_DIM + offs_d[None, :],
                 mask=mask_h[:, None] & mask_d[None, :],
                 other=0.0,
-                cache_modifier=".cg",
             )  # [BLOCK_H, BLOCK_D]
             new_max = tl.maximum(lse_max, lse)  # finite: a shared entry is never empty
             scale = tl.math.exp2(lse_max - new_max)  # 0 while the suffix was empty (-inf)

@@ -38,7 +38,6 @@ import triton.language as tl
 from radixgen.kernels.decode_attention import (
     LOG2_E,
     MAX_KV_SPLITS,
-    _merge_group,
     attend_paged_range,
     check_decode_inputs,
     decode_split_kernel,
@@ -70,17 +69,6 @@ def _tree_shared_kernel(
     item_count_ptr,  # [1] int32: items below it are real
     partial_out_ptr,  # [max_entries, num_heads, head_dim] fp32
     partial_lse_ptr,  # [max_entries, num_heads] fp32
-    # ARRIVE only (else unused): the suffix pass's partials, counters and what sizes its splits
-    merge_counters_ptr,  # [batch * NUM_KV_HEADS] int32
-    suffix_out_ptr,  # [batch, num_heads, num_kv_splits, head_dim] fp32
-    suffix_lse_ptr,  # [batch, num_heads, num_kv_splits] fp32
-    seq_lens_ptr,  # [batch]
-    suffix_starts_ptr,  # [batch] int32
-    entry_offsets_ptr,  # [batch + 1] int32
-    o_ptr,  # [batch, num_heads, head_dim]
-    stride_o_batch,
-    stride_o_head,
-    num_kv_splits,
     qk_scale,
     v_scale,
     num_heads,
@@ -101,11 +89,6 @@ def _tree_shared_kernel(
     DOT_FP16: tl.constexpr,  # FP8 pools: q and the K/V tiles as fp16 (as decode_split_kernel)
     V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot
     V_FP8_PTX: tl.constexpr,
-    # Concurrent passes: each member's entry arrives at its (request, KV head) counter, as the
-    # suffix splits do (decode_split_kernel's SHARED_ARRIVES); the last to arrive merges.
-    ARRIVE: tl.constexpr = False,
-    SUFFIX_BLOCK_N: tl.constexpr = 64,  # the suffix pass's BLOCK_N (its split lengths)
-    BLOCK_H: tl.constexpr = 16,  # the suffix pass's (query heads of a KV head, padded)
 ):
     # Programs take items `item0, item0 + step, ...` below the plan's item count (read on the
     # device: the grid is fixed for CUDA graphs), so none is launched for a graph plan's
@@ -171,68 +154,6 @@ def _tree_shared_kernel(
             mask=mask_m[:, None] & mask_d[None, :],
         )
         tl.store(partial_lse_ptr + out_row, m_i + tl.math.log2(l_i), mask=mask_m)
-        if ARRIVE:
-            _arrive_and_merge_members(
-                item, kv_head, num_members, item_members_ptr, merge_counters_ptr,
-                suffix_out_ptr, suffix_lse_ptr, seq_lens_ptr, suffix_starts_ptr,
-                entry_offsets_ptr, partial_out_ptr, partial_lse_ptr, o_ptr, stride_o_batch,
-                stride_o_head, num_kv_splits, num_heads, NUM_KV_HEADS, GROUP_SIZE, MEMBERS,
-                HEAD_DIM, BLOCK_D, BLOCK_H, SUFFIX_BLOCK_N,
-            )  # fmt: skip
-
-
-@triton.jit
-def _arrive_and_merge_members(
-    item, kv_head, num_members, item_members_ptr, merge_counters_ptr, suffix_out_ptr,
-    suffix_lse_ptr, seq_lens_ptr, suffix_starts_ptr, entry_offsets_ptr, shared_out_ptr,
-    shared_lse_ptr, o_ptr, stride_o_batch, stride_o_head, num_kv_splits, num_heads,
-    NUM_KV_HEADS: tl.constexpr, GROUP_SIZE: tl.constexpr, MEMBERS: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
-    SUFFIX_BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """The item's members' entries (just stored) arrive at their (request, KV head) counters;
-    for each member whose arrival is the last (its suffix splits and other entries are in),
-    this program merges that member's heads, as the suffix pass's last split otherwise does."""
-    offs_member = tl.arange(0, MEMBERS)
-    mask_member = offs_member < num_members
-    request = tl.load(item_members_ptr + item * MEMBERS + offs_member, mask=mask_member, other=0)
-    # Every thread's entries are stored before the release of the atomics.
-    tl.debug_barrier()
-    counters = merge_counters_ptr + request * NUM_KV_HEADS + kv_head  # [MEMBERS]
-    arrived = tl.atomic_add(counters, 1, mask=mask_member, sem="acq_rel", scope="gpu")
-    # What the member's suffix pass counts: its used splits (as decode_split_kernel sizes them)
-    # plus its entries.
-    seq_len = tl.load(seq_lens_ptr + request, mask=mask_member, other=1).to(tl.int32)
-    kv_start = tl.load(suffix_starts_ptr + request, mask=mask_member, other=0)
-    split_len = tl.cdiv(tl.cdiv(seq_len - kv_start, num_kv_splits), SUFFIX_BLOCK_N) * SUFFIX_BLOCK_N
-    used_splits = tl.maximum(tl.cdiv(seq_len - kv_start, tl.maximum(split_len, 1)), 1)
-    entry_start = tl.load(entry_offsets_ptr + request, mask=mask_member, other=0)
-    entry_end = tl.load(entry_offsets_ptr + request + 1, mask=mask_member, other=0)
-    last = mask_member & (arrived == used_splits + entry_end - entry_start - 1)
-    if tl.sum(last.to(tl.int32)) > 0:
-        tl.debug_barrier()  # the acquire above orders every thread's loads below
-        offs_h = tl.arange(0, BLOCK_H)
-        offs_d = tl.arange(0, BLOCK_D)
-        mask_h = offs_h < GROUP_SIZE
-        mask_d = offs_d < HEAD_DIM
-        heads = kv_head * GROUP_SIZE + offs_h
-        for m in range(MEMBERS):
-            pick = offs_member == m
-            if tl.sum((pick & last).to(tl.int32)) > 0:
-                req = tl.sum(tl.where(pick, request, 0))
-                out_ptrs = (
-                    o_ptr + req * stride_o_batch + heads[:, None] * stride_o_head + offs_d[None, :]
-                )
-                _merge_group(
-                    suffix_out_ptr, suffix_lse_ptr, (req * num_heads + heads).to(tl.int64),
-                    num_kv_splits, tl.sum(tl.where(pick, used_splits, 0)), out_ptrs, mask_h,
-                    offs_d, mask_d, shared_out_ptr, shared_lse_ptr,
-                    tl.sum(tl.where(pick, entry_start, 0)), tl.sum(tl.where(pick, entry_end, 0)),
-                    heads, num_heads, True, HEAD_DIM, BLOCK_H, BLOCK_D,
-                )  # fmt: skip
-                tl.atomic_xchg(
-                    merge_counters_ptr + req * NUM_KV_HEADS + kv_head, 0, sem="relaxed", scope="gpu"
-                )
 
 
 def _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan):
@@ -263,12 +184,12 @@ def tree_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    max_registers: int | None = None,
+    programs_per_sm: int | None = None,
     suffix_launch: tuple[int, int, int] | None = None,
     fp8_dot_fp16: bool | None = None,
     fp8_v_words: bool | None = None,
     passes: str = "both",
-    concurrent: str | None = None,
-    side_stream: torch.cuda.Stream | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """`decode_attention` with the plan's shared segments read once per item.
 
@@ -283,6 +204,9 @@ def tree_decode_attention(
         workspace: optional preallocated partials (CUDA graphs keep one static).
         block_n (both passes; default 64 for the shared pass, 128 for the suffix pass over a
             16-bit pool on CUDA), num_warps, num_stages (the shared pass): tuning overrides.
+        max_registers, programs_per_sm: the shared pass's register cap (ptxas `.maxnreg`) and
+            its grid (programs per SM; the plan's `chunk_tokens` should fill it): tuning
+            overrides (`scripts/bench_tree_attention.py --shared-sweep`).
         suffix_launch: (block_n, num_warps, num_stages) of the suffix pass alone, a tuning
             override (`scripts/bench_tree_attention.py --suffix-sweep`).
         fp8_dot_fp16, fp8_v_words: an FP8 pool's paths, as in `decode_attention` (both passes;
@@ -291,12 +215,6 @@ def tree_decode_attention(
             then storing its partials unmerged, and leave `out` unwritten: a profiling aid
             (`scripts/bench_tree_attention.py --overlap-probe` runs them on two streams at
             once, to see what overlapping the passes could gain).
-        concurrent: None (the shared pass, then the suffix pass, whose last split merges), or
-            "suffix_first" / "shared_first": both passes arrive at each (request, KV head)'s
-            counter, the last arrival merges (either pass), so the passes may run at once;
-            launched in that order, the second on `side_stream` when one is given (forked from
-            and joined to the current stream). An experiment for the H200
-            (`bench_tree_attention.py --overlap-probe`), not the engine's default.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -307,12 +225,6 @@ def tree_decode_attention(
     _check_tree_inputs(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, plan)
     if passes not in ("both", "shared", "suffix"):
         raise ValueError(f"passes must be 'both', 'shared' or 'suffix', got {passes!r}")
-    if concurrent not in (None, "suffix_first", "shared_first"):
-        raise ValueError(
-            f"concurrent must be None, 'suffix_first' or 'shared_first', got {concurrent!r}"
-        )
-    if concurrent is not None and passes != "both":
-        raise ValueError("concurrent runs both passes: passes must be 'both'")
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group_size = num_heads // num_kv_heads
@@ -370,16 +282,12 @@ def tree_decode_attention(
         v_buffer.stride(1),
         req_to_token.stride(0),
     )
-    arrive = concurrent is not None
-    block_h = max(16, triton.next_power_of_2(group_size))
-
-    def launch_shared() -> None:
-        if plan.max_items == 0:
-            return
+    if plan.max_items > 0 and passes != "suffix":
         members = plan.members_per_item
         block_g = max(triton.next_power_of_2(group_size), triton.cdiv(16, members))
         # A fixed grid (CUDA graphs): at most the automatic chunking's target of programs.
-        grid_items = min(plan.max_items, default_target_items(num_kv_heads, q.device))
+        target = default_target_items(num_kv_heads, q.device, programs_per_sm)
+        grid_items = min(plan.max_items, target)
         _tree_shared_kernel[(grid_items * num_kv_heads,)](
             q,
             k_buffer,
@@ -394,16 +302,6 @@ def tree_decode_attention(
             plan.item_count,
             workspace.shared_out,
             workspace.shared_lse,
-            workspace.merge_counters,
-            workspace.suffix_out,
-            workspace.suffix_lse,
-            seq_lens,
-            plan.suffix_starts,
-            plan.entry_offsets,
-            out,
-            out.stride(0),
-            out.stride(1),
-            num_kv_splits,
             qk_scale,
             v_scale,
             num_heads,
@@ -418,76 +316,50 @@ def tree_decode_attention(
             DOT_FP16=dot_fp16,
             V_FP8_WORDS=v_fp8_words,
             V_FP8_PTX=on_cuda,
-            ARRIVE=arrive,
-            SUFFIX_BLOCK_N=suffix_block_n,
-            BLOCK_H=block_h,
             num_warps=num_warps or (8 if members * block_g * block_d > 8192 else 4),
             # 3 stages beat 2 at every chunk and member count of the H200 sweep (ninth session,
             # docs/benchmarks.md: 162.5 -> 149.3 us at 16 x 16 sharing 2048 + 256).
             num_stages=num_stages or (3 if on_cuda else 1),
+            **({"maxnreg": max_registers} if max_registers else {}),
         )
-
-    def launch_suffix() -> None:
-        decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
-            q,
-            k_buffer,
-            v_buffer,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            plan.suffix_starts,
-            workspace.suffix_out,
-            workspace.suffix_lse,
-            out,
-            workspace.merge_counters,
-            workspace.shared_out,
-            workspace.shared_lse,
-            plan.entry_offsets,
-            qk_scale,
-            v_scale,
-            *strides,
-            out.stride(0),
-            out.stride(1),
-            num_kv_splits,
-            HAS_KV_STARTS=True,
-            MERGE=passes == "both",
-            HAS_SHARED=True,
-            DOT_FP16=dot_fp16,
-            KV_LHS=False,
-            V_FP8_WORDS=v_fp8_words,
-            V_FP8_PTX=on_cuda,
-            GROUP_SIZE=group_size,
-            HEAD_DIM=head_dim,
-            BLOCK_D=block_d,
-            BLOCK_H=block_h,
-            BLOCK_N=suffix_block_n,
-            SHARED_ARRIVES=arrive,
-            num_warps=suffix_warps,
-            num_stages=suffix_stages,
-        )
-
     if passes == "shared":
-        launch_shared()
-    elif passes == "suffix":
-        launch_suffix()
-    elif concurrent is None:
-        launch_shared()  # the suffix pass's merge reads its entries
-        launch_suffix()
-    else:
-        first, second = (
-            (launch_suffix, launch_shared)
-            if concurrent == "suffix_first"
-            else (launch_shared, launch_suffix)
-        )
-        if side_stream is None:
-            first()
-            second()
-        else:  # forked and joined (also inside a CUDA graph capture)
-            side_stream.wait_stream(torch.cuda.current_stream())
-            first()
-            with torch.cuda.stream(side_stream):
-                second()
-            torch.cuda.current_stream().wait_stream(side_stream)
+        return out
+    decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        plan.suffix_starts,
+        workspace.suffix_out,
+        workspace.suffix_lse,
+        out,
+        workspace.merge_counters,
+        workspace.shared_out,
+        workspace.shared_lse,
+        plan.entry_offsets,
+        qk_scale,
+        v_scale,
+        *strides,
+        out.stride(0),
+        out.stride(1),
+        num_kv_splits,
+        HAS_KV_STARTS=True,
+        MERGE=passes == "both",
+        HAS_SHARED=True,
+        DOT_FP16=dot_fp16,
+        KV_LHS=False,
+        V_FP8_WORDS=v_fp8_words,
+        V_FP8_PTX=on_cuda,
+        GROUP_SIZE=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
+        BLOCK_N=suffix_block_n,
+        num_warps=suffix_warps,
+        num_stages=suffix_stages,
+    )
     return out
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import torch
 
 # Target of the automatic chunking: shared-pass programs per SM, what the H200 keeps resident
-# (the 64-row pass takes ~178 registers a thread and ~80 KB of shared memory: 2 an SM). One
-# wave of longer chunks beat two of shorter ones: 143.0 -> 131.2 us at 16 x 16 sharing 2048 +
+# (the 64-row pass takes 255 registers a thread and 80.5 KB of shared memory on sm_90a: 2 an
+# SM). One wave of longer chunks beat two of shorter ones: 143.0 -> 131.2 us at 16 x 16 sharing 2048 +
 # 256 (1024-token chunks instead of 512; twelfth session, docs/benchmarks.md).
 _PROGRAMS_PER_SM = 2
 _CPU_TARGET_ITEMS = 4
@@ -202,12 +202,15 @@ def default_members_per_item(group_size: int) -> int:
 
 
 @functools.cache
-def default_target_items(num_kv_heads: int, device: torch.device) -> int:
-    """Shared items that give about `_PROGRAMS_PER_SM` programs per SM (one per KV head)."""
+def default_target_items(
+    num_kv_heads: int, device: torch.device, programs_per_sm: int | None = None
+) -> int:
+    """Shared items that give about `programs_per_sm` (default `_PROGRAMS_PER_SM`) programs
+    per SM (one per KV head)."""
     if device.type != "cuda":
         return _CPU_TARGET_ITEMS
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return _cdiv(_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+    return _cdiv((programs_per_sm or _PROGRAMS_PER_SM) * num_sms, num_kv_heads)
 
 
 def graph_plan_capacity(
@@ -258,6 +261,7 @@ def build_tree_decode_plan(
     max_items: int | None = None,
     max_entries: int | None = None,
     chunk_tokens: int | None = None,
+    programs_per_sm: int | None = None,
 ) -> TreeDecodePlan | None:
     """The device tables of `segments` (host work: a loop over items and their members).
 
@@ -270,6 +274,8 @@ def build_tree_decode_plan(
         max_items, max_entries: capacities (default: exactly what the grouping needs).
         chunk_tokens: chunk length of long segments (default: fill the device, at least
             256 tokens); doubled until the items and entries fit the capacities.
+        programs_per_sm: the shared pass's grid that the automatic chunking fills (default
+            `_PROGRAMS_PER_SM`; a tuning override, with tree_decode_attention's).
 
     Returns:
         The plan, or None when the grouping does not fit the capacities.
@@ -284,7 +290,7 @@ def build_tree_decode_plan(
     blocks = [_cdiv(len(s.members), members_per_item) for s in segments]
     if chunk_tokens is None:
         work = sum(b * (s.end - s.start) for s, b in zip(segments, blocks, strict=True))
-        target = default_target_items(num_kv_heads, device)
+        target = default_target_items(num_kv_heads, device, programs_per_sm)
         chunk_tokens = max(_MIN_CHUNK_TOKENS, _cdiv(work, max(target, 1)))
         chunk_tokens = _cdiv(chunk_tokens, _CHUNK_ALIGN) * _CHUNK_ALIGN
     if chunk_tokens < 1:

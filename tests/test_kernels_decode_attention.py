@@ -141,12 +141,12 @@ def test_split_kernel_compiles_for_sm90_without_spills():
         **dict.fromkeys(strides, "i32"),
     }
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
-    specs = [
+    assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
          {"HAS_KV_STARTS": shared, "MERGE": merge, "HAS_SHARED": shared, "DOT_FP16": dot_fp16,
           "KV_LHS": kv_lhs,
           "V_FP8_WORDS": v_words, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
-          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n, "SHARED_ARRIVES": False},
+          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
          4, options)
         for merge, shared, pool, dot_fp16, kv_lhs, v_words, block_n, options in (
             (False, False, {}, False, False, 0, 64, {}), (True, False, {}, False, False, 0, 64, {}),
@@ -161,12 +161,7 @@ def test_split_kernel_compiles_for_sm90_without_spills():
             # Tree attention's suffix pass, which merges the shared entries too.
             (True, True, {}, False, False, 0, 64, {}),
         )
-    ]  # fmt: skip
-    # The suffix pass of concurrent tree passes (the shared pass arrives at its counters too).
-    module, name, arrives_signature, arrives_constexprs, warps, _ = specs[-1]
-    specs.append((module, name, arrives_signature, arrives_constexprs | {"SHARED_ARRIVES": True},
-                  warps, {}))  # fmt: skip
-    assert_compile_for_sm90_without_spills(specs)
+    ])  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", [{"kv_lhs": True}, {"max_registers": 128}])

@@ -242,32 +242,6 @@ def test_passes_alone_store_partials_that_merge_to_the_output():
         tree_decode_attention(**args, plan=plan, passes="merge")
 
 
-@pytest.mark.parametrize("order", ["suffix_first", "shared_first"])
-@pytest.mark.parametrize("splits", [1, 3])
-def test_concurrent_passes_merge_wherever_the_last_arrival_is(order, splits):
-    """With `concurrent`, both passes count towards each (request, KV head)'s merge: launched
-    suffix first, the shared pass's programs arrive last and merge (the interpreter runs one
-    launch after the other); shared first, the suffix splits do. Empty suffixes (a request
-    whose whole history is shared) and requests sharing nothing are in the batch; the counters
-    are back at zero after each call, so a second call gives the same output."""
-    args, segments = random_tree_case(num_unshared=2, head_dim=32, max_suffix_len=6, seed=5)
-    plan = make_plan(args, segments, members_per_item=2, chunk_tokens=16)
-    suffixes = args["seq_lens"] - plan.suffix_starts
-    assert (suffixes == 0).any() and (plan.entry_offsets.diff() == 0).any()
-    workspace = make_workspace(args, plan.max_entries, num_kv_splits=splits)
-    expected = decode_attention_ref(**args)
-    for _ in range(2):
-        out = torch.full_like(args["q"], float("nan"))
-        tree_decode_attention(
-            **args, plan=plan, workspace=workspace, out=out, num_kv_splits=splits, concurrent=order
-        )
-        assert not out.isnan().any()
-        assert relative_error(out, expected) < 1e-5
-        assert not workspace.merge_counters.any()
-    with pytest.raises(ValueError, match="concurrent"):
-        tree_decode_attention(**args, plan=plan, concurrent="both_at_once")
-
-
 def test_padded_plan_gives_the_same_output():
     """A plan padded to larger capacities (CUDA graphs) and an empty plan (no sharing) are
     exact; rebuilt into the static tables of the capture."""
@@ -373,43 +347,6 @@ def test_tree_attention_bf16_real_sizes_cuda(groups, per_group):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["suffix_first", "shared_first"])
-def test_concurrent_passes_on_two_streams_cuda(order):
-    """The concurrent mode at the micro's size, the second pass on a side stream, eager and
-    replayed from a CUDA graph, many times (a lost or double arrival would show as a wrong or
-    NaN output, or counters left nonzero): the sequential output."""
-    args, segments = llama8b_shared_case(
-        groups=16, per_group=16, prefix_len=2048, suffix_len=256, dtype=torch.bfloat16
-    )
-    plan = make_plan(args, segments)
-    expected = tree_decode_attention(**args, plan=plan)
-    side = torch.cuda.Stream()
-    out = torch.empty_like(expected)
-    workspace = make_workspace(args, plan.max_entries, num_kv_splits=2)
-
-    def run():
-        tree_decode_attention(
-            **args, plan=plan, workspace=workspace, out=out, num_kv_splits=2,
-            concurrent=order, side_stream=side,
-        )  # fmt: skip
-
-    for _ in range(20):
-        out.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert relative_error(out, expected) < 1e-2
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for _ in range(20):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert relative_error(out, expected) < 1e-2
-    assert not workspace.merge_counters.any()
-
-
-@pytest.mark.gpu
 def test_tree_attention_random_trees_bf16_cuda():
     args, segments = random_tree_case(
         num_groups=6,
@@ -492,16 +429,6 @@ def test_shared_pass_compiles_for_sm90_without_spills():
         **dict.fromkeys(tables, "*i32"),
         "partial_out_ptr": "*fp32",
         "partial_lse_ptr": "*fp32",
-        "merge_counters_ptr": "*i32",
-        "suffix_out_ptr": "*fp32",
-        "suffix_lse_ptr": "*fp32",
-        "seq_lens_ptr": "*i64",
-        "suffix_starts_ptr": "*i32",
-        "entry_offsets_ptr": "*i32",
-        "o_ptr": "*bf16",
-        "stride_o_batch": "i32",
-        "stride_o_head": "i32",
-        "num_kv_splits": "i32",
         "qk_scale": "fp32",
         "v_scale": "fp32",
         "num_heads": "i32",
@@ -509,8 +436,7 @@ def test_shared_pass_compiles_for_sm90_without_spills():
     }
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
     constexprs = {"NUM_KV_HEADS": 8, "GROUP_SIZE": 4, "MEMBERS": 16, "BLOCK_G": 4,
-                  "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64, "V_FP8_PTX": True,
-                  "ARRIVE": False, "SUFFIX_BLOCK_N": 128, "BLOCK_H": 16}  # fmt: skip
+                  "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64, "V_FP8_PTX": True}  # fmt: skip
     bf16 = {"DOT_FP16": False, "V_FP8_WORDS": 0}
     # An FP8 pool's V as words: no byte-wide shared-memory loads (as decode_split_kernel's).
     fp8 = {"DOT_FP16": True, "V_FP8_WORDS": 1}
@@ -519,5 +445,3 @@ def test_shared_pass_compiles_for_sm90_without_spills():
          constexprs | paths, 4, {"num_stages": 3, "forbid_ptx": forbid})
         for pool, paths, forbid in (({}, bf16, []), (fp8_pool, fp8, ["ld.shared.b8"]))
     ])  # fmt: skip
-    # Not checked: the concurrent passes' variant (ARRIVE, an experiment not in the engine),
-    # which takes 255 registers and spills 4 bytes on sm_90a (ptxas, thirteenth session).
