@@ -12,33 +12,18 @@ instead of hanging, and the launcher (which watches every rank's process) stops 
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from radixgen.runtime.nccl_env import disable_nvlink_multicast
 from radixgen.runtime.peer_all_reduce import create_peer_all_reduce
 
-# What the server starts never uses NVLink multicast (NVLS): some lent machines expose
-# multicast objects that cannot be created, and NCCL/NVSHMEM/symmetric memory then fail or hang.
-MULTICAST_OFF_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 # Seconds a collective waits for a peer before it raises (start-up included: loading an 8B
 # checkpoint on every rank takes well under this).
 DEFAULT_TIMEOUT_S = 300.0
-
-
-def disable_nvlink_multicast(environ: dict[str, str] | None = None) -> None:
-    """Sets MULTICAST_OFF_ENV in `environ` (default os.environ), before NCCL initialises; a
-    value the user set explicitly is kept."""
-    environ = os.environ if environ is None else environ
-    for name, value in MULTICAST_OFF_ENV.items():
-        environ.setdefault(name, value)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import torch
 from radixgen.runtime.distributed import (
     TensorParallel,
     destroy_tensor_parallel,
-    disable_nvlink_multicast,
     init_tensor_parallel,
 )
 from radixgen.runtime.model_runner import ModelRunner, resolve_device
+from radixgen.runtime.nccl_env import disable_nvlink_multicast
 from radixgen.runtime.server.subprocess_launcher import find_free_port
 from radixgen.runtime.server_args import ServerArgs
 

@@ -1,18 +1,11 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The thirteenth
-# session (2026-12-02) ran gpu-tests (113 passed), tree-suffix (the defaults are best), lean,
-# gsp-steps (four ~300 ms garbage collections) and gc-ab (docs/benchmarks.md). Pending after it,
-# in order:
-#   gpu-tests    the merge now reads entries through L2, and the concurrent tree passes are new
-#   tree-overlap each tree pass alone, both on two streams, the concurrent mode: does
-#                overlapping the passes pay? (the micro is at 3.31x of 4x)
-#   tree-shared  the shared pass's launch, 32-position tiles included (three resident an SM?)
-#   gsp-outside  the in-process run's time outside the scheduler's steps (~0.8 s in call 3)
-#   gc-ab        with `.base` = 3a36de2 (main at the session's start; call 3 measured the heap
-#                freeze alone, 18.89 -> 18.30 s; the shared result channel came after it):
-#                in-process generated-shared-prefix against [6/14]'s 18 s
-#   fresh-gsp, fp8 (the FP8 / bf16 ratio without the penalty kernels every earlier run paid),
-#   fp8-rows.
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The fourteenth
+# session (2026-12-02) ran gpu-tests (115 passed), tree-overlap (the concurrent mode lost: removed),
+# tree-shared (twice: the defaults stay), gsp-outside, gc-ab's in-process half (17.46 s: [6/14]'s
+# 18 s met) and fp8 (1.465x; docs/benchmarks.md). Pending after it, in order:
+#   fp8-rows     FP8 weights only and FP8 KV only, offline 1000 x 1000/1000: which half of
+#                [8/14]'s 1.6x is missing
+#   fresh-gsp    [7/14] item 2 on generated-shared-prefix
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 112 passed at 8cd9a13 in the eleventh session)

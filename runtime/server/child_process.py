@@ -9,9 +9,11 @@ group, and the launcher, not each child, decides the order of shutdown.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import signal
+from typing import Any
 
 
 def setup_child_process(name: str, log_level: str) -> None:
@@ -41,3 +43,9 @@ def configure_logging(process_name: str, log_level: str) -> None:
 def parent_is_alive(parent_pid: int) -> bool:
     # A dead parent re-parents us (to init or a subreaper), changing getppid().
     return os.getppid() == parent_pid
+
+
+def run_entry_point(entry: str, *args: Any, **kwargs: Any) -> None:
+    """A spawned child's target: calls `entry` ("module:function"), imported in the child."""
+    module, name = entry.split(":")
+    getattr(importlib.import_module(module), name)(*args, **kwargs)

@@ -116,9 +116,9 @@ def run_detokenizer_process(
     """Entry point of the detokenizer process (spawned by the launcher)."""
     setup_child_process("detokenizer", server_args.log_level)
     try:
-        from radixgen.runtime.tokenizer import load_tokenizer
+        from radixgen.runtime.tokenizer import load_decoder
 
-        tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path)
+        tokenizer = load_decoder(server_args.tokenizer_path or server_args.model_path)
     except Exception:
         ready_writer.send(ProcessFailed("detokenizer", traceback.format_exc()))
         raise SystemExit(1) from None

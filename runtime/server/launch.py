@@ -29,12 +29,14 @@ from multiprocessing.connection import Connection, wait
 
 import uvicorn
 
-from radixgen.runtime.distributed import disable_nvlink_multicast
-from radixgen.runtime.server.child_process import configure_logging, freeze_startup_heap
-from radixgen.runtime.server.detokenizer_process import run_detokenizer_process
+from radixgen.runtime.nccl_env import disable_nvlink_multicast
+from radixgen.runtime.server.child_process import (
+    configure_logging,
+    freeze_startup_heap,
+    run_entry_point,
+)
 from radixgen.runtime.server.ipc import IpcPaths
 from radixgen.runtime.server.messages import ProcessFailed, ProcessReady, ServedModelInfo
-from radixgen.runtime.server.scheduler_process import run_scheduler_process
 from radixgen.runtime.server_args import ServerArgs
 from radixgen.runtime.tiny_model import TINY_MODEL_NAME, resolve_model_path
 
@@ -162,14 +164,16 @@ def _start_children(server_args: ServerArgs, ipc_paths: IpcPaths) -> list[ChildP
         scheduler_kwargs["tp_init_method"] = init_method
         for follower in start_followers(server_args, init_method):
             children.append(ChildProcess(follower.name, follower.process, follower.ready_reader))
-    for name, target in (
-        ("scheduler", run_scheduler_process),
-        ("detokenizer", run_detokenizer_process),
+    # The targets go by name: pickling a function imports its module here, and the scheduler's
+    # imports torch (~3 s on the 2-core machine) before any child had started.
+    for name, entry in (
+        ("scheduler", "radixgen.runtime.server.scheduler_process:run_scheduler_process"),
+        ("detokenizer", "radixgen.runtime.server.detokenizer_process:run_detokenizer_process"),
     ):
         reader, writer = context.Pipe(duplex=False)
         process = context.Process(
-            target=target,
-            args=(server_args, ipc_paths, writer, os.getpid()),
+            target=run_entry_point,
+            args=(entry, server_args, ipc_paths, writer, os.getpid()),
             kwargs=scheduler_kwargs if name == "scheduler" else {},
             name=f"radixgen-{name}",
             daemon=True,
