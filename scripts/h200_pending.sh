@@ -3,6 +3,10 @@
 # session (2026-12-02) ran gpu-tests (115 passed), tree-overlap (the concurrent mode lost: removed),
 # tree-shared (twice: the defaults stay), gsp-outside, gc-ab's in-process half (17.46 s: [6/14]'s
 # 18 s met) and fp8 (1.465x; docs/benchmarks.md). Pending after it, in order:
+#   dsl-tree     [6/14] item 3, never measured at the 8B shape: examples/prefix_sharing_benchmark.py
+#                (run_batch and fork(64) over a shared few-shot prefix, 256 tokens a branch)
+#                with tree attention off, on, off, on: the last of [6/14] but its micro
+#   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (where 1.465x loses)
 #   fp8-rows     FP8 weights only and FP8 KV only, offline 1000 x 1000/1000: which half of
 #                [8/14]'s 1.6x is missing
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -57,6 +61,15 @@ bash scripts/h200.sh setup >/dev/null 2>&1
 MODEL=/tmp/llama-3.1-8b
 for stage in "$@"; do
   case "$stage" in
+    dsl-tree)
+      mkdir -p "$OUT/dsl_tree"
+      for flag in --disable-tree-attention --enable-tree-attention --disable-tree-attention \
+        --enable-tree-attention; do
+        echo "prefix_sharing_benchmark.py, 64 branches x 256 tokens, $flag"
+        timeout 150 python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
+          --load-format dummy --batch-size 64 --max-tokens 256 $flag 2>&1 | grep '^|' \
+          | tee -a "$OUT/dsl_tree/prefix_sharing${flag#--}.md"
+      done ;;
     gpu-tests)
       timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -15 ;;
