@@ -301,21 +301,22 @@ def run_blocks_sweep(results: dict) -> None:
 
 # --shared-sweep: the shared pass's launch with the suffix pass at its default. Its default
 # (64-position tiles, 3 stages, 4 warps) takes 255 registers and 80.5 KB of shared memory on
-# sm_90a: 2 programs an SM, and the pass reads at ~2.8 TB/s (48 us at 16 x 16; the suffix pass
-# 3.8 TB/s). Capped at 168 registers (no spills, ptxas), 32-position tiles let 3 be resident
-# (the fourteenth session's sweep without the cap kept 2 an SM: 32-position tiles lost); the
-# grid and the chunks (`chunk_tokens` = the segment's work over the programs) follow.
+# sm_90a: 2 programs an SM, and the pass reads at ~2.9 TB/s (47 us at 16 x 16; the suffix pass
+# 3.4-3.8). The fourteenth session's sweep (register caps for 3-4 programs an SM, 32-position
+# tiles, 8 warps; docs/benchmarks.md) found nothing better. Why more programs did not help:
+# Triton pipelines the gathered loads with the slot ids two iterations ahead and K/V one, and
+# waits for every copy at the top of each iteration (sm_90a TTGIR, Triton 3.9 on the CPU
+# machine): one 32 KB tile is in flight a program whatever the stages (2-4 measured alike).
+# Next: no software pipeline at all, each program loading its tile and waiting, 128-position
+# tiles putting 64 KB of K/V in flight at once (80 KB of shared memory, 253 registers: still 2
+# an SM), or 64-position ones at 3 an SM under a register cap.
 SHARED_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
 SHARED_SWEEP = [
     dict(block_n=64, num_stages=3, num_warps=4),  # the default
-    dict(block_n=64, num_stages=3, num_warps=4, max_registers=168),
-    *(
-        dict(block_n=32, num_stages=stages, num_warps=4, max_registers=168, programs_per_sm=3)
-        for stages in (3, 4)
-    ),
-    # 4 an SM: 128 registers (12 bytes spill on sm_90a)
-    dict(block_n=32, num_stages=3, num_warps=4, max_registers=128, programs_per_sm=4),
-    *(dict(block_n=block_n, num_stages=3, num_warps=8, max_registers=128) for block_n in (32, 64)),
+    dict(block_n=128, num_stages=1, num_warps=4),
+    dict(block_n=128, num_stages=1, num_warps=8),
+    dict(block_n=64, num_stages=1, num_warps=4),
+    dict(block_n=64, num_stages=1, num_warps=4, max_registers=168, programs_per_sm=3),
 ]
 SUFFIX_DEFAULT_LAUNCH = (128, 4, 3)  # tree_decode_attention's over a 16-bit pool on CUDA
 

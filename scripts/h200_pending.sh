@@ -7,6 +7,9 @@
 #                (run_batch and fork(64) over a shared few-shot prefix, 256 tokens a branch)
 #                with tree attention off, on, off, on: the last of [6/14] but its micro
 #   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (where 1.465x loses)
+#   tree-shared  [6/14] the shared pass without a software pipeline (1 stage; 128-position
+#                tiles put 64 KB in flight a program): the pipelined default waits for every
+#                copy each iteration (bench_tree_attention.py's --shared-sweep comment), ~1 min
 #   fp8-rows     FP8 weights only and FP8 KV only, offline 1000 x 1000/1000: which half of
 #                [8/14]'s 1.6x is missing
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
