@@ -7,6 +7,9 @@
 #                (run_batch and fork(64) over a shared few-shot prefix, 256 tokens a branch)
 #                with tree attention off, on, off, on: the last of [6/14] but its micro
 #   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (where 1.465x loses)
+#   decode-build [7/14] item 4: bench latency batch 1, `.base` = a6d68f0 (before DECODE batches
+#                skipped extend's per-token packing: 5 device ops of host time in the synced
+#                step) against this tree
 #   tree-shared  [6/14] the shared pass without a software pipeline (1 stage; 128-position
 #                tiles put 64 KB in flight a program): the pipelined default waits for every
 #                copy each iteration (bench_tree_attention.py's --shared-sweep comment), ~1 min
@@ -260,6 +263,9 @@ for stage in "$@"; do
       OUT=$OUT STAGES="kernels serving" bash scripts/lora_h200.sh ;;
     constrained)
       OUT=$OUT/constrained TREES=new REPEATS=4 bash scripts/ab_bench.sh . serving-json-new ;;
+    decode-build)
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/decode_build bash scripts/ab_bench.sh .base latency ;;
     decode-merge)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/decode_merge bash scripts/ab_bench.sh .base latency ;;

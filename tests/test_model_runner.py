@@ -105,6 +105,37 @@ def test_builder_hands_kernels_aligned_index_tensors(runner):
     runner.req_to_token_pool.free(rows)
 
 
+def test_decode_batch_packs_as_an_extend_batch_of_one_token_each(runner):
+    """DECODE skips extend's per-token packing: its positions, lengths and the slots written
+    into `req_to_token` equal an EXTEND batch's of one new token per request (ids on the host
+    or already on the device)."""
+    rows = runner.req_to_token_pool.alloc(3)
+    slots = runner.slot_allocator.alloc(3)
+    table = runner.req_to_token_pool.req_to_token
+    built = {}
+    for mode, ids in (
+        (ForwardMode.EXTEND, [[5], [6], [7]]),
+        (ForwardMode.DECODE, [[5], [6], [7]]),
+        (ForwardMode.DECODE, torch.tensor([5, 6, 7])),
+    ):
+        table[rows] = -1
+        batch = runner.build_forward_batch(
+            mode=mode, input_ids=ids, req_pool_indices=rows, prefix_lens=[4, 0, 9],
+            out_cache_loc=slots,
+        )  # fmt: skip
+        written = [int(table[row, position]) for row, position in zip(rows, [4, 0, 9], strict=True)]
+        assert written == slots.tolist() and int((table[rows] >= 0).sum()) == 3
+        built[(mode, isinstance(ids, torch.Tensor))] = [
+            getattr(batch, name).tolist()
+            for name in ("input_ids", "positions", "seq_lens", "prefix_lens", "extend_lens")
+        ]
+    assert built[(ForwardMode.EXTEND, False)] == [[5, 6, 7], [4, 0, 9], [5, 1, 10], [4, 0, 9],
+                                                   [1, 1, 1]]  # fmt: skip
+    assert len({str(fields) for fields in built.values()}) == 1
+    runner.slot_allocator.free(slots)
+    runner.req_to_token_pool.free(rows)
+
+
 def test_builder_rejects_bad_batches(runner):
     common = dict(req_pool_indices=[0], prefix_lens=[0], out_cache_loc=torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="exactly one new token"):
