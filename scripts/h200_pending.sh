@@ -13,8 +13,8 @@
 #   tree-shared  [6/14] the shared pass without a software pipeline (1 stage; 128-position
 #                tiles put 64 KB in flight a program): the pipelined default waits for every
 #                copy each iteration (bench_tree_attention.py's --shared-sweep comment), ~1 min
-#   fp8-rows     FP8 weights only and FP8 KV only, offline 1000 x 1000/1000: which half of
-#                [8/14]'s 1.6x is missing
+#   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
+#                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
