@@ -33,8 +33,8 @@ import torch
 
 # Target of the automatic chunking: shared-pass programs per SM, what the H200 keeps resident
 # (the 64-row pass takes 255 registers a thread and 80.5 KB of shared memory on sm_90a: 2 an
-# SM). One wave of longer chunks beat two of shorter ones: 143.0 -> 131.2 us at 16 x 16 sharing 2048 +
-# 256 (1024-token chunks instead of 512; twelfth session, docs/benchmarks.md).
+# SM). One wave of longer chunks beat two of shorter ones: 143.0 -> 131.2 us at 16 x 16
+# sharing 2048 + 256 (1024-token chunks instead of 512; twelfth session, docs/benchmarks.md).
 _PROGRAMS_PER_SM = 2
 _CPU_TARGET_ITEMS = 4
 _CHUNK_ALIGN = 64  # chunk lengths are multiples of the kernel's largest BLOCK_N

@@ -174,7 +174,7 @@ def build_forward_batch(
         # the build took 233-286 us on the 2-core CPU machine at batch 1, 133-139 without them,
         # host time inside `bench latency`'s synced step and the engine's decode step).
         positions = prefix_lens_tensor  # [batch]
-        req_to_token_pool.req_to_token[rows, positions] = out_cache_loc.to(torch.int32)
+        token_rows = rows
     else:
         # Vectorised over tokens: each token's request, then its position inside the request.
         token_request = torch.repeat_interleave(
@@ -186,9 +186,8 @@ def build_forward_batch(
             - request_starts[token_request]
             + prefix_lens_tensor[token_request]
         )  # [num_tokens]
-        req_to_token_pool.req_to_token[rows[token_request], positions] = out_cache_loc.to(
-            torch.int32
-        )
+        token_rows = rows[token_request]
+    req_to_token_pool.req_to_token[token_rows, positions] = out_cache_loc.to(torch.int32)
     lora_segments = None
     if lora_slots is not None and max(lora_slots) >= 0:
         if len(lora_slots) != batch_size:

@@ -87,11 +87,8 @@ def load_decoder(path: str | Path):
     from radixgen.runtime.tiny_model import resolve_model_path
 
     folder = Path(resolve_model_path(str(path)))
-    if folder.is_dir() and decodes_as_its_backend(folder):
-        from tokenizers import Tokenizer
-
-        return TokenizerDecoder(Tokenizer.from_file(str(folder / "tokenizer.json")))
-    return load_tokenizer(path)
+    backend = _exact_backend(folder) if folder.is_dir() else None
+    return TokenizerDecoder(backend) if backend is not None else load_tokenizer(path)
 
 
 def decodes_as_its_backend(folder: Path) -> bool:
@@ -100,31 +97,43 @@ def decodes_as_its_backend(folder: Path) -> bool:
     names (by role, in `additional_special_tokens`, in `added_tokens_decoder`) already an added
     token marked special in tokenizer.json (otherwise what transformers makes of the token at
     load decides what `skip_special_tokens` drops: its tokenizer decodes then)."""
+    return _exact_backend(folder) is not None
+
+
+def _exact_backend(folder: Path):
+    """tokenizer.json's Rust tokenizer where `decodes_as_its_backend`, else None (read once:
+    its added tokens' special flags come from the loaded tokenizer)."""
     if not _names_the_fast_base_class(folder):
-        return False
+        return None
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text())
-        added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens") or []
-        special = {token["content"]: token["id"] for token in added if token.get("special")}
         named = [config.get(role) for role in _SPECIAL_TOKEN_ROLES]
         named += config.get("additional_special_tokens") or []
         extra = config.get("extra_special_tokens") or []  # transformers 5: a list or a dict
         named += list(extra.values()) if isinstance(extra, dict) else extra
         decoder_entries = (config.get("added_tokens_decoder") or {}).items()
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return False  # load_tokenizer reports what is wrong with the files
-    if config.get("clean_up_tokenization_spaces", True) is not False:
-        return False
+        if config.get("clean_up_tokenization_spaces", True) is not False:
+            return None
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception:  # tokenizers raises plain Exceptions on a bad file
+        return None  # load_tokenizer reports what is wrong with the files
+    special = {
+        token.content: token_id
+        for token_id, token in backend.get_added_tokens_decoder().items()
+        if token.special
+    }
     for token in named:
         content = token.get("content") if isinstance(token, dict) else token
         if content is not None and content not in special:
-            return False
+            return None
     for token_id, entry in decoder_entries:
         if not isinstance(entry, dict) or entry.get("special") is not True:
-            return False  # an added, non-special token: compare with tokenizer.json's flags
+            return None  # an added, non-special token: compare with tokenizer.json's flags
         if special.get(entry.get("content")) != int(token_id):
-            return False
-    return True
+            return None
+    return backend
 
 
 _SPECIAL_TOKEN_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",

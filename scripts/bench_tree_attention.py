@@ -15,9 +15,8 @@ serving runs it. The main
 case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_item /
 chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin;
 --blocks-sweep, --suffix-sweep and --shared-sweep run only their sweeps (the K/V tiles of both
-passes; the suffix pass's own launch; the shared pass's, 32-position tiles included);
---overlap-probe times each pass alone and both at once on two
-streams. JSON goes to --out, or $OUT/bench_tree_attention.json.
+passes; the suffix pass's own launch; the shared pass's, with and without a software
+pipeline); --overlap-probe times each pass alone and both at once on two streams. JSON goes to --out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -359,9 +358,8 @@ def run_suffix_sweep(results: dict) -> None:
 # launched in either order: what running them concurrently could gain over one after the other
 # (both on two streams, unmerged: 112.8 us against 125.2 us one after the other at 16 x 16; a
 # concurrent mode in which both passes counted towards one merge took 127.5-148.5 us, fourteenth
-# session, and was removed). Launches (shared memory
-# from Triton's sm_90a compile on the CPU machine; an H200 SM has 228 KB): the defaults, where a
-# suffix program (128-position tiles, 3 stages: 72.5 KB) does not fit beside the two resident
+# session, and was removed). Launches (shared memory from Triton's sm_90a compile on the CPU
+# machine; an H200 SM has 228 KB): the defaults, where a suffix program (128-position tiles, 3 stages: 72.5 KB) does not fit beside the two resident
 # shared ones (80.5 KB each), and suffix tiles of 64 (38 KB) or 32 positions (21 KB), which do.
 OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
 OVERLAP_LAUNCHES = [
@@ -379,9 +377,9 @@ def overlap_probe_case(groups: int, per_group: int, prefix: int, suffix: int, la
     out = torch.empty_like(args["q"])
     side = torch.cuda.Stream()
 
-    def run(passes: str, **options) -> None:
+    def run(passes: str) -> None:
         tree_decode_attention(
-            **args, plan=plan, workspace=workspace, out=out, passes=passes, **launch, **options
+            **args, plan=plan, workspace=workspace, out=out, passes=passes, **launch
         )
 
     def run_two_streams(first: str, second: str) -> None:

@@ -258,15 +258,7 @@ def test_padded_plan_gives_the_same_output():
     static = TreeDecodePlan.empty(
         batch_size=batch, members_per_item=2, max_items=40, max_entries=64, device=args["q"].device
     )
-    workspace = TreeDecodeWorkspace.allocate(
-        max_entries=64,
-        batch_size=batch,
-        num_heads=4,
-        num_kv_heads=args["k_buffer"].shape[1],
-        head_dim=16,
-        num_kv_splits=2,
-        device=args["q"].device,
-    )
+    workspace = make_workspace(args, max_entries=64, num_kv_splits=2)
     expected = decode_attention_ref(**args)
     no_sharing = tree_decode_attention(**args, plan=static, workspace=workspace, num_kv_splits=2)
     assert relative_error(no_sharing, expected) < 1e-5
