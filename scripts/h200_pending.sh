@@ -68,13 +68,23 @@ MODEL=/tmp/llama-3.1-8b
 for stage in "$@"; do
   case "$stage" in
     dsl-tree)
+      # ~480 shared tokens (24 few-shot examples) and ~2.5k (128), tree attention off then on
       mkdir -p "$OUT/dsl_tree"
-      for flag in --disable-tree-attention --enable-tree-attention --disable-tree-attention \
-        --enable-tree-attention; do
-        echo "prefix_sharing_benchmark.py, 64 branches x 256 tokens, $flag"
-        timeout 150 python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
-          --load-format dummy --batch-size 64 --max-tokens 256 $flag 2>&1 | grep '^|' \
-          | tee -a "$OUT/dsl_tree/prefix_sharing${flag#--}.md"
+      for examples in 24 128; do
+        for flag in --disable-tree-attention --enable-tree-attention; do
+          echo "prefix_sharing_benchmark.py, 64 branches x 256 tokens, $examples examples, $flag"
+          timeout 150 python3 examples/prefix_sharing_benchmark.py --model-path $MODEL \
+            --load-format dummy --batch-size 64 --max-tokens 256 --shared-examples $examples \
+            $flag 2>&1 | grep '^|\|^shared' | tee -a "$OUT/dsl_tree/prefix_sharing_${examples}${flag#--}.md"
+        done
+      done ;;
+    bs1-profile)
+      # [7/14] / [8/14] / [9/14] batch 1: the decode step's kernels in bf16, FP8 and int4 (AWQ)
+      mkdir -p "$OUT/bs1_profile"
+      for quant in "" "--quantization fp8" "--quantization awq"; do
+        echo "profile_decode_step.py batch 1 $quant"
+        timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
+          --steps 64 $quant --out "$OUT/bs1_profile" 2>&1 | grep -v -i warn | tail -24
       done ;;
     gpu-tests)
       timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
