@@ -296,6 +296,22 @@ def test_example_runs(engine, name, max_new_tokens, capsys):
     assert capsys.readouterr().out.strip()
 
 
+def test_prefix_sharing_benchmark_computes_its_longer_prefix_once(engine):
+    example = load_example("prefix_sharing_benchmark")
+    prefix = example.few_shot(16)
+    prefix_tokens = len(engine.tokenizer.encode(prefix))
+    assert prefix_tokens > len(engine.tokenizer.encode(example.few_shot(8))) + 100
+
+    def fork_four():
+        example.branches.run(
+            prefix=prefix, num_branches=4, max_tokens=2, backend=engine, temperature=0.0
+        )
+
+    computed, _, seconds = example.measure(engine, fork_four)
+    # Four branches, one prefill of the prefix (plus each branch's few own tokens).
+    assert prefix_tokens <= computed < prefix_tokens + 40 and seconds > 0
+
+
 def test_code_examples_make_sense_on_the_trained_model(engine, capsys):
     facts = load_example("json_extraction").run_example(engine, 64)
     assert [f["function"] for f in facts] == ["read_config", "send_email"]
