@@ -100,62 +100,6 @@ def attend_paged_range_kv_lhs(
 
 
 @triton.jit
-def attend_paged_range_fp8_qk(
-    q,  # [BLOCK_M, BLOCK_D] e4m3: the query over its per-head scale
-    q_scale,  # [BLOCK_M] fp32
-    k_base,
-    v_base,
-    slot_row_ptr,
-    start,
-    end,
-    qk_scale,
-    stride_k_slot,
-    stride_v_slot,
-    BLOCK_M: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """`attend_paged_range` over an e4m3 pool with an e4m3 query (`quantize_query_fp8`): the
-    scores on the FP8 tensor cores straight from the stored K bytes, `K q^T` (Hopper's FP8 MMA
-    takes [64 positions, 128] x [128, BLOCK_M], both K-major, with the stored tile on the left;
-    with q on the left, M = 16, Triton falls back to an fp16 MMA and converts every K element),
-    so only V is converted (to fp16) for the output's dot. Same results as the other paths up
-    to q's e4m3 rounding (as FlashAttention-3's FP8 attention quantizes q)."""
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_d = offs_d < HEAD_DIM
-    q_t = tl.trans(q)  # [BLOCK_D, BLOCK_M]
-    row_scale = q_scale * qk_scale  # [BLOCK_M]: dequantizes q and K, softmax scale, log2(e)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for n in range(start, end, BLOCK_N):
-        pos = n + offs_n
-        mask_n = pos < end
-        slots = tl.load(slot_row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(
-            k_base + slots[:, None] * stride_k_slot + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        )  # [BLOCK_N, BLOCK_D] e4m3, as stored
-        v = tl.load(
-            v_base + slots[:, None] * stride_v_slot + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(tl.float16)  # [BLOCK_N, BLOCK_D]
-        qk = tl.trans(tl.dot(k, q_t)) * row_scale[:, None]  # [BLOCK_M, BLOCK_N], log2 units
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
-        m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
 def _fp8_byte_to_fp16(words, shift: tl.constexpr, FP8_WORDS: tl.constexpr):
     """The FP8 byte at bit `shift` of each int32 word as fp16, exactly. e5m2 is fp16's top
     byte. e4m3's sign, exponent and mantissa bits placed at fp16's (bias 15 against 7) give the
@@ -303,8 +247,7 @@ def attend_paged_range(
 
 @triton.jit
 def decode_split_kernel(
-    q_ptr,  # [batch, num_heads, head_dim] (e4m3 with FP8_QK)
-    q_scale_ptr,  # [batch, num_heads] fp32 (read only if FP8_QK)
+    q_ptr,  # [batch, num_heads, head_dim]
     k_buffer_ptr,  # [num_slots, num_kv_heads, head_dim]
     v_buffer_ptr,
     req_to_token_ptr,  # [rows, max_context_len] int32
@@ -337,7 +280,6 @@ def decode_split_kernel(
     KV_LHS: tl.constexpr,  # K/V on the dots' left (`attend_paged_range_kv_lhs`)
     V_FP8_WORDS: tl.constexpr,  # FP8 V read as words, converted before the dot (fp16 dots only)
     V_FP8_PTX: tl.constexpr,  # ... with inline PTX (CUDA); integer operations otherwise
-    FP8_QK: tl.constexpr,  # e4m3 q and pool: scores on FP8 tensor cores (`attend_paged_range_fp8_qk`)
     GROUP_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -371,48 +313,27 @@ def decode_split_kernel(
         mask=mask_h[:, None] & mask_d[None, :],
         other=0.0,
     )  # [BLOCK_H, BLOCK_D]
-    if FP8_QK:
-        q_scale = tl.load(
-            q_scale_ptr + req * tl.num_programs(1) * GROUP_SIZE + heads, mask=mask_h, other=0.0
-        )  # [BLOCK_H]; 0 on the padding rows (whose q is 0 too)
-        acc, m_i, l_i = attend_paged_range_fp8_qk(
-            q,
-            q_scale,
-            k_buffer_ptr + kv_head * stride_kb_head,
-            v_buffer_ptr + kv_head * stride_vb_head,
-            req_to_token_ptr + row * stride_req_row,
-            split_start,
-            split_end,
-            qk_scale,
-            stride_kb_slot,
-            stride_vb_slot,
-            BLOCK_H,
-            HEAD_DIM,
-            BLOCK_D,
-            BLOCK_N,
-        )
-    else:
-        if DOT_FP16:
-            # Hopper converts e4m3/e5m2 to fp16 in one instruction; to bf16 only through fp32.
-            q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-        acc, m_i, l_i = attend_paged_range(
-            q,
-            k_buffer_ptr + kv_head * stride_kb_head,
-            v_buffer_ptr + kv_head * stride_vb_head,
-            req_to_token_ptr + row * stride_req_row,
-            split_start,
-            split_end,
-            qk_scale,
-            stride_kb_slot,
-            stride_vb_slot,
-            BLOCK_H,
-            HEAD_DIM,
-            BLOCK_D,
-            BLOCK_N,
-            KV_LHS,
-            V_FP8_WORDS,
-            V_FP8_PTX,
-        )
+    if DOT_FP16:
+        # Hopper converts e4m3/e5m2 to fp16 in one instruction; to bf16 only through fp32.
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+    acc, m_i, l_i = attend_paged_range(
+        q,
+        k_buffer_ptr + kv_head * stride_kb_head,
+        v_buffer_ptr + kv_head * stride_vb_head,
+        req_to_token_ptr + row * stride_req_row,
+        split_start,
+        split_end,
+        qk_scale,
+        stride_kb_slot,
+        stride_vb_slot,
+        BLOCK_H,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+        KV_LHS,
+        V_FP8_WORDS,
+        V_FP8_PTX,
+    )
 
     # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
     partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
@@ -645,28 +566,6 @@ def default_fp8_dot_fp16(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def default_fp8_query(q: torch.Tensor, k_buffer: torch.Tensor) -> bool:
-    """Whether decode attention over this pool quantizes q to e4m3 for FP8 tensor-core scores
-    (`attend_paged_range_fp8_qk`): on CUDA over an e4m3 pool with head_dim <= 128 and a 16-bit
-    q. Converting each K element to fp16 bounded the kernel at ~2.7 TB/s of FP8 bytes against a
-    bf16 pool's ~4.1 (docs/benchmarks.md, the eleventh session)."""
-    return (
-        q.device.type == "cuda"
-        and k_buffer.dtype == torch.float8_e4m3fn
-        and q.shape[-1] <= 128
-        and q.dtype in (torch.float16, torch.bfloat16)
-    )
-
-
-def quantize_query_fp8(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q / scale as e4m3 [batch, num_heads, head_dim], scale [batch, num_heads] fp32): one
-    scale per query head, its largest magnitude over e4m3's 448 (a zero row keeps a tiny scale
-    and quantizes to zeros)."""
-    q32 = q.float()
-    scale = (q32.abs().amax(dim=-1) / 448.0).clamp(min=1e-12)  # [batch, num_heads]
-    return (q32 / scale[..., None]).to(torch.float8_e4m3fn), scale
-
-
 def fp8_pool_paths(
     q: torch.Tensor,
     v_buffer: torch.Tensor,
@@ -763,7 +662,6 @@ def decode_attention(
     kv_lhs: bool = False,
     max_registers: int | None = None,
     fp8_v_words: bool | None = None,
-    fp8_query: bool | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -790,9 +688,6 @@ def decode_attention(
         fp8_v_words: an FP8 pool's V tiles read as 32-bit words and converted to fp16 before
             the dot (`load_fp8_rows_as_fp16`); a tuning override, off by default (slower on
             the H200).
-        fp8_query: over an e4m3 pool, q quantized to e4m3 per head (`quantize_query_fp8`)
-            and the scores computed on FP8 tensor cores from the stored K bytes; None for
-            `default_fp8_query`. The result differs from the other paths by q's rounding.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -842,15 +737,8 @@ def decode_attention(
     dot_fp16, v_fp8_words = fp8_pool_paths(
         q, v_buffer, fp8_dot_fp16=fp8_dot_fp16, fp8_v_words=fp8_v_words, kv_lhs=kv_lhs
     )
-    if fp8_query is None:
-        fp8_query = default_fp8_query(q, k_buffer)
-    if fp8_query and (k_buffer.dtype, v_buffer.dtype) != (torch.float8_e4m3fn,) * 2:
-        raise ValueError(f"fp8_query needs an e4m3 pool, got {k_buffer.dtype}/{v_buffer.dtype}")
-    # [batch, num_heads, head_dim] e4m3 and [batch, num_heads] fp32, or q itself
-    q_in, q_scale = quantize_query_fp8(q) if fp8_query else (q, seq_lens)
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
-        q_in,
-        q_scale,
+        q,
         k_buffer,
         v_buffer,
         req_to_token,
@@ -866,8 +754,8 @@ def decode_attention(
         seq_lens,
         scaling * LOG2_E * k_scale,
         v_scale,
-        q_in.stride(0),
-        q_in.stride(1),
+        q.stride(0),
+        q.stride(1),
         k_buffer.stride(0),
         k_buffer.stride(1),
         v_buffer.stride(0),
@@ -883,7 +771,6 @@ def decode_attention(
         KV_LHS=kv_lhs,
         V_FP8_WORDS=v_fp8_words,
         V_FP8_PTX=q.device.type == "cuda",
-        FP8_QK=fp8_query,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
@@ -921,22 +808,15 @@ def decode_attention_ref(
     *,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    fp8_query: bool = False,
 ) -> torch.Tensor:
-    """Plain-torch reference of `decode_attention` (fp32 math, one request at a time); with
-    `fp8_query`, of its e4m3-query path (q rounded as `quantize_query_fp8` rounds it)."""
+    """Plain-torch reference of `decode_attention` (fp32 math, one request at a time)."""
     out = torch.empty_like(q)
-    if fp8_query:
-        q8, q_scale = quantize_query_fp8(q)
-        queries = q8.float() * q_scale[..., None]
-    else:
-        queries = q.float()
     group = q.shape[1] // k_buffer.shape[1]
     for i in range(q.shape[0]):
         slots = req_to_token[int(req_pool_indices[i]), : int(seq_lens[i])].long()
         # [seq, num_heads, dim]
         keys = (k_buffer[slots].float() * k_scale).repeat_interleave(group, dim=1)
         values = (v_buffer[slots].float() * v_scale).repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,khd->hk", queries[i], keys) * scaling
+        scores = torch.einsum("hd,khd->hk", q[i].float(), keys) * scaling
         out[i] = torch.einsum("hk,khd->hd", scores.softmax(dim=-1), values).to(q.dtype)
     return out

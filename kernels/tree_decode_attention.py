@@ -326,7 +326,6 @@ def tree_decode_attention(
         return out
     decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
-        seq_lens,  # q_scale_ptr: unused (FP8_QK=False)
         k_buffer,
         v_buffer,
         req_to_token,
@@ -353,7 +352,6 @@ def tree_decode_attention(
         KV_LHS=False,
         V_FP8_WORDS=v_fp8_words,
         V_FP8_PTX=on_cuda,
-        FP8_QK=False,
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,

@@ -11,8 +11,8 @@ Prints one table per kernel:
   4k-prefix + 4k-extend case; torch SDPA (flash) beside it for scale;
 - vocab mask: apply_token_bitmask_ on 64 rows x 128256 tokens against the torch reference.
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
-bytes), the FP8 one with its query in e4m3 (scores on FP8 tensor cores) or in fp16, at several
-launch sizes and register caps.
+bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
+either side of the dots (`kv_lhs`).
 Times are medians of triton.testing.do_bench.
 """
 
@@ -91,24 +91,26 @@ def bench_decode(
 
 
 def sweep_fp8_kv_decode() -> None:
-    """Decode attention over an e4m3 pool against a bf16 pool, per query path (`fp8_query`: q
-    in e4m3 and the scores on FP8 tensor cores, CUDA's default since the fifteenth session; or
-    q and the K/V tiles in fp16), launch size and register cap (`max_registers`, 0 for none).
-    Graph replays with the in-kernel merge (the engine's path); TB/s of each pool's own bytes.
-    (The eighth session measured bf16 dots and `kv_lhs` slower, the eleventh V read as words;
-    the ninth made 64 / 4 warps / 5 stages at 128 registers the FP8 default: docs/benchmarks.md.)"""
+    """Decode attention over an e4m3 pool (fp16 dots, K/V on the dots' right: the shipped
+    path) against a bf16 pool, per launch size, register cap (`max_registers`, 0 for none) and
+    V path (`fp8_v_words`: V read as 32-bit words and converted before the dot, the default
+    since the ninth session, or converted after its load, which reads V from shared memory one
+    byte at a time). Graph replays with the in-kernel merge (the engine's path); TB/s of each
+    pool's own bytes. (The eighth session measured bf16 dots and `kv_lhs` slower; the ninth
+    made 64 / 4 warps / 5 stages at 128 registers the default: docs/benchmarks.md.)"""
     fp8 = torch.float8_e4m3fn
-    print("batch x context | pool | FP8 query | block_n warps stages | max registers | us | TB/s")
+    print("batch x context | pool | block_n warps stages | max registers | V words | us | TB/s")
     configs = (
-        (False, None, None, None, None), (True, None, None, None, None),
-        (True, 64, 4, 3, 0), (True, 64, 4, 4, 0), (True, 64, 4, 5, 0), (True, 64, 8, 4, 0),
-        (True, 128, 4, 3, 128), (True, 128, 4, 4, 0), (True, 128, 8, 3, 0), (True, 32, 4, 5, 128),
+        (None, None, None, None, True), (None, None, None, None, False),
+        (64, 4, 3, 0, True), (64, 4, 3, 96, True), (64, 4, 4, 0, True), (64, 4, 5, 96, True),
+        (64, 8, 3, 0, True), (128, 4, 3, 0, True), (128, 4, 3, 128, True), (128, 8, 3, 0, True),
+        (32, 4, 4, 0, True),
     )  # fmt: skip
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
         us, tbs = bench_decode(batch, context, graph=True, merge_counters=True)
-        print(f"{case} | bf16 | - | default | - | {us:.1f} | {tbs:.2f}")
-        for fp8_query, block_n, num_warps, num_stages, max_registers in (
+        print(f"{case} | bf16 | default | - | - | {us:.1f} | {tbs:.2f}")
+        for block_n, num_warps, num_stages, max_registers, v_words in (
             configs if batch > 1 else configs[:2]
         ):
             launch = "default" if block_n is None else f"{block_n} {num_warps} {num_stages}"
@@ -117,12 +119,12 @@ def sweep_fp8_kv_decode() -> None:
                 us, tbs = bench_decode(
                     batch, context, graph=True, kv_dtype=fp8, merge_counters=True,
                     block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                    max_registers=max_registers, fp8_query=fp8_query,
+                    max_registers=max_registers, fp8_v_words=v_words,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 (a launch size past shared memory)
-                print(f"{case} | e4m3 | {fp8_query} | {launch} | {cap} | failed: {error}")
+                print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | failed: {error}")
                 continue
-            print(f"{case} | e4m3 | {fp8_query} | {launch} | {cap} | {us:.1f} | {tbs:.2f}")
+            print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
 
 
 def extend_case(prefix_len: int, extend_len: int):

@@ -78,27 +78,6 @@ for stage in "$@"; do
             $flag 2>&1 | grep '^|\|^shared' | tee -a "$OUT/dsl_tree/prefix_sharing_${examples}${flag#--}.md"
         done
       done ;;
-    fp8-qk)
-      # [8/14] the e4m3 query (scores on FP8 tensor cores): its GPU tests, then the FP8 pool's
-      # decode attention with and without it, per launch
-      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_kv_attention.py \
-        tests/test_kernels_decode_attention.py tests/test_kernels_tree_attention.py 2>&1 | tail -3
-      timeout 300 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | grep -v -i warn \
-        | tee "$OUT/fp8_kv_attn.log" | tail -32 ;;
-    fp8-qk-offline)
-      # [8/14] offline 1000 x 1000/1000 with FP8 weights + KV: `.base` (main before the e4m3
-      # query) first, then this tree, bf16 then FP8
-      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
-      (cd .base && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
-      mkdir -p "$OUT/base"
-      echo "base: bench offline 1000 x 1000/1000, FP8 weights + KV"
-      timeout 200 python3 -m radixgen.runtime.bench.cli offline --model-path $MODEL \
-        --load-format dummy --num-prompts 1000 --random-input-len 1000 --random-output-len 1000 \
-        --quantization fp8 --kv-cache-dtype fp8_e4m3 \
-        --output-json "$OUT/base/offline_1000_1000_1000_fp8w_fp8kv.json" 2>&1 \
-        | grep -E "duration|output_token_throughput|Error" | tail -3
-      python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 fp8-offline-w8kv8 ;;
     bs1-profile)
       # [7/14] / [8/14] / [9/14] batch 1: the decode step's kernels in bf16, FP8 and int4 (AWQ)
       mkdir -p "$OUT/bs1_profile"

@@ -123,7 +123,6 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     )
     signature = {
         "q_ptr": "*bf16",
-        "q_scale_ptr": "*fp32",
         "k_buffer_ptr": "*bf16",
         "v_buffer_ptr": "*bf16",
         "req_to_token_ptr": "*i32",
@@ -142,20 +141,14 @@ def test_split_kernel_compiles_for_sm90_without_spills():
         **dict.fromkeys(strides, "i32"),
     }
     fp8_pool = {"k_buffer_ptr": "*fp8e4nv", "v_buffer_ptr": "*fp8e4nv"}
-    fp8_query = fp8_pool | {"q_ptr": "*fp8e4nv", "FP8_QK": True}
     assert_compile_for_sm90_without_spills([
-        ("radixgen.kernels.decode_attention", "decode_split_kernel",
-         signature | {k: v for k, v in pool.items() if k != "FP8_QK"},
+        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
          {"HAS_KV_STARTS": shared, "MERGE": merge, "HAS_SHARED": shared, "DOT_FP16": dot_fp16,
-          "KV_LHS": kv_lhs, "FP8_QK": pool.get("FP8_QK", False),
+          "KV_LHS": kv_lhs,
           "V_FP8_WORDS": v_words, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
           "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": block_n},
          4, options)
         for merge, shared, pool, dot_fp16, kv_lhs, v_words, block_n, options in (
-            # An e4m3 query: the scores on the FP8 tensor cores (wgmma over e4m3 operands), at
-            # the FP8 pool's default launch.
-            (True, False, fp8_query, False, False, 0, 64,
-             {"maxnreg": 128, "num_stages": 5, "require_ptx": ["wgmma", ".e4m3.e4m3"]}),
             (False, False, {}, False, False, 0, 64, {}), (True, False, {}, False, False, 0, 64, {}),
             (True, False, fp8_pool, True, False, 0, 64, {}),
             (True, False, fp8_pool, True, True, 0, 64, {}),

@@ -9,12 +9,7 @@ import torch
 from test_kernels_decode_attention import make_decode_case, relative_error
 from test_kernels_extend_attention import make_extend_case
 
-from radixgen.kernels.decode_attention import (
-    decode_attention,
-    decode_attention_ref,
-    default_fp8_query,
-    quantize_query_fp8,
-)
+from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
 from radixgen.kernels.extend_attention import extend_attention, extend_attention_ref
 
 # Relative error of attention over FP8-rounded K/V against full precision (random N(0, 1) K/V;
@@ -59,44 +54,6 @@ def test_fp8_v_read_as_words_gives_the_same_attention(fp8_dtype):
     # case's one subnormal V element differently (~2e-6).
     assert relative_error(words, plain) < 1e-5
     assert relative_error(words, decode_attention_ref(**fp8_args)) < 2e-3
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_fp8_query_scores_on_fp8_tensor_cores(dtype):
-    """An e4m3 pool with an e4m3 query (per-head scale; CUDA's default there): the kernel equals
-    the reference that rounds q the same way, and full-precision attention within FP8's error.
-    (fp16 dots of P and V: ~1e-3 against the fp32 reference.)"""
-    args = make_decode_case(
-        seq_lens=[1, 70, 33], num_heads=8, num_kv_heads=2, head_dim=64, dtype=dtype
-    )
-    fp8_args = to_fp8_pool(args, torch.float8_e4m3fn, k_scale=0.05, v_scale=2.0)
-    out = decode_attention(**fp8_args, num_kv_splits=4, fp8_query=True)
-    assert relative_error(out, decode_attention_ref(**fp8_args, fp8_query=True)) < 2e-3
-    assert relative_error(out, decode_attention_ref(**args)) < FP8_ERROR[torch.float8_e4m3fn]
-    # q's rounding is what differs from the fp16-dot path: not the same numbers.
-    assert relative_error(out, decode_attention_ref(**fp8_args)) > 1e-4
-
-
-def test_quantize_query_fp8_scales_each_head_to_e4m3s_range():
-    q = torch.randn(3, 4, 64) * torch.tensor([1e-3, 1.0, 1e3, 0.0])[None, :, None]
-    q8, scale = quantize_query_fp8(q)
-    assert q8.dtype == torch.float8_e4m3fn and scale.shape == (3, 4)
-    assert torch.equal(q8.float().abs().amax(-1)[:, :3], torch.full((3, 3), 448.0))
-    assert torch.equal(q8.float()[:, 3], torch.zeros(3, 64))  # a zero head stays zero
-    # Within e4m3's relative rounding (2^-4) of each element's head maximum.
-    error = (q8.float() * scale[..., None] - q).abs()
-    assert (error <= q.abs().amax(-1, keepdim=True) / 16).all()
-
-
-def test_fp8_query_needs_an_e4m3_pool_and_defaults_off_on_the_cpu():
-    args = make_decode_case(
-        seq_lens=[4], num_heads=2, num_kv_heads=1, head_dim=64, dtype=torch.float16
-    )
-    e5m2 = to_fp8_pool(args, torch.float8_e5m2, k_scale=1.0, v_scale=1.0)
-    with pytest.raises(ValueError, match="fp8_query"):
-        decode_attention(**e5m2, fp8_query=True)
-    e4m3 = to_fp8_pool(args, torch.float8_e4m3fn, k_scale=1.0, v_scale=1.0)
-    assert not default_fp8_query(args["q"], e4m3["k_buffer"])  # the interpreter: fp16 dots
 
 
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -151,21 +108,10 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         (False, False, False), (True, False, True), (True, False, False), (True, True, False)
     ):  # fmt: skip
         out = decode_attention(
-            **fp8_decode,
-            fp8_dot_fp16=dot_fp16,
-            kv_lhs=kv_lhs,
-            fp8_v_words=v_words,
-            fp8_query=False,
+            **fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs, fp8_v_words=v_words
         )
         assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
-    # The default: over e4m3, q in e4m3 too and the scores on FP8 tensor cores.
-    fp8_query = fp8_dtype == torch.float8_e4m3fn
-    assert default_fp8_query(decode["q"], fp8_decode["k_buffer"]) == fp8_query
-    out = decode_attention(**fp8_decode)
-    reference = decode_attention_ref(**fp8_decode, fp8_query=fp8_query)
-    assert relative_error(out, reference) < 1e-2
-    assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     extend = make_extend_case(
         prefix_lens=[0, 300, 1000, 7],
         extend_lens=[1024, 77, 500, 1],
