@@ -1,18 +1,10 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The fourteenth
-# session (2026-12-02) ran gpu-tests (115 passed), tree-overlap (the concurrent mode lost: removed),
-# tree-shared (twice: the defaults stay), gsp-outside, gc-ab's in-process half (17.46 s: [6/14]'s
-# 18 s met) and fp8 (1.465x; docs/benchmarks.md). Pending after it, in order:
-#   dsl-tree     [6/14] item 3, never measured at the 8B shape: examples/prefix_sharing_benchmark.py
-#                (run_batch and fork(64) over a shared few-shot prefix, 256 tokens a branch)
-#                with tree attention off, on, off, on: the last of [6/14] but its micro
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The fifteenth
+# session (2026-12-02) ran dsl-tree ([6/14] item 3: fork(64) 2.64 -> 1.82 s over 2.6k shared
+# tokens), tree-shared (the unpipelined launches lost), decode-build (no change on the H200),
+# bs1-profile, an e4m3 query for the FP8 pool (slower: reverted) and 1000 x 1000/1000 with tree
+# attention off / on (no regression); docs/benchmarks.md. Pending after it, in order:
 #   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (where 1.465x loses)
-#   decode-build [7/14] item 4: bench latency batch 1, `.base` = a6d68f0 (before DECODE batches
-#                skipped extend's per-token packing: 5 device ops of host time in the synced
-#                step) against this tree
-#   tree-shared  [6/14] the shared pass without a software pipeline (1 stage; 128-position
-#                tiles put 64 KB in flight a program): the pipelined default waits for every
-#                copy each iteration (bench_tree_attention.py's --shared-sweep comment), ~1 min
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
