@@ -13,7 +13,11 @@ this is about 14 launches.
 
 `rotary_embedding_and_store_kv` also writes each token's rotated key and its value into the
 layer's paged KV cache at the token's slot (`k_cache[slot] = k_rot`, `v_cache[slot] = v`), the
-store the attention backend would otherwise do with two more launches per layer.
+store the attention backend would otherwise do with two more launches per layer. Into an FP8
+cache (e4m3 / e5m2) it stores as the pool's own quantizing store does: the value rounded to the
+model dtype, divided by the layer's `k_scale` / `v_scale` (IEEE division, as torch's), clamped
+to the format's range and cast (round to nearest even), in place of that store's ~8 launches
+per layer.
 """
 
 from __future__ import annotations
@@ -22,11 +26,24 @@ import torch
 import triton
 import triton.language as tl
 
+FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 
 @triton.jit
 def _round(x, dtype: tl.constexpr):
     """Rounds fp32 values to the storage dtype and back, as each torch op would."""
     return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _cache_value(x, dtype: tl.constexpr, cache_dtype: tl.constexpr, scale, FP8_MAX: tl.constexpr):
+    """fp32 `x` as the cache stores it: in `cache_dtype`; into an FP8 cache (FP8_MAX > 0, the
+    format's largest value) first rounded to the model dtype, divided by the scale and
+    clamped (`radix_cache.memory_pool.MHATokenToKVPool`'s quantizing store)."""
+    if FP8_MAX > 0:
+        scaled = tl.math.div_rn(_round(x, dtype), scale)
+        return tl.clamp(scaled, -FP8_MAX, FP8_MAX).to(cache_dtype)
+    return x.to(cache_dtype)
 
 
 @triton.jit
@@ -55,8 +72,10 @@ def _load_heads(
 def _rotate_heads(
     src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads, cos1, cos2, sin1, sin2,
     delta_ptr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-    HAS_DELTA: tl.constexpr,
+    HAS_DELTA: tl.constexpr, scale=1.0, FP8_MAX: tl.constexpr = 0.0,
 ):  # fmt: skip
+    """Rotates `[num_heads, 2 * HALF]` (one token's heads) into `dst` (an FP8 cache with
+    FP8_MAX > 0: quantized by `scale`, `_cache_value`)."""
     dtype = src_ptr.dtype.element_ty
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
@@ -66,26 +85,33 @@ def _rotate_heads(
     out1 = _round(x1 * cos1[None, :], dtype) + _round(-x2 * sin1[None, :], dtype)
     out2 = _round(x2 * cos2[None, :], dtype) + _round(x1 * sin2[None, :], dtype)
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
-    tl.store(dst, out1.to(dtype), mask=mask)
-    tl.store(dst + HALF, out2.to(dtype), mask=mask)
+    if FP8_MAX > 0:
+        cache_dtype = dst_ptr.dtype.element_ty
+        tl.store(dst, _cache_value(out1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+        tl.store(dst + HALF, _cache_value(out2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+    else:
+        tl.store(dst, out1.to(dtype), mask=mask)
+        tl.store(dst + HALF, out2.to(dtype), mask=mask)
 
 
 @triton.jit
 def _copy_heads(
     src_ptr, dst_ptr, stride_src_head, stride_dst_head, num_heads, delta_ptr,
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, HAS_DELTA: tl.constexpr,
+    scale, FP8_MAX: tl.constexpr,
 ):  # fmt: skip
     """Copies `[num_heads, 2 * HALF]` (one token's values, plus the delta) into the cache's
-    dtype."""
+    dtype (`_cache_value`)."""
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
     x1, x2, mask = _load_heads(
         src_ptr, delta_ptr, stride_src_head, num_heads, HALF, BLOCK_HALF, BLOCK_H, HAS_DELTA
     )
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
-    dtype = dst_ptr.dtype.element_ty
-    tl.store(dst, x1.to(dtype), mask=mask)
-    tl.store(dst + HALF, x2.to(dtype), mask=mask)
+    dtype = src_ptr.dtype.element_ty
+    cache_dtype = dst_ptr.dtype.element_ty
+    tl.store(dst, _cache_value(x1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+    tl.store(dst + HALF, _cache_value(x2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
 
 
 @triton.jit
@@ -109,12 +135,15 @@ def _rotary_kernel(
     stride_v_token, stride_v_head, stride_kc_slot, stride_kc_head, stride_vc_slot, stride_vc_head,
     num_heads,
     num_kv_heads,
+    k_scale,  # an FP8 cache's dequantization scales (STORE_KV with FP8_MAX > 0)
+    v_scale,
     HALF: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     STORE_KV: tl.constexpr,
     HAS_DELTA: tl.constexpr,  # q, k and v get a delta (laid out as q | k | v) added first
+    FP8_MAX: tl.constexpr,  # > 0: the caches are FP8 with this largest value
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
     delta_q = delta_ptr + token * stride_delta_token
@@ -147,11 +176,12 @@ def _rotary_kernel(
         _rotate_heads(
             k_ptr + token * stride_k_token, k_cache_ptr + slot * stride_kc_slot, stride_k_head,
             stride_kc_head, num_kv_heads, cos1, cos2, sin1, sin2, delta_k, HALF, BLOCK_HALF,
-            BLOCK_HK, HAS_DELTA,
+            BLOCK_HK, HAS_DELTA, k_scale, FP8_MAX,
         )  # fmt: skip
         _copy_heads(
             v_ptr + token * stride_v_token, v_cache_ptr + slot * stride_vc_slot, stride_v_head,
             stride_vc_head, num_kv_heads, delta_v, HALF, BLOCK_HALF, BLOCK_HK, HAS_DELTA,
+            v_scale, FP8_MAX,
         )  # fmt: skip
 
 
@@ -176,16 +206,17 @@ def _check_rotary_inputs(positions, q, k, cos_cache, sin_cache) -> None:
 
 
 def _launch(
-    positions, q, k, cos_cache, sin_cache, store, delta=None
+    positions, q, k, cos_cache, sin_cache, store, delta=None, kv_scales=(1.0, 1.0)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Runs the kernel; `store`: None or (v, k_cache, v_cache, slots), and `delta`: None or
-    the fp32 q | k | v delta, already checked."""
+    the fp32 q | k | v delta, already checked; `kv_scales`: an FP8 cache's (k_scale, v_scale)."""
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if q.shape[0] == 0:
         return q_out, k_out
     # Without a store the cache arguments are never read: q stands in for each pointer.
     v, k_cache, v_cache, slots = store if store is not None else (q, q, q, positions)
+    fp8_max = torch.finfo(k_cache.dtype).max if k_cache.dtype in FP8_CACHE_DTYPES else 0.0
     half = q.shape[2] // 2
     _rotary_kernel[(q.shape[0],)](
         positions, q, k, q_out, k_out, cos_cache, sin_cache, v, k_cache, v_cache, slots,
@@ -195,13 +226,14 @@ def _launch(
         cos_cache.stride(0),
         v.stride(0), v.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1),
-        q.shape[1], k.shape[1],
+        q.shape[1], k.shape[1], float(kv_scales[0]), float(kv_scales[1]),
         HALF=half,
         BLOCK_HALF=triton.next_power_of_2(half),
         BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
         BLOCK_HK=triton.next_power_of_2(k.shape[1]),
         STORE_KV=store is not None,
         HAS_DELTA=delta is not None,
+        FP8_MAX=fp8_max,
         num_warps=4,
     )  # fmt: skip
     return q_out, k_out
@@ -234,9 +266,14 @@ def rotary_embedding_and_store_kv(
     v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim], written at `slots`
     slots: torch.Tensor,  # [num_tokens] int, distinct
     delta: torch.Tensor | None = None,  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+    kv_scales: tuple[float, float] = (1.0, 1.0),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`rotary_embedding`, and each token's rotated key and value written to its cache slot
     (cast to the cache's dtype), in the same launch.
+
+    Into FP8 caches (both e4m3 or both e5m2) the key and value are stored quantized with
+    `kv_scales` = (k_scale, v_scale) (stored = value / scale, clamped to the format's range),
+    as `MHATokenToKVPool.set_kv` stores them; other caches ignore the scales.
 
     `delta` (float32, laid out as q | k | v, a LoRA delta computed beside the qkv GEMM) is
     added to q, k and v first, rounded to their dtype as adding it into them would be; `v`
@@ -259,6 +296,13 @@ def rotary_embedding_and_store_kv(
             )
     if slots.shape != (q.shape[0],) or slots.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"slots must be an int32/int64 [num_tokens={q.shape[0]}] tensor")
+    if (k_cache.dtype in FP8_CACHE_DTYPES or v_cache.dtype in FP8_CACHE_DTYPES) and (
+        k_cache.dtype != v_cache.dtype
+    ):
+        raise TypeError(f"k_cache and v_cache must share an FP8 dtype, got {k_cache.dtype} and "
+                        f"{v_cache.dtype}")  # fmt: skip
+    if len(kv_scales) != 2 or not all(scale > 0 for scale in kv_scales):
+        raise ValueError(f"kv_scales must be two positive floats, got {kv_scales!r}")
     width = (q.shape[1] + 2 * k.shape[1]) * q.shape[2]
     if delta is not None and (
         delta.shape != (q.shape[0], width) or delta.dtype != torch.float32 or delta.stride(1) != 1
@@ -268,7 +312,7 @@ def rotary_embedding_and_store_kv(
             f"in its last dimension, got {delta.dtype} {tuple(delta.shape)}"
         )
     store = (v, k_cache, v_cache, slots)
-    return _launch(positions, q, k, cos_cache, sin_cache, store, delta)
+    return _launch(positions, q, k, cos_cache, sin_cache, store, delta, kv_scales)
 
 
 def rotary_embedding_ref(positions, q, k, cos_cache, sin_cache):
@@ -283,11 +327,27 @@ def rotary_embedding_ref(positions, q, k, cos_cache, sin_cache):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def store_in_cache(
+    cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    slots: torch.Tensor,  # [num_tokens]
+    x: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    scale: float = 1.0,
+) -> None:
+    """`cache[slots] = x` in torch, cast to the cache's dtype; an FP8 cache stores
+    `x / scale` clamped to its format's range (as the Triton kernel and the pool do)."""
+    if cache.dtype not in FP8_CACHE_DTYPES:
+        cache[slots] = x.to(cache.dtype)
+        return
+    limit = torch.finfo(cache.dtype).max
+    quantized = (x.float() / scale).clamp(-limit, limit).to(cache.dtype)
+    cache.view(torch.uint8)[slots] = quantized.view(torch.uint8)  # no fp8 index_put on the CPU
+
+
 def rotary_embedding_and_store_kv_ref(
-    positions, q, k, v, cos_cache, sin_cache, k_cache, v_cache, slots
+    positions, q, k, v, cos_cache, sin_cache, k_cache, v_cache, slots, kv_scales=(1.0, 1.0)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain-torch reference of `rotary_embedding_and_store_kv`."""
     q_out, k_out = rotary_embedding_ref(positions, q, k, cos_cache, sin_cache)
-    k_cache[slots] = k_out.to(k_cache.dtype)
-    v_cache[slots] = v.to(v_cache.dtype)
+    store_in_cache(k_cache, slots, k_out, kv_scales[0])
+    store_in_cache(v_cache, slots, v, kv_scales[1])
     return q_out, k_out

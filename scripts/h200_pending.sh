@@ -4,7 +4,13 @@
 # tokens), tree-shared (the unpipelined launches lost), decode-build (no change on the H200),
 # bs1-profile, an e4m3 query for the FP8 pool (slower: reverted) and 1000 x 1000/1000 with tree
 # attention off / on (no regression); docs/benchmarks.md. Pending after it, in order:
-#   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (where 1.465x loses)
+#   fp8-store    [8/14] the FP8 pool's store fused into the rotary kernel (built after the
+#                fifteenth session's lease): its GPU test (`pytest -m gpu -k fp8_cache`), then
+#                `fp8-profile` (the fifteenth session's FP8 step at batch 256: 14,991 us, of which
+#                ~530 us the unfused store's scale / clamp / cast / index kernels) and `fp8`
+#                (bf16 then FP8 weights + KV offline; 1.465x in the fourteenth session)
+#   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (fifteenth session:
+#                attention 9,695 / 7,206 us a step, GEMMs 6,520 / 4,805 us)
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -84,6 +90,10 @@ for stage in "$@"; do
     fp8-table)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/fp8_table bash scripts/ab_bench.sh .base latency-fp8 ;;
+    fp8-store)
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fused_layers.py \
+        -k "fp8" 2>&1 | tail -3
+      bash scripts/h200_pending.sh fp8-profile fp8 ;;
     fp8-profile)
       mkdir -p "$OUT/fp8_profile"
       for quant in "" "--quantization fp8 --kv-cache-dtype fp8_e4m3"; do

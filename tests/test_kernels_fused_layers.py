@@ -25,7 +25,9 @@ from radixgen.kernels.rotary import (
     rotary_embedding_and_store_kv,
     rotary_embedding_and_store_kv_ref,
     rotary_embedding_ref,
+    store_in_cache,
 )
+from radixgen.radix_cache.memory_pool import TokenToKVPool
 from tests.sm90_compile import assert_compile_for_sm90_without_spills
 
 
@@ -273,9 +275,11 @@ def test_rotary_embedding_and_store_kv_matches_reference(
     assert torch.equal(caches[1][slots], v.to(cache_dtype))  # values stored unrotated
 
 
+@pytest.mark.parametrize("fp8_cache", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_rotary_embedding_and_store_kv_adds_a_delta_as_the_unfused_sum(dtype):
-    # A LoRA delta computed beside the qkv GEMM: the same as adding it into q, k, v first.
+def test_rotary_embedding_and_store_kv_adds_a_delta_as_the_unfused_sum(dtype, fp8_cache):
+    # A LoRA delta computed beside the qkv GEMM: the same as adding it into q, k, v first
+    # (into an FP8 cache too, quantized after the sum).
     num_tokens, num_heads, num_kv_heads, head_dim, num_slots = 4, 4, 2, 32, 8
     sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
     qkv = randn(num_tokens, sum(sizes), dtype=dtype)
@@ -289,19 +293,22 @@ def test_rotary_embedding_and_store_kv_adds_a_delta_as_the_unfused_sum(dtype):
 
     cos, sin = rope_tables(64, head_dim)
     positions, slots = torch.tensor([3, 0, 63, 17]), torch.tensor([5, 2, 7, 1])
-    caches = [torch.zeros(num_slots, num_kv_heads, head_dim, dtype=dtype) for _ in range(2)]
+    cache_dtype = torch.float8_e4m3fn if fp8_cache else dtype
+    kv_scales = (0.5, 0.125) if fp8_cache else (1.0, 1.0)
+    caches = [torch.zeros(num_slots, num_kv_heads, head_dim, dtype=cache_dtype) for _ in "kv"]
     expected_caches = [cache.clone() for cache in caches]
     q, k, v = heads(qkv)
     q_out, k_out = rotary_embedding_and_store_kv(
-        positions, q, k, v, cos, sin, *caches, slots, delta=delta
+        positions, q, k, v, cos, sin, *caches, slots, delta=delta, kv_scales=kv_scales
     )
     q_sum, k_sum, v_sum = heads((qkv.float() + delta).to(dtype))
     q_expected, k_expected = rotary_embedding_and_store_kv(
-        positions, q_sum, k_sum, v_sum, cos, sin, *expected_caches, slots
+        positions, q_sum, k_sum, v_sum, cos, sin, *expected_caches, slots, kv_scales=kv_scales
     )
     assert torch.equal(q_out, q_expected) and torch.equal(k_out, k_expected)
     for cache, expected in zip(caches, expected_caches, strict=True):
-        assert torch.equal(cache, expected)
+        assert torch.equal(cache.view(torch.uint8), expected.view(torch.uint8))
+        assert cache.float().abs().sum() > 0
     with pytest.raises(ValueError, match="delta"):
         rotary_embedding_and_store_kv(
             positions, q, k, v, cos, sin, *caches, slots, delta=delta[:, :-1]
@@ -323,7 +330,9 @@ def test_lora_delta_consumers_compile_for_sm90_without_spills():
              "stride_kc_head", "stride_vc_slot", "stride_vc_head", "num_heads", "num_kv_heads"],
             i32,
         ),
+        "k_scale": "fp32", "v_scale": "fp32",
     }  # fmt: skip
+    fp8_caches = {"k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv"}
     assert_compile_for_sm90_without_spills([
         ("radixgen.kernels.activation", "_silu_and_mul_kernel",
          {"x_ptr": "*bf16", "delta_ptr": "*fp32", "out_ptr": "*bf16", "stride_x_row": i32,
@@ -331,8 +340,77 @@ def test_lora_delta_consumers_compile_for_sm90_without_spills():
          {"HAS_DELTA": True, "BLOCK": 1024}, 4),
         ("radixgen.kernels.rotary", "_rotary_kernel", rotary,
          {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
-          "HAS_DELTA": True}, 4),
+          "HAS_DELTA": True, "FP8_MAX": 0.0}, 4),
+        # The store into an e4m3 pool (quantized by the layer's scales), no delta.
+        ("radixgen.kernels.rotary", "_rotary_kernel", rotary | fp8_caches,
+         {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
+          "HAS_DELTA": False, "FP8_MAX": 448.0}, 4),
     ])  # fmt: skip
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rotary_embedding_and_store_kv_quantizes_into_an_fp8_cache(dtype, cache_dtype):
+    """An FP8 cache gets value / scale, clamped to the format's range, as the pool's `set_kv`
+    stores it. At position 0 (no rotation) and with values on the FP8 grid times a power-of-two
+    scale every stored byte is exact, so the interpreter's FP8 conversion (which rounds some
+    values unlike torch) cannot blur the check; the GPU test covers rotated, rounded values."""
+    num_tokens, num_heads, num_kv_heads, head_dim, num_slots = 4, 4, 2, 32, 8
+    kv_scales = (0.25, 4.0)
+    limit = torch.finfo(cache_dtype).max
+
+    def on_grid(seed, scale):
+        values = randn(num_tokens, num_kv_heads, head_dim, dtype=torch.float32, seed=seed) * 8
+        return values.to(cache_dtype).float() * scale
+
+    k, v = on_grid(1, kv_scales[0]), on_grid(2, kv_scales[1])
+    # Keys past the format's range (2 limit * 0.25 fits in fp16 for both formats): clamped.
+    k[0, 0, :3] = torch.tensor([2.0, -2.0, 1.5]) * limit * kv_scales[0]
+    k, v = k.to(dtype), v.to(dtype)
+    q = randn(num_tokens, num_heads, head_dim, dtype=dtype)
+    cos, sin = rope_tables(8, head_dim)
+    positions, slots = torch.zeros(num_tokens, dtype=torch.int64), torch.tensor([6, 1, 3, 0])
+    caches = [torch.zeros(num_slots, num_kv_heads, head_dim, dtype=cache_dtype) for _ in "kv"]
+    expected = [cache.clone() for cache in caches]
+    q_out, k_out = rotary_embedding_and_store_kv(
+        positions, q, k, v, cos, sin, *caches, slots, kv_scales=kv_scales
+    )
+    rotary_embedding_and_store_kv_ref(
+        positions, q, k, v, cos, sin, *expected, slots, kv_scales=kv_scales
+    )
+    for cache, reference in zip(caches, expected, strict=True):
+        assert torch.equal(cache.view(torch.uint8), reference.view(torch.uint8))
+    assert caches[0][slots[0], 0, :3].float().tolist() == [limit, -limit, limit]
+    assert torch.equal(k_out, k)  # position 0: the key is not rotated
+    with pytest.raises(TypeError, match="FP8"):
+        rotary_embedding_and_store_kv(
+            positions, q, k, v, cos, sin, caches[0], torch.zeros_like(caches[1], dtype=dtype),
+            slots,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="kv_scales"):
+        rotary_embedding_and_store_kv(
+            positions, q, k, v, cos, sin, *caches, slots, kv_scales=(1.0, 0.0)
+        )
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_store_in_cache_quantizes_as_the_pool_does(cache_dtype):
+    """The fused store's torch definition (the CPU path and the kernel's reference) writes the
+    bytes the pool's own `set_kv` writes, at scale 1 and at others, outliers included."""
+    for k_scale, v_scale in ((1.0, 1.0), (0.05, 3.0)):
+        pool = TokenToKVPool(
+            num_slots=8, num_layers=1, num_kv_heads=2, head_dim=16, dtype=torch.bfloat16,
+            kv_dtype=cache_dtype, kv_scales=[(k_scale, v_scale)],
+        )  # fmt: skip
+        k = randn(3, 2, 16, dtype=torch.bfloat16) * 500
+        v = randn(3, 2, 16, dtype=torch.bfloat16, seed=1)
+        slots = torch.tensor([5, 0, 2])
+        pool.set_kv(0, slots, k, v)
+        caches = [torch.zeros_like(buffer) for buffer in pool.get_kv_buffer(0)]
+        store_in_cache(caches[0], slots, k, k_scale)
+        store_in_cache(caches[1], slots, v, v_scale)
+        for cache, buffer in zip(caches, pool.get_kv_buffer(0), strict=True):
+            assert torch.equal(cache.view(torch.uint8), buffer.view(torch.uint8))
 
 
 def test_rotary_embedding_and_store_kv_rejects_a_bad_cache():
@@ -380,3 +458,35 @@ def test_fused_layers_cuda_bf16():
     slots = torch.randperm(256, device="cuda")[:64]
     _, k_out = rotary_embedding_and_store_kv(positions, q, k, v, cos, sin, k_cache, v_cache, slots)
     assert torch.equal(k_cache[slots], k_out) and torch.equal(v_cache[slots], v)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_rotary_store_into_an_fp8_cache_cuda_bf16(cache_dtype):
+    """Rotated, rounded keys and values quantized in the kernel: the bytes torch writes."""
+    num_tokens, num_heads, num_kv_heads, head_dim, num_slots = 64, 32, 8, 128, 256
+    q = randn(num_tokens, num_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+    k = randn(num_tokens, num_kv_heads, head_dim, dtype=torch.bfloat16, seed=1, device="cuda")
+    v = randn(num_tokens, num_kv_heads, head_dim, dtype=torch.bfloat16, seed=2, device="cuda")
+    k[0, 0, :4] = torch.tensor([1e4, -1e4, 3e3, 60.0])  # past e4m3's range at these scales
+    cos, sin = (table.cuda() for table in rope_tables(4096, head_dim))
+    positions = torch.randint(0, 4096, (num_tokens,), device="cuda")
+    slots = torch.randperm(num_slots, device="cuda")[:num_tokens]
+    for kv_scales in ((1.0, 1.0), (0.05, 3.0)):
+        caches = [torch.zeros(num_slots, num_kv_heads, head_dim, device="cuda", dtype=cache_dtype)
+                  for _ in "kv"]  # fmt: skip
+        expected = [cache.clone() for cache in caches]
+        rotary_embedding_and_store_kv(
+            positions, q, k, v, cos, sin, *caches, slots, kv_scales=kv_scales
+        )
+        rotary_embedding_and_store_kv_ref(
+            positions, q, k, v, cos, sin, *expected, slots, kv_scales=kv_scales
+        )
+        for cache, reference in zip(caches, expected, strict=True):
+            # The rotation's products may fuse into one FMA on the GPU (one bf16 ulp, see
+            # kernels/rotary.py), which can move a key across an FP8 rounding boundary.
+            differ = (cache.view(torch.uint8) != reference.view(torch.uint8)).float().mean()
+            assert differ < 0.01
+            assert torch.equal(cache.float().abs().amax(), reference.float().abs().amax())
+        assert torch.equal(caches[1].view(torch.uint8), expected[1].view(torch.uint8))  # V exact

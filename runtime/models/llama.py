@@ -113,7 +113,7 @@ class LlamaAttention(nn.Module):
         # decode (where attention reads v from the cache, not from `v`); elsewhere here.
         qkv, delta = self.qkv_proj(hidden_states, with_delta=True)
         if delta is not None and (
-            pool.is_fp8 or self.q_norm is not None or forward_batch.mode != ForwardMode.DECODE
+            self.q_norm is not None or forward_batch.mode != ForwardMode.DECODE
         ):
             qkv, delta = add_float_delta(qkv, delta), None
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -122,23 +122,23 @@ class LlamaAttention(nn.Module):
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if pool.is_fp8:  # the quantising store (scale, clamp, cast) is the pool's: unfused
-            q, k = rotary_emb(forward_batch.positions, q, k)
-        else:  # rotary and the KV-cache store of the new tokens in one kernel on CUDA
-            k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
-            q, k = rotary_emb.forward_and_store_kv(
-                forward_batch.positions,
-                q,
-                k,
-                v,
-                k_cache,
-                v_cache,
-                forward_batch.out_cache_loc,
-                delta,
-            )
+        # Rotary and the KV-cache store of the new tokens in one kernel on CUDA (into an FP8
+        # pool quantized with the layer's scales, as the pool's `set_kv` would).
+        k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
+        q, k = rotary_emb.forward_and_store_kv(
+            forward_batch.positions,
+            q,
+            k,
+            v,
+            k_cache,
+            v_cache,
+            forward_batch.out_cache_loc,
+            delta,
+            pool.kv_scales(self.layer_id),
+        )
         # [num_tokens, num_heads, head_dim]
         attn_output = forward_batch.attn_backend.forward(
-            q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=not pool.is_fp8
+            q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
         )
         attn_output = attn_output.reshape(num_tokens, self.q_size)
         # Row parallel: each rank's heads contribute a partial sum of the output.
