@@ -4,11 +4,10 @@
 # tokens), tree-shared (the unpipelined launches lost), decode-build (no change on the H200),
 # bs1-profile, an e4m3 query for the FP8 pool (slower: reverted) and 1000 x 1000/1000 with tree
 # attention off / on (no regression); docs/benchmarks.md. Pending after it, in order:
-#   fp8-store    [8/14] the FP8 pool's store fused into the rotary kernel (built after the
-#                fifteenth session's lease): its GPU test (`pytest -m gpu -k fp8_cache`), then
-#                `fp8-profile` (the fifteenth session's FP8 step at batch 256: 14,991 us, of which
-#                ~530 us the unfused store's scale / clamp / cast / index kernels) and `fp8`
-#                (bf16 then FP8 weights + KV offline; 1.465x in the fourteenth session)
+#   fp8-store    [8/14] the FP8 pool's store fused into the rotary kernel (fifteenth session:
+#                GPU tests passed, -0.49 ms of kernels a batch-256 step): its GPU test again,
+#                `fp8-profile`, and `fp8` (bf16 then FP8 weights + KV offline; 1.465x in the
+#                fourteenth session), the offline ratio it has not had yet
 #   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (fifteenth session:
 #                attention 9,695 / 7,206 us a step, GEMMs 6,520 / 4,805 us)
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
