@@ -5,11 +5,9 @@
 # bs1-profile, an e4m3 query for the FP8 pool (slower: reverted) and 1000 x 1000/1000 with tree
 # attention off / on (no regression); docs/benchmarks.md. Pending after it, in order:
 #   fp8-store    [8/14] the FP8 pool's store fused into the rotary kernel (fifteenth session:
-#                GPU tests passed, -0.49 ms of kernels a batch-256 step): its GPU test again,
-#                `fp8-profile`, and `fp8` (bf16 then FP8 weights + KV offline; 1.465x in the
-#                fourteenth session), the offline ratio it has not had yet
-#   fp8-profile  [8/14] the batch-256 decode step's kernels, bf16 and FP8 (fifteenth session:
-#                attention 9,695 / 7,206 us a step, GEMMs 6,520 / 4,805 us)
+#                GPU tests passed, -0.49 ms of kernels a batch-256 step): its GPU test again and
+#                `fp8` (bf16 then FP8 weights + KV offline; 1.465x in the fourteenth session),
+#                the offline ratio it has not had yet (~5 min)
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -92,8 +90,10 @@ for stage in "$@"; do
     fp8-store)
       timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fused_layers.py \
         -k "fp8" 2>&1 | tail -3
-      bash scripts/h200_pending.sh fp8-profile fp8 ;;
+      bash scripts/h200_pending.sh fp8 ;;
     fp8-profile)
+      # [8/14] the batch-256 decode step's kernels, bf16 and FP8 (fifteenth session: attention
+      # 9,695 / 7,206 us a step, GEMMs 6,520 / 4,805 us; the fused store then took 0.49 ms off)
       mkdir -p "$OUT/fp8_profile"
       for quant in "" "--quantization fp8 --kv-cache-dtype fp8_e4m3"; do
         timeout 250 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
