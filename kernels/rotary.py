@@ -39,7 +39,7 @@ def _round(x, dtype: tl.constexpr):
 def _cache_value(x, dtype: tl.constexpr, cache_dtype: tl.constexpr, scale, FP8_MAX: tl.constexpr):
     """fp32 `x` as the cache stores it: in `cache_dtype`; into an FP8 cache (FP8_MAX > 0, the
     format's largest value) first rounded to the model dtype, divided by the scale and
-    clamped (`radix_cache.memory_pool.MHATokenToKVPool`'s quantizing store)."""
+    clamped (`radix_cache.memory_pool.TokenToKVPool`'s quantizing store)."""
     if FP8_MAX > 0:
         scaled = tl.math.div_rn(_round(x, dtype), scale)
         return tl.clamp(scaled, -FP8_MAX, FP8_MAX).to(cache_dtype)
@@ -273,7 +273,7 @@ def rotary_embedding_and_store_kv(
 
     Into FP8 caches (both e4m3 or both e5m2) the key and value are stored quantized with
     `kv_scales` = (k_scale, v_scale) (stored = value / scale, clamped to the format's range),
-    as `MHATokenToKVPool.set_kv` stores them; other caches ignore the scales.
+    as `TokenToKVPool.set_kv` stores them; other caches ignore the scales.
 
     `delta` (float32, laid out as q | k | v, a LoRA delta computed beside the qkv GEMM) is
     added to q, k and v first, rounded to their dtype as adding it into them would be; `v`
