@@ -273,6 +273,7 @@ def decode_split_kernel(
     stride_o_batch,
     stride_o_head,
     num_kv_splits,  # runtime: tuning it does not recompile
+    min_split_len,  # runtime: a split covers at least this many positions (a multiple of BLOCK_N)
     HAS_KV_STARTS: tl.constexpr,  # False: positions [0, seq_len) (plain decode)
     MERGE: tl.constexpr,  # the last split program of each (request, KV head) merges
     HAS_SHARED: tl.constexpr,  # tree attention: the merge takes the shared pass's entries too
@@ -294,6 +295,8 @@ def decode_split_kernel(
     kv_start = tl.load(kv_starts_ptr + req) if HAS_KV_STARTS else 0
     row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
     split_len = tl.cdiv(tl.cdiv(seq_len - kv_start, num_kv_splits), BLOCK_N) * BLOCK_N
+    # A short history in fewer, longer splits (tuning): one split merges from registers.
+    split_len = tl.maximum(split_len, min_split_len)
     split_start = kv_start + split * split_len
     split_end = tl.minimum(split_start + split_len, seq_len)
     # Splits holding positions (>= 1: split 0 stands for an empty range). The split count is
@@ -662,6 +665,7 @@ def decode_attention(
     kv_lhs: bool = False,
     max_registers: int | None = None,
     fp8_v_words: bool | None = None,
+    min_split_len: int = 0,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -688,6 +692,10 @@ def decode_attention(
         fp8_v_words: an FP8 pool's V tiles read as 32-bit words and converted to fp16 before
             the dot (`load_fp8_rows_as_fp16`); a tuning override, off by default (slower on
             the H200).
+        min_split_len: each KV split covers at least this many positions (rounded up to the
+            launch's tile), so a short history uses fewer splits (one split merges from
+            registers, with no partials or counter); a tuning override, 0 by default (splits
+            as short as one tile).
 
     Returns:
         The attention output, shaped and typed like q.
@@ -732,6 +740,9 @@ def decode_attention(
     default_n, default_warps, default_stages = default_decode_blocks(
         head_dim, q.device, fp8_pool=fp8_pool
     )
+    block_n = block_n or default_n
+    if min_split_len < 0:
+        raise ValueError(f"min_split_len must be >= 0, got {min_split_len}")
     if max_registers is None:
         max_registers = default_decode_max_registers(head_dim, q.device, fp8_pool=fp8_pool)
     dot_fp16, v_fp8_words = fp8_pool_paths(
@@ -764,6 +775,7 @@ def decode_attention(
         out.stride(0),
         out.stride(1),
         num_kv_splits,
+        triton.cdiv(min_split_len, block_n) * block_n,
         HAS_KV_STARTS=False,
         MERGE=merge,
         HAS_SHARED=False,
@@ -775,7 +787,7 @@ def decode_attention(
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         BLOCK_H=max(16, triton.next_power_of_2(group_size)),
-        BLOCK_N=block_n or default_n,
+        BLOCK_N=block_n,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
         **({"maxnreg": max_registers} if max_registers else {}),

@@ -345,6 +345,7 @@ def tree_decode_attention(
         out.stride(0),
         out.stride(1),
         num_kv_splits,
+        0,  # min_split_len: splits as short as one tile
         HAS_KV_STARTS=True,
         MERGE=passes == "both",
         HAS_SHARED=True,

@@ -1,6 +1,6 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
-    python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep]
+    python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep] [--split-sweep]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
@@ -13,6 +13,8 @@ Prints one table per kernel:
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
 bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
 either side of the dots (`kv_lhs`).
+`--split-sweep` only: batch-1 / batch-4 decode attention per `min_split_len` (fewer, longer KV
+splits on short histories).
 Times are medians of triton.testing.do_bench.
 """
 
@@ -127,6 +129,22 @@ def sweep_fp8_kv_decode() -> None:
             print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
 
 
+def sweep_min_split_len() -> None:
+    """Batch-1 and batch-4 decode attention (bf16 pool, CUDA-graph replays with the in-kernel
+    merge, the engine's path) per `min_split_len`: the default splits a short history into
+    64-position pieces over up to 32 splits, then merges them through a counter; fewer, longer
+    splits shorten that chain (one split merges from registers). The fifteenth session's
+    batch-1 step spent 7 us a layer in the split kernel at 128-384 positions."""
+    print("batch x context | min_split_len | us")
+    for batch in (1, 4):
+        for context in (128, 256, 512, 1024, 4096):
+            for min_split_len in (0, 128, 256, 512, 1024):
+                us, _ = bench_decode(
+                    batch, context, graph=True, merge_counters=True, min_split_len=min_split_len
+                )
+                print(f"{batch} x {context} | {min_split_len} | {us:.1f}")
+
+
 def extend_case(prefix_len: int, extend_len: int):
     num_slots = prefix_len + 1
     k_buffer = torch.randn(num_slots, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
@@ -187,11 +205,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--sweep", action="store_true", help="also sweep tuning parameters")
     parser.add_argument("--fp8-kv-sweep", action="store_true", help="only the FP8-pool sweep")
+    parser.add_argument(
+        "--split-sweep", action="store_true", help="only the min_split_len sweep at batch 1 / 4"
+    )
     args = parser.parse_args()
     device = torch.cuda.get_device_name()
     print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
     if args.fp8_kv_sweep:
         sweep_fp8_kv_decode()
+        return
+    if args.split_sweep:
+        sweep_min_split_len()
         return
     copy_tbs = bench_copy()
     print(f"copy bandwidth: {copy_tbs:.2f} TB/s (read + write)")

@@ -8,6 +8,11 @@
 #                GPU tests passed, -0.49 ms of kernels a batch-256 step): its GPU test again and
 #                `fp8` (bf16 then FP8 weights + KV offline; 1.465x in the fourteenth session),
 #                the offline ratio it has not had yet (~5 min)
+#   bs1-split    [7/14] batch-1 decode attention per min_split_len (`bench_kernels.py
+#                --split-sweep`, ~1 min): the split kernel took 7 us a layer at 128-384
+#                positions in the fifteenth session's profile; if longer splits win, make it the
+#                default (`decode_attention(min_split_len=)` through the backend) and run
+#                bench latency batch 1 against `.base`
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -87,6 +92,9 @@ for stage in "$@"; do
     fp8-table)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/fp8_table bash scripts/ab_bench.sh .base latency-fp8 ;;
+    bs1-split)
+      timeout 200 python3 scripts/bench_kernels.py --split-sweep 2>&1 | grep -v -i warn \
+        | tee "$OUT/split_sweep.log" | tail -52 ;;
     fp8-store)
       timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fused_layers.py \
         -k "fp8" 2>&1 | tail -3

@@ -120,6 +120,7 @@ def test_split_kernel_compiles_for_sm90_without_spills():
         "stride_o_batch",
         "stride_o_head",
         "num_kv_splits",
+        "min_split_len",
     )
     signature = {
         "q_ptr": "*bf16",
@@ -164,11 +165,14 @@ def test_split_kernel_compiles_for_sm90_without_spills():
     ])  # fmt: skip
 
 
-@pytest.mark.parametrize("variant", [{"kv_lhs": True}, {"max_registers": 128}])
+@pytest.mark.parametrize(
+    "variant", [{"kv_lhs": True}, {"max_registers": 128}, {"min_split_len": 64}]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_tuning_variants_match_reference(dtype, variant):
-    """K/V as the dots' left operands (transposed scores and output), and a register cap
-    (ptxas `.maxnreg`, a compile option only): the same attention."""
+    """K/V as the dots' left operands (transposed scores and output), a register cap (ptxas
+    `.maxnreg`, a compile option only), and splits of at least 64 positions (fewer of them on
+    short histories): the same attention."""
     for seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits in (CPU_CASES[0], CPU_CASES[3]):
         args = make_decode_case(
             seq_lens=seq_lens,
@@ -183,6 +187,25 @@ def test_tuning_variants_match_reference(dtype, variant):
         )
         ref = decode_attention_ref(**args)
         assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
+
+
+def test_min_split_len_puts_a_short_history_in_one_split():
+    args = make_decode_case(
+        seq_lens=[70, 33], num_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.float32
+    )
+    partial_out = torch.full((2, 8, 4, 64), float("nan"))
+    partial_lse = torch.full((2, 8, 4), float("nan"))
+    out = decode_attention(
+        **args, num_kv_splits=4, partial_out=partial_out, partial_lse=partial_lse,
+        min_split_len=100,
+    )  # fmt: skip
+    assert relative_error(out, decode_attention_ref(**args)) < 1e-5
+    # Splits of 128 positions (100 rounded up to the CPU launch's 32-position tile): only the
+    # first split of each request holds positions; the others are empty (lse -inf).
+    assert torch.isfinite(partial_lse[:, :, 0]).all()
+    assert torch.isneginf(partial_lse[:, :, 1:]).all()
+    with pytest.raises(ValueError, match="min_split_len"):
+        decode_attention(**args, min_split_len=-1)
 
 
 @pytest.mark.gpu
