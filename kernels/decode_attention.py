@@ -41,9 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
+
 LOG2_E = 1.4426950408889634
 MAX_KV_SPLITS = 32
-FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit

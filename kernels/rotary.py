@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
 
 
 @triton.jit
@@ -216,7 +216,7 @@ def _launch(
         return q_out, k_out
     # Without a store the cache arguments are never read: q stands in for each pointer.
     v, k_cache, v_cache, slots = store if store is not None else (q, q, q, positions)
-    fp8_max = torch.finfo(k_cache.dtype).max if k_cache.dtype in FP8_CACHE_DTYPES else 0.0
+    fp8_max = torch.finfo(k_cache.dtype).max if k_cache.dtype in FP8_KV_DTYPES else 0.0
     half = q.shape[2] // 2
     _rotary_kernel[(q.shape[0],)](
         positions, q, k, q_out, k_out, cos_cache, sin_cache, v, k_cache, v_cache, slots,
@@ -296,7 +296,7 @@ def rotary_embedding_and_store_kv(
             )
     if slots.shape != (q.shape[0],) or slots.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"slots must be an int32/int64 [num_tokens={q.shape[0]}] tensor")
-    if (k_cache.dtype in FP8_CACHE_DTYPES or v_cache.dtype in FP8_CACHE_DTYPES) and (
+    if (k_cache.dtype in FP8_KV_DTYPES or v_cache.dtype in FP8_KV_DTYPES) and (
         k_cache.dtype != v_cache.dtype
     ):
         raise TypeError(f"k_cache and v_cache must share an FP8 dtype, got {k_cache.dtype} and "
@@ -335,7 +335,7 @@ def store_in_cache(
 ) -> None:
     """`cache[slots] = x` in torch, cast to the cache's dtype; an FP8 cache stores
     `x / scale` clamped to its format's range (as the Triton kernel and the pool do)."""
-    if cache.dtype not in FP8_CACHE_DTYPES:
+    if cache.dtype not in FP8_KV_DTYPES:
         cache[slots] = x.to(cache.dtype)
         return
     limit = torch.finfo(cache.dtype).max

@@ -16,7 +16,8 @@ case is the issue's target (16 x 16, 2048 + 256: >= 4x). A sweep of members_per_
 chunk_tokens on it (and the shared pass's pipeline stages and warps) shows the tuning margin;
 --blocks-sweep, --suffix-sweep and --shared-sweep run only their sweeps (the K/V tiles of both
 passes; the suffix pass's own launch; the shared pass's, with and without a software
-pipeline); --overlap-probe times each pass alone and both at once on two streams. JSON goes to --out, or $OUT/bench_tree_attention.json.
+pipeline); --overlap-probe times each pass alone and both at once on two streams. JSON goes to
+--out, or $OUT/bench_tree_attention.json.
 """
 
 from __future__ import annotations
@@ -306,9 +307,9 @@ def run_blocks_sweep(results: dict) -> None:
 # Triton pipelines the gathered loads with the slot ids two iterations ahead and K/V one, and
 # waits for every copy at the top of each iteration (sm_90a TTGIR, Triton 3.9 on the CPU
 # machine): one 32 KB tile is in flight a program whatever the stages (2-4 measured alike).
-# Next: no software pipeline at all, each program loading its tile and waiting, 128-position
-# tiles putting 64 KB of K/V in flight at once (80 KB of shared memory, 253 registers: still 2
-# an SM), or 64-position ones at 3 an SM under a register cap.
+# The launches below without a software pipeline (1 stage; 128-position tiles put 64 KB in
+# flight) were all slower in the fifteenth session (136.5-206.0 us against 126.2 at 16 x 16):
+# kept to re-check the default.
 SHARED_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
 SHARED_SWEEP = [
     dict(block_n=64, num_stages=3, num_warps=4),  # the default
@@ -359,8 +360,9 @@ def run_suffix_sweep(results: dict) -> None:
 # (both on two streams, unmerged: 112.8 us against 125.2 us one after the other at 16 x 16; a
 # concurrent mode in which both passes counted towards one merge took 127.5-148.5 us, fourteenth
 # session, and was removed). Launches (shared memory from Triton's sm_90a compile on the CPU
-# machine; an H200 SM has 228 KB): the defaults, where a suffix program (128-position tiles, 3 stages: 72.5 KB) does not fit beside the two resident
-# shared ones (80.5 KB each), and suffix tiles of 64 (38 KB) or 32 positions (21 KB), which do.
+# machine; an H200 SM has 228 KB): the defaults, where a suffix program (128-position tiles, 3
+# stages: 72.5 KB) does not fit beside the two resident shared ones (80.5 KB each), and suffix
+# tiles of 64 (38 KB) or 32 positions (21 KB), which do.
 OVERLAP_CASES = [(16, 16, 2048, 256), (64, 16, 2048, 256)]
 OVERLAP_LAUNCHES = [
     {},
