@@ -6,12 +6,15 @@ with 4-bit codes `q` in 0..15, one `scale` and integer `zero` (0..16: checkpoint
 per group of `group_size` consecutive input rows, `g(k) = k // group_size`.
 
 Runtime layout (every checkpoint format is repacked into it at load time,
-runtime/models/int4_linear.py):
-- `qweight: [K / 8, N] int32`: word `[i, n]` holds rows `k = 8 i + j` of column n in its nibble
-  j (bits 4j..4j+3) -- GPTQ's order, packed along K. A program owning BLOCK_N output columns
-  reads, per K step, `BLOCK_K / 8` rows of BLOCK_N contiguous words (BLOCK_N * 4 bytes each,
-  128-bit vector loads along N); every word is loaded once and unpacked in the registers of
-  the thread that loaded it;
+runtime/models/int4_linear.py; kernels/int4_reference.py has it in torch):
+- `qweight: [K / 8, N] int32`, packed along K: word `[i, n]` holds eight input rows of column n,
+  one per nibble (bits 4j..4j+3). With the span S of `runtime_span(group_size)` (W = S / 8),
+  nibble j of word i is row `(i // W) S + j W + i % W`: for group sizes that are multiples of
+  128, S = 128 and nibble j of a 128-row chunk's 16 words is 16 consecutive rows (one
+  tensor-core dot's K side); else S = 8, GPTQ's order (row 8 i + j). A program owning BLOCK_N
+  output columns reads, per K step, `BLOCK_K / 8` rows of BLOCK_N contiguous words (BLOCK_N * 4
+  bytes each, 128-bit vector loads along N); every word is loaded once and unpacked in the
+  registers of the thread that loaded it;
 - `scales: [K / group_size, N]` and `zeros: [K / group_size, N]` in the activation dtype
   (zeros are small integers, exact in fp16/bf16): one row per group, read once per K step.
 
@@ -30,10 +33,19 @@ holds the tuned per-shape table):
   accumulates `[BLOCK_K / 8, BLOCK_N]` fp32 partial sums over its K range with no cross-thread
   traffic, applying the group's scale once per word, and reduces across threads once at the
   end. The other tokens' programs re-read the same words from L2.
-- 2 to 255 tokens: `_int4_gemm_kernel`, a tiled dequantize-GEMM on the tensor cores (`tl.dot`
-  of x by the tile's weights rounded to x's dtype, accumulating in fp32 inside the dot; x and
-  the words are software-pipelined by Triton; up to 16 tokens as `out^T = W^T x^T`, the tokens
-  on the tensor cores' narrow side), with split-K for the mid-size M whose tile grid is small;
+- 2 to 255 tokens, S = 128: `_int4_nibble_gemm_kernel`, a tiled dequantize-GEMM on the tensor
+  cores, one `tl.dot` per nibble: nibble j of the step's 16 words is the `[16, BLOCK_N]` weight
+  tile of input rows 16 j.., so the unpacked tile stays in registers (Triton loads the words
+  straight into the dot operand's layout when the weights are the register operand) and is
+  never reshaped. On 16-bit activations two weights unpack per instruction (`_unpack_pair`:
+  packed bf16x2 / f16x2 arithmetic, inline PTX), rounded once to x's dtype as the reference
+  does. On the H200 its prototype took the 32-layer GEMMs of a 16 / 32 / 64-token step from
+  4.05 / 5.49 / 5.58 ms (the kernel below) to 2.86 / 3.78 / 5.49 ms (docs/benchmarks.md,
+  sixteenth session);
+- 2 to 255 tokens, S = 8: `_int4_gemm_kernel`, the same product with the whole tile unpacked
+  and reshaped to `[BLOCK_K, BLOCK_N]` (one dot, the tile through shared memory); up to 16
+  tokens as `out^T = W^T x^T`, the tokens on the tensor cores' narrow side.
+  Both GEMMs split K for the mid-size M whose tile grid is small;
 - M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
   then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
   dequantizes).
@@ -59,10 +71,12 @@ from radixgen.kernels.int4_gemm_configs import (
     largest_block_k,
 )
 from radixgen.kernels.int4_reference import (
+    INTERLEAVED_SPAN,
     check_int4_inputs,
     dequantize_int4_ref,
     int4_linear_ref,
     pack_int4_rows,
+    runtime_span,
     unpack_int4_rows,
 )
 
@@ -80,6 +94,7 @@ __all__ = [
     "int4_linear",
     "int4_linear_ref",
     "pack_int4_rows",
+    "runtime_span",
     "unpack_int4_rows",
 ]
 # Tokens from which dequantizing the weight (one pass, bf16 [K, N]) and multiplying with cuBLAS
@@ -150,6 +165,7 @@ def _int4_gemv_kernel(
     stride_split,
     float_2p23_bits,  # 0x4B000000
     GROUP_SIZE: tl.constexpr,
+    SPAN: tl.constexpr,  # the packing's rows per interleaved chunk (runtime_span): 8 or 128
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
@@ -182,13 +198,15 @@ def _int4_gemv_kernel(
             qweight_ptr, scales_ptr, zeros_ptr, k + PREFETCH * BLOCK_K, k_end, offs_n, mask_n, N,
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
-        # Every step is a whole tile (K is a multiple of BLOCK_K): no masks on x.
+        # Every step is a whole tile (K is a multiple of BLOCK_K): no masks on x. Nibble j of
+        # word i is input row (i // W) SPAN + j W + i % W (W = SPAN / 8 words a chunk).
         rows = k // 8 + tl.arange(0, BLOCK_K // 8)
+        rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
         low = words | magic  # nibbles 0..4 in place
         high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
         dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
-        for j in tl.static_range(8):  # nibble j of every word: input row k + 8 r + j
-            x_j = tl.load(x_row + rows * 8 + j).to(tl.float32)  # [R]
+        for j in tl.static_range(8):  # nibble j of every word
+            x_j = tl.load(x_row + rows + j * (SPAN // 8)).to(tl.float32)  # [R]
             if j < 5:
                 w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
                 dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
@@ -262,6 +280,126 @@ def _int4_gemm_kernel(
 
 
 @triton.jit
+def _unpack_pair(words, zero_pair, scale_pair, J: tl.constexpr, DTYPE: tl.constexpr):
+    """Nibbles J and J + 4 of `words` `[16, BLOCK_N]` as two tiles of `(q - zero) * scale` in
+    DTYPE (bf16 or fp16), two weights per instruction: one LOP3 puts both nibbles into the low
+    mantissa bits of a 16-bit float pair whose exponent makes it `magic + q` exactly (128 in
+    bf16, 1024 in fp16); a packed subtraction of `magic + zero` (`zero_pair`) leaves the exact
+    `q - zero`, a packed multiplication by `scale_pair` rounds it once to DTYPE, as the
+    reference's float32 product rounded to x's dtype. ~1.5 instructions a weight against ~5
+    through float32 (the GEMM's bound at these M). CUDA only: inline PTX (sm_90 for bf16x2)."""
+    if DTYPE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 t; lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xEA; "
+            "sub.rn.bf16x2 t, t, $3; mul.rn.bf16x2 t, t, $4; mov.b32 {$0, $1}, t; }",
+            "=h,=h,r,r,r", [words >> (4 * J), zero_pair, scale_pair],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 t; lop3.b32 t, $2, 0x000F000F, 0x64006400, 0xEA; "
+            "sub.rn.f16x2 t, t, $3; mul.rn.f16x2 t, t, $4; mov.b32 {$0, $1}, t; }",
+            "=h,=h,r,r,r", [words >> (4 * J), zero_pair, scale_pair],
+            dtype=(tl.float16, tl.float16), is_pure=True, pack=1,
+        )  # fmt: skip
+
+
+@triton.jit
+def _pair_bits(value, DTYPE: tl.constexpr):
+    """`[BLOCK_N]` int32 with `value` rounded to the 16-bit DTYPE in both halves."""
+    bits = value.to(DTYPE).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return bits | (bits << 16)
+
+
+@triton.jit
+def _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, rows, SWAP_AB: tl.constexpr):
+    """acc += x[:, rows] w (`w`: `[16, BLOCK_N]` weights of input rows `rows` `[16]`)."""
+    # x^T `[16, BLOCK_M]`: 16 consecutive rows (32 bytes) a token. Every step is a whole tile
+    # (K is a multiple of 128), so only the tokens are masked.
+    x_t = tl.load(
+        x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + rows[:, None], mask=mask_m[None, :],
+        other=0.0,
+    )  # fmt: skip
+    w = w.to(x_t.dtype)
+    if SWAP_AB:  # acc^T += w^T x^T: the weights are wgmma's register operand, never in smem
+        return tl.dot(tl.trans(w), x_t, acc)
+    return tl.dot(tl.trans(x_t), w, acc)
+
+
+@triton.jit
+def _int4_nibble_gemm_kernel(
+    x_ptr,  # [M, K]
+    qweight_ptr,  # [K / 8, N] int32, span 128
+    scales_ptr,  # [K / GROUP_SIZE, N]
+    zeros_ptr,  # [K / GROUP_SIZE, N]
+    out_ptr,  # [M, N] x's dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
+    M,
+    N,
+    K,
+    k_per_split,  # a multiple of 128
+    stride_xm,
+    stride_split,
+    GROUP_SIZE: tl.constexpr,  # a multiple of 128
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_MODE: tl.constexpr,  # see split_k.store_split
+    SWAP_AB: tl.constexpr,
+    PACKED: tl.constexpr,  # unpack two weights per instruction (16-bit x on CUDA)
+):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_k = tl.program_id(2)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    sub = tl.arange(0, 16)
+    # One 128-row chunk a step (16 words a column): nibble j holds rows k + 16 j + 0..15.
+    for k in range(k_start, k_end, 128):
+        words = tl.load(
+            qweight_ptr + (k // 8 + sub).to(tl.int64)[:, None] * N + offs_n[None, :],
+            mask=mask_n[None, :], other=0, eviction_policy="evict_first",  # streamed once
+        )  # fmt: skip
+        group_row = (k // GROUP_SIZE) * N  # the chunk lies in one group
+        scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        if PACKED:
+            dtype: tl.constexpr = x_ptr.dtype.element_ty
+            magic: tl.constexpr = 128.0 if dtype == tl.bfloat16 else 1024.0
+            zero_pair = tl.broadcast_to(_pair_bits(zero + magic, dtype)[None, :], [16, BLOCK_N])
+            scale_pair = tl.broadcast_to(_pair_bits(scale, dtype)[None, :], [16, BLOCK_N])
+            for j in tl.static_range(4):
+                low, high = _unpack_pair(words, zero_pair, scale_pair, j, dtype)
+                acc = _nibble_dot(acc, low, x_ptr, offs_m, mask_m, stride_xm, k + 16 * j + sub,
+                                  SWAP_AB)  # fmt: skip
+                acc = _nibble_dot(acc, high, x_ptr, offs_m, mask_m, stride_xm,
+                                  k + 16 * (j + 4) + sub, SWAP_AB)  # fmt: skip
+        else:  # float32 unpacking (the interpreter, float32 x)
+            for j in tl.static_range(8):
+                bits = ((words >> (4 * j)) & 0xF) | 0x4B000000
+                w = bits.to(tl.float32, bitcast=True) - (zero + 8388608.0)[None, :]
+                acc = _nibble_dot(acc, w * scale[None, :], x_ptr, offs_m, mask_m, stride_xm,
+                                  k + 16 * j + sub, SWAP_AB)  # fmt: skip
+    if SWAP_AB:
+        result = tl.trans(acc)
+    else:
+        result = acc
+    tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    store_split(
+        result, out_ptr, partial_ptr, counters_ptr + tile, offsets,
+        mask_m[:, None] & mask_n[None, :], pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
+        WIDE_REDUCE=False,
+    )  # fmt: skip
+
+
+@triton.jit
 def _dequantize_int4_kernel(
     qweight_ptr,  # [K / 8, N] int32
     scales_ptr,  # [K / GROUP_SIZE, N]
@@ -270,6 +408,7 @@ def _dequantize_int4_kernel(
     N,
     K,
     GROUP_SIZE: tl.constexpr,
+    SPAN: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
@@ -280,7 +419,9 @@ def _dequantize_int4_kernel(
         qweight_ptr, scales_ptr, zeros_ptr, k, K, offs_n, mask_n, N, GROUP_SIZE, BLOCK_K
     )
     weight = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
-    rows = k + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]  # [R, 8]
+    word = k // 8 + tl.arange(0, BLOCK_K // 8)  # [R]: nibble j is row (i // W) SPAN + j W + i % W
+    first = (word // (SPAN // 8)) * SPAN + word % (SPAN // 8)
+    rows = first[:, None] + tl.arange(0, 8)[None, :] * (SPAN // 8)  # [R, 8]
     out = out_ptr + rows.to(tl.int64)[:, :, None] * N + offs_n[None, None, :]
     mask = (rows < K)[:, :, None] & mask_n[None, None, :]
     tl.store(out, weight.to(out_ptr.dtype.element_ty), mask=mask)
@@ -335,6 +476,10 @@ def int4_gemm(
     block_k = config.block_k
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
+    span = runtime_span(group_size)
+    nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN
+    if nibble_gemm and block_k != INTERLEAVED_SPAN:
+        raise ValueError(f"block_k must be {INTERLEAVED_SPAN} for group_size={group_size}")
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -353,7 +498,14 @@ def int4_gemm(
     if config.gemv:
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
-            m * n, 0x4B000000, PREFETCH=config.prefetch, **common, **launch,
+            m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
+        )  # fmt: skip
+    elif nibble_gemm:
+        packed = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
+        _int4_nibble_gemm_kernel[grid](
+            x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
+            m * n, GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+            SPLIT_MODE=split_mode, SWAP_AB=config.swap_ab, PACKED=packed, **launch,
         )  # fmt: skip
     else:
         _int4_gemm_kernel[grid](
@@ -375,8 +527,9 @@ def dequantize_int4(
     block_n, block_k = 128, largest_block_k(group_size, 64)
     grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
     _dequantize_int4_kernel[grid](
-        qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, BLOCK_N=block_n, BLOCK_K=block_k
-    )
+        qweight, scales, zeros, out, n, k, GROUP_SIZE=group_size, SPAN=runtime_span(group_size),
+        BLOCK_N=block_n, BLOCK_K=block_k,
+    )  # fmt: skip
     return out
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import triton
 
+from radixgen.kernels.int4_reference import INTERLEAVED_SPAN, runtime_span
+
 DEFAULT_TABLE_PATH = Path(__file__).with_name("int4_gemm_configs.json")
 # Tokens up to which the untuned choice is the CUDA-core GEMV (the tuned table may pick it up to
 # GEMV_M_LIMIT). ptxas (sm_90) counts 43 instructions per packed word and token in the GEMV's
@@ -140,6 +142,14 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
             True, 1, block_n, block_k, split_k, num_warps=1, num_stages=1, prefetch=2
         )
     block_m = min(64, max(16, triton.next_power_of_2(m)))
+    if runtime_span(group_size) == INTERLEAVED_SPAN:
+        # The one-dot-per-nibble GEMM: 64 columns and 4 warps (~3-4 programs an SM), x W (the
+        # weights through shared memory), split-K to about four programs per SM -- the H200's
+        # best at 16 and 32 tokens on all four Llama shapes but one (sixteenth session).
+        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, 64)
+        max_split = _power_of_two_at_most(k // (2 * INTERLEAVED_SPAN))
+        split_k = max(1, min(max_split, 16, _power_of_two_at_most(triton.cdiv(4 * num_sms, tiles))))
+        return Int4GemmConfig(False, block_m, 64, INTERLEAVED_SPAN, split_k, 4, num_stages=3)
     block_n, block_k = 128, largest_block_k(group_size, 128)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     max_split = _power_of_two_at_most(k // (2 * block_k))
@@ -159,6 +169,12 @@ def int4_config(
     """The tuned row of (n, k, group_size, m's bucket), else `fallback_int4_config`."""
     table = load_config_table() if table is None else table
     tuned = table.get((n, k, group_size, m_bucket(m)))
-    if tuned is not None and group_size % tuned.block_k == 0:
+    # A GEMM row over the interleaved layout must step one 128-row chunk at a time.
+    nibble_gemm = tuned is not None and not tuned.gemv and runtime_span(group_size) > 8
+    if (
+        tuned is not None
+        and group_size % tuned.block_k == 0
+        and (not nibble_gemm or tuned.block_k == INTERLEAVED_SPAN)
+    ):
         return tuned
     return fallback_int4_config(m, n, k, group_size, num_sms)

@@ -44,6 +44,7 @@ from radixgen.kernels.int4_gemm import (
     int4_linear,
     int4_linear_ref,
     pack_int4_rows,
+    runtime_span,
     split_k_counter_slots,
 )
 from radixgen.kernels.int4_gemm_configs import Int4GemmConfig, m_bucket
@@ -56,7 +57,7 @@ MAX_RELATIVE_ERROR = 1e-2  # bf16 output rounding is ~2e-3
 def random_int4_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Runtime-layout (qweight [K/8, N], scales, zeros [K/G, N] bf16) of a random weight."""
     codes, scales, zeros = quantize_rtn_int4(torch.randn(n, k, device="cuda") * 0.02, GROUP_SIZE)
-    qweight = pack_int4_rows(codes.T.contiguous())
+    qweight = pack_int4_rows(codes.T.contiguous(), runtime_span(GROUP_SIZE))
     return qweight, scales.T.contiguous().bfloat16(), zeros.T.contiguous().bfloat16()
 
 
@@ -88,6 +89,17 @@ GEMM_TILES = [
     (64, 64, 4, 4, False),
 ]
 
+# The one-dot-per-nibble GEMM (group sizes that are multiples of 128): (block_n, block_k,
+# num_warps, num_stages, swap_ab), the sixteenth session's best at 16-64 tokens first.
+NIBBLE_GEMM_TILES = [
+    (64, 128, 4, 3, False),
+    (64, 128, 4, 3, True),
+    (128, 128, 4, 3, False),
+    (32, 128, 4, 3, True),
+    (64, 128, 8, 3, False),
+    (128, 128, 8, 3, True),
+]
+
 
 def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     """The grid the sweep tries for one shape, most promising first: GEMV (M <= 4) by tile and
@@ -105,6 +117,8 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
             )
     block_m = min(128, max(16, triton.next_power_of_2(m)))
     tiles = GEMM_TILES if m > 16 else sorted(GEMM_TILES, key=lambda tile: not tile[-1])
+    if runtime_span(GROUP_SIZE) == 128:  # the nibble GEMM: one 128-row chunk a step
+        tiles = NIBBLE_GEMM_TILES
     for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
         tiles, (1, 2, 4, 8)
     ):

@@ -92,6 +92,28 @@ for stage in "$@"; do
     fp8-table)
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/fp8_table bash scripts/ab_bench.sh .base latency-fp8 ;;
+    int4-nibble)
+      # [9/14] the one-dot-per-nibble int4 GEMM over the interleaved packing (sixteenth
+      # session): `.base` (main before it) then this tree, bench latency with random int4
+      # weights at batch 1 and 64; this tree's int4 GPU tests, the projections streamed at 1-64
+      # tokens, bf16 latency in the same lease.
+      mkdir -p "$OUT/int4_nibble"
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      lat() {  # $1: name, then flags
+        local name=$1; shift
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 64 --input-len 128 --output-len 256 "$@" \
+          --output-json "$OUT/int4_nibble/latency_$name.json" 2>&1 | grep '^{' | tail -2
+      }
+      (cd .base && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+      echo "base awq"; lat base_awq --quantization awq
+      python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+      echo "this tree awq"; lat awq --quantization awq
+      echo "this tree bf16"; lat bf16
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
+        2>&1 | tail -3
+      (cd scripts && timeout 150 python3 bench_int4_gemm.py --tokens 1 16 32 64 \
+        --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -2) ;;
     bs1-split)
       timeout 200 python3 scripts/bench_kernels.py --split-sweep 2>&1 | grep -v -i warn \
         | tee "$OUT/split_sweep.log" | tail -52 ;;

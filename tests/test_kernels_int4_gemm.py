@@ -16,6 +16,7 @@ from radixgen.kernels.int4_gemm import (
     int4_linear,
     int4_linear_ref,
     pack_int4_rows,
+    runtime_span,
     split_k_counter_slots,
     unpack_int4_rows,
 )
@@ -32,7 +33,7 @@ def random_int4(n: int, k: int, group_size: int, dtype, generator, device="cpu")
     scales = torch.rand(k // group_size, n, generator=generator) * 0.02 + 1e-3
     zeros = torch.randint(0, 17, (k // group_size, n), generator=generator)  # 16: GPTQ v1
     return (
-        pack_int4_rows(codes).to(device),
+        pack_int4_rows(codes, runtime_span(group_size)).to(device),
         scales.to(dtype).to(device),
         zeros.to(dtype).to(device),
     )
@@ -44,6 +45,22 @@ def test_row_packing_byte_layout():
     assert pack_int4_rows(codes).item() == 0x87654321 - (1 << 32)  # int32: the sign bit is set
     codes = torch.randint(0, 16, (64, 24), generator=torch.Generator().manual_seed(0))
     assert torch.equal(unpack_int4_rows(pack_int4_rows(codes)).long(), codes)
+
+
+def test_interleaved_packing_byte_layout():
+    """Span 128 (group sizes that are multiples of 128): nibble j of word i holds row
+    (i // 16) 128 + 16 j + i % 16, so nibble j of a chunk's 16 words is rows 16 j..16 j + 15."""
+    assert runtime_span(128) == runtime_span(256) == 128
+    assert runtime_span(64) == runtime_span(32) == 8  # GPTQ's order
+    rows = torch.arange(256)[:, None]  # [K, 1]
+    codes = (rows % 128) // 16 + 8 * (rows // 128)  # row 16 j + r of chunk c: j (+ 8 in chunk 1)
+    packed = pack_int4_rows(codes % 16, 128)  # [32, 1]
+    assert packed[:16].flatten().tolist() == [0x76543210] * 16
+    assert packed[16:].flatten().tolist() == [0xFEDCBA98 - (1 << 32)] * 16
+    codes = torch.randint(0, 16, (384, 8), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(unpack_int4_rows(pack_int4_rows(codes, 128), 128).long(), codes)
+    with pytest.raises(ValueError, match="span"):
+        pack_int4_rows(codes[:200], 128)
 
 
 GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
@@ -60,8 +77,10 @@ GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
         (2, 64, 256, 128, torch.float16, {**GEMV, "num_warps": 4, "block_k": 128}, False),
         (3, 40, 256, 64, torch.float16, {}, True),  # GEMM W^T x^T by default up to 16 tokens
         (20, 48, 256, 64, torch.float32, {}, False),  # GEMM, ragged M
-        (33, 64, 256, 128, torch.float16, {"split_k": 2, "block_k": 32}, True),  # GEMM split-K
-        (33, 64, 256, 128, torch.float16, {"split_k": 4, "block_k": 32}, False),
+        # group 128: the one-dot-per-nibble GEMM (float32 unpacking on the interpreter)
+        (33, 64, 256, 128, torch.float16, {"split_k": 2}, True),  # split-K
+        (5, 40, 384, 128, torch.float32, {"split_k": 4, "block_m": 16}, False),  # 3 splits
+        (17, 64, 256, 128, torch.float16, {"swap_ab": True, "block_n": 32}, True),  # W^T x^T
         (24, 40, 128, 64, torch.float32, {"swap_ab": True, "split_k": 2}, True),  # W^T x^T
     ],
 )
@@ -112,6 +131,9 @@ def test_bad_inputs_name_the_argument():
         int4_gemm(x, qweight, scales, zeros[:1], 32)
     with pytest.raises(ValueError, match="block_k must be a power of two"):
         int4_gemm(x, qweight, scales, zeros, 32, block_k=48)
+    interleaved = random_int4(16, 128, 128, torch.float32, generator)
+    with pytest.raises(ValueError, match="block_k must be 128"):
+        int4_gemm(torch.randn(20, 128), *interleaved, 128, block_k=64)
 
 
 # Llama-3.1-8B projections (N, K) at decode and prefill sizes.
@@ -172,12 +194,18 @@ _GEMM = {**_POINTERS, "M": "i32", **_SIZES}
 
 
 def test_kernels_compile_for_sm90_without_spills():
-    """The fallback GEMV, GEMM and dequantizer configs (at M = 1 and M = 64, and the GEMV's
-    rows-over-warps tile) through Triton's compiler and ptxas for sm_90 (H100 / H200), no GPU
+    """The fallback GEMV, both GEMMs and dequantizer configs (at M = 1 and M = 64, and the
+    GEMV's rows-over-warps tile; the nibble GEMM with its packed PTX unpacking) through Triton's compiler and ptxas for sm_90 (H100 / H200), no GPU
     needed: a kernel that does not compile, or spills registers, fails here."""
     gemv = [
-        {"BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2},
-        {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1},
+        {"BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_MODE": 2, "PREFETCH": 2, "SPAN": 128},
+        {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 0, "PREFETCH": 1, "SPAN": 8},
+    ]
+    nibble_gemm = [  # the tuned table's launches at 16 and 64 tokens (4 warps)
+        {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_MODE": 2, "SWAP_AB": False, "PACKED": True},
+        {"BLOCK_M": 64, "BLOCK_N": 64, "SPLIT_MODE": 2, "SWAP_AB": True, "PACKED": True},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_MODE": 0, "SWAP_AB": False, "PACKED": True},
+        {"BLOCK_M": 32, "BLOCK_N": 64, "SPLIT_MODE": 2, "SWAP_AB": False, "PACKED": False},
     ]
     gemm = [
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False},
@@ -194,7 +222,9 @@ def test_kernels_compile_for_sm90_without_spills():
     assert_compile_for_sm90_without_spills(
         [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c}, w)
          for c, w in zip(gemv, (1, 4), strict=True)]
-        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, **c}, 8) for c in gemm]
+        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 64, **c}, 8) for c in gemm]
+        + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, **c}, 4)
+           for c in nibble_gemm]
         + [(_INT4, "_dequantize_int4_kernel", dequantize,
-            {"GROUP_SIZE": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4)]
+            {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 4)]
     )  # fmt: skip

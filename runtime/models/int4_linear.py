@@ -4,7 +4,8 @@ high-precision checkpoint quantized by round-to-nearest at load time).
 Whatever the checkpoint format (runtime/models/int4_checkpoint.py), a loaded layer holds the
 layout the Triton kernels read (kernels/int4_gemm.py):
 
-- `qweight: [K / 8, N] int32`, packed along K (nibble j of row i is input row 8 i + j);
+- `qweight: [K / 8, N] int32`, packed along K (kernels/int4_reference.py: GPTQ's row order, or its
+  128-row interleave when the group size is a multiple of 128);
 - `scales`, `zeros: [K / G, N]` in the model dtype (zeros as exact small floats);
 - `split_k_counters: [16 cdiv(N, 32)] int32` zeros, a buffer the kernels use to reduce split-K
   partials in the launch itself (kernels/int4_gemm.py);
@@ -22,7 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from radixgen.kernels.int4_gemm import int4_linear, pack_int4_rows, split_k_counter_slots
+from radixgen.kernels.int4_gemm import (
+    int4_linear,
+    pack_int4_rows,
+    runtime_span,
+    split_k_counter_slots,
+)
 from radixgen.runtime.models.int4_checkpoint import (
     Int4Scheme,
     awq_codes,
@@ -87,7 +93,9 @@ class Int4LinearMethod(LinearMethod):
             if input_perm is not None:
                 codes = codes[:, input_perm]
         # codes: [N, K] uint8; scales, zeros: [N, K / G]
-        layer.qweight = _frozen(pack_int4_rows(codes.T.contiguous()))  # [K / 8, N]
+        # [K / 8, N] in the runtime layout (kernels/int4_reference.py: interleaved for group 128)
+        packed = pack_int4_rows(codes.T.contiguous(), runtime_span(group_size))
+        layer.qweight = _frozen(packed)
         layer.scales = _frozen(scales.T.contiguous())  # [K / G, N]
         layer.zeros = _frozen(zeros.T.to(scales.dtype).contiguous())  # [K / G, N]
         layer.input_perm = None if input_perm is None else _frozen(input_perm)
