@@ -321,9 +321,12 @@ def _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, rows, SWAP_AB: tl.cons
         other=0.0,
     )  # fmt: skip
     w = w.to(x_t.dtype)
+    # (Both branches assign: Triton compiles the statements after an early `return` too.)
     if SWAP_AB:  # acc^T += w^T x^T: the weights are wgmma's register operand, never in smem
-        return tl.dot(tl.trans(w), x_t, acc)
-    return tl.dot(tl.trans(x_t), w, acc)
+        acc = tl.dot(tl.trans(w), x_t, acc)
+    else:
+        acc = tl.dot(tl.trans(x_t), w, acc)
+    return acc
 
 
 @triton.jit

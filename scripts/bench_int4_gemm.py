@@ -91,13 +91,17 @@ GEMM_TILES = [
 
 # The one-dot-per-nibble GEMM (group sizes that are multiples of 128): (block_n, block_k,
 # num_warps, num_stages, swap_ab), the sixteenth session's best at 16-64 tokens first.
-NIBBLE_GEMM_TILES = [
-    (64, 128, 4, 3, False),
-    (64, 128, 4, 3, True),
-    (128, 128, 4, 3, False),
-    (32, 128, 4, 3, True),
-    (64, 128, 8, 3, False),
-    (128, 128, 8, 3, True),
+# ptxas (sm_90) puts BLOCK_M = 16 at 64 registers (4 warps), 32 at 147, 64 at 240-255: more
+# tokens may run as several 16-token tiles (the words re-read from L2, unpacked again).
+NIBBLE_GEMM_TILES = [  # (block_m: 0 for the tokens rounded up, block_n, warps, stages, swap_ab)
+    (0, 64, 4, 3, False),
+    (0, 64, 4, 3, True),
+    (16, 64, 4, 3, False),
+    (16, 128, 4, 3, False),
+    (32, 64, 4, 3, False),
+    (0, 128, 4, 3, False),
+    (16, 32, 4, 3, False),
+    (0, 32, 4, 3, True),
 ]
 
 
@@ -118,7 +122,18 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     block_m = min(128, max(16, triton.next_power_of_2(m)))
     tiles = GEMM_TILES if m > 16 else sorted(GEMM_TILES, key=lambda tile: not tile[-1])
     if runtime_span(GROUP_SIZE) == 128:  # the nibble GEMM: one 128-row chunk a step
-        tiles = NIBBLE_GEMM_TILES
+        tiles = [tile for tile in NIBBLE_GEMM_TILES if tile[0] <= block_m]
+        for (tile_m, block_n, num_warps, num_stages, swap_ab), split_k in itertools.product(
+            tiles, (1, 2, 4, 8)
+        ):
+            tile_m = tile_m or block_m
+            programs = triton.cdiv(m, tile_m) * triton.cdiv(n, block_n) * split_k
+            if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * 128:
+                continue
+            configs.append(
+                Int4GemmConfig(False, tile_m, block_n, 128, split_k, num_warps, num_stages, swap_ab)
+            )
+        return configs
     for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
         tiles, (1, 2, 4, 8)
     ):

@@ -99,6 +99,8 @@ for stage in "$@"; do
       # tokens, bf16 latency in the same lease.
       mkdir -p "$OUT/int4_nibble"
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
+        2>&1 | tail -3
       lat() {  # $1: name, then flags
         local name=$1; shift
         timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
@@ -108,12 +110,14 @@ for stage in "$@"; do
       (cd .base && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
       echo "base awq"; lat base_awq --quantization awq
       python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-      echo "this tree awq"; lat awq --quantization awq
       echo "this tree bf16"; lat bf16
-      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
-        2>&1 | tail -3
-      (cd scripts && timeout 150 python3 bench_int4_gemm.py --tokens 1 16 32 64 \
-        --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -2) ;;
+      echo "this tree awq"; lat awq --quantization awq
+      (cd scripts && timeout 150 python3 bench_int4_gemm.py --tokens 64 32 16 1 --sweep \
+        --sweep-budget-s 110 --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -20)
+      if [ -s "$OUT/int4_nibble/int4_gemm_configs.json" ]; then
+        cp "$OUT/int4_nibble/int4_gemm_configs.json" kernels/
+        echo "this tree awq, swept table"; lat awq_swept --quantization awq
+      fi ;;
     bs1-split)
       timeout 200 python3 scripts/bench_kernels.py --split-sweep 2>&1 | grep -v -i warn \
         | tee "$OUT/split_sweep.log" | tail -52 ;;
