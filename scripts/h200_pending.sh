@@ -112,12 +112,14 @@ for stage in "$@"; do
       python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
       echo "this tree bf16"; lat bf16
       echo "this tree awq"; lat awq --quantization awq
-      (cd scripts && timeout 150 python3 bench_int4_gemm.py --tokens 64 32 16 1 --sweep \
-        --sweep-budget-s 110 --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -20)
-      if [ -s "$OUT/int4_nibble/int4_gemm_configs.json" ]; then
-        cp "$OUT/int4_nibble/int4_gemm_configs.json" kernels/
-        echo "this tree awq, swept table"; lat awq_swept --quantization awq
-      fi ;;
+      (cd scripts && timeout 100 python3 bench_int4_gemm.py --tokens 64 16 \
+        --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -2) ;;
+    int4-sweep)
+      # [9/14] the nibble GEMM's launch sweep (16-token tiles for 64 tokens among them); the
+      # table it writes goes over kernels/int4_gemm_configs.json, then bench latency again
+      mkdir -p "$OUT/int4_sweep"
+      (cd scripts && timeout 200 python3 bench_int4_gemm.py --tokens 64 32 16 --sweep \
+        --sweep-budget-s 150 --out "$OUT/int4_sweep" 2>&1 | grep -v -i warn | tail -16) ;;
     bs1-split)
       timeout 200 python3 scripts/bench_kernels.py --split-sweep 2>&1 | grep -v -i warn \
         | tee "$OUT/split_sweep.log" | tail -52 ;;
