@@ -200,8 +200,11 @@ def _int4_gemv_kernel(
         )  # fmt: skip
         # Every step is a whole tile (K is a multiple of BLOCK_K): no masks on x. Nibble j of
         # word i is input row (i // W) SPAN + j W + i % W (W = SPAN / 8 words a chunk).
-        rows = k // 8 + tl.arange(0, BLOCK_K // 8)
-        rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
+        if BLOCK_K <= SPAN and SPAN > 8:  # the step's words lie in one chunk: contiguous rows
+            rows = (k // SPAN) * SPAN + (k % SPAN) // 8 + tl.arange(0, BLOCK_K // 8)
+        else:
+            rows = k // 8 + tl.arange(0, BLOCK_K // 8)
+            rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
         low = words | magic  # nibbles 0..4 in place
         high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
         dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
