@@ -42,9 +42,11 @@ holds the tuned per-shape table):
   does. On the H200 its prototype took the 32-layer GEMMs of a 16 / 32 / 64-token step from
   4.05 / 5.49 / 5.58 ms (the kernel below) to 2.86 / 3.78 / 5.49 ms (docs/benchmarks.md,
   sixteenth session);
-- 2 to 255 tokens, S = 8: `_int4_gemm_kernel`, the same product with the whole tile unpacked
-  and reshaped to `[BLOCK_K, BLOCK_N]` (one dot, the tile through shared memory); up to 16
-  tokens as `out^T = W^T x^T`, the tokens on the tensor cores' narrow side.
+- 2 to 255 tokens, S = 8 (or S = 128 where the table says `per_nibble: false`):
+  `_int4_gemm_kernel`, the same product with the whole tile unpacked and reshaped to
+  `[BLOCK_K, BLOCK_N]` (permuted to row order first at S = 128; one dot, the tile through
+  shared memory); up to 16 tokens as `out^T = W^T x^T`, the tokens on the tensor cores'
+  narrow side.
   Both GEMMs split K for the mid-size M whose tile grid is small;
 - M >= DEQUANTIZE_M_MIN (prefill): `dequantize_int4` writes the weight in x's dtype in one pass,
   then cuBLAS multiplies (compute-bound: cuBLAS's tiles beat a Triton tile that also
@@ -245,6 +247,7 @@ def _int4_gemm_kernel(
     stride_xm,
     stride_split,
     GROUP_SIZE: tl.constexpr,
+    SPAN: tl.constexpr,  # the packing's span: 8, or 128 with BLOCK_K == 128
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -269,13 +272,16 @@ def _int4_gemm_kernel(
         # The weight rounded once to x's dtype, as `dequantize_int4` writes it; accumulating
         # inside tl.dot lets the tensor cores overlap the next tile's dequantization.
         w = _dequantize_tile(words, zero) * scale[None, None, :]  # [R, 8, BLOCK_N]
-        w = tl.reshape(w, [BLOCK_K, BLOCK_N]).to(x.dtype)  # row 8 r + j: the order is kept
+        if SPAN == 8:  # [r, j] is row 8 r + j: the order is kept
+            w = tl.reshape(w, [BLOCK_K, BLOCK_N]).to(x.dtype)
+        else:  # one 128-row chunk: [r, j] is row 16 j + r
+            w = tl.reshape(tl.permute(w, (1, 0, 2)), [BLOCK_K, BLOCK_N]).to(x.dtype)
         if SWAP_AB:  # acc^T += w^T x^T: the weights are wgmma's A operand, from registers
             acc = tl.trans(tl.dot(tl.trans(w), tl.trans(x), tl.trans(acc)))
         else:  # the weights go through shared memory as the B operand
             acc = tl.dot(x, w, acc)
     tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
-    offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    offsets = offs_m[:, None] * N + offs_n[None, :]  # int32: see the nibble GEMM's epilogue
     store_split(
         acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask_m[:, None] & mask_n[None, :],
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=False,
@@ -486,9 +492,9 @@ def int4_gemm(
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
     span = runtime_span(group_size)
-    nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN
-    if nibble_gemm and block_k != INTERLEAVED_SPAN:
+    if not config.gemv and span == INTERLEAVED_SPAN and block_k != INTERLEAVED_SPAN:
         raise ValueError(f"block_k must be {INTERLEAVED_SPAN} for group_size={group_size}")
+    nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN and config.per_nibble
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -499,6 +505,8 @@ def int4_gemm(
         triton.cdiv(n, config.block_n),
         splits,
     )
+    if not config.gemv and m * n >= 2**31:  # the GEMMs' int32 output offsets
+        raise ValueError(f"the int4 GEMM takes fewer than 2^31 outputs, got {m} x {n}")
     split_mode, partial, counters = split_buffers(out, splits, grid[0] * grid[1], split_k_counters)
     common = dict(
         GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
@@ -510,8 +518,6 @@ def int4_gemm(
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
         )  # fmt: skip
     elif nibble_gemm:
-        if m * n >= 2**31:
-            raise ValueError(f"the int4 GEMM takes fewer than 2^31 outputs, got {m} x {n}")
         packed = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
         _int4_nibble_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
@@ -521,7 +527,7 @@ def int4_gemm(
     else:
         _int4_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
-            m * n, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
+            m * n, SPAN=span, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
         )  # fmt: skip
     # A few outputs per reduce program: N / 256 programs read the partials.
     return finish_splits(split_mode, partial, out, block=256)

@@ -49,6 +49,10 @@ class Int4GemmConfig:
     num_stages: int
     swap_ab: bool = False  # GEMM: compute out^T = W^T x^T (the weights as the registers operand)
     prefetch: int = 1  # GEMV: K steps of words loaded ahead of the one computing (1 or 2)
+    # GEMM over the interleaved packing (group sizes that are multiples of 128): one dot per
+    # nibble (`_int4_nibble_gemm_kernel`) or the whole unpacked tile in one dot, permuted and
+    # reshaped to input-row order (`_int4_gemm_kernel`). Other packings always take the latter.
+    per_nibble: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "split_k"):

@@ -8,10 +8,13 @@ CUDA-graph replays (`triton.testing.do_bench_cudagraph`) of:
 - int4_linear: what the model runs (the GEMV, GEMM or dequantize + cuBLAS, chosen by M and the
   tuned table kernels/int4_gemm_configs.json);
 - for M > 1, both large-M paths alone: triton_gemm (the fused dequantize-GEMM) and
-  dequantize_then_cublas (`dequantize_int4` then a bf16 matmul), to place DEQUANTIZE_M_MIN;
+  dequantize_then_cublas (`dequantize_int4` then a bf16 matmul), to place DEQUANTIZE_M_MIN; and
+  reshaped_gemm, the whole-tile GEMM (`per_nibble=False`) at its old default launch, beside the
+  one-dot-per-nibble GEMM the table picks;
 - with --sweep, a grid of GEMV and GEMM configs (`sweep_configs`), each checked against the
   reference before it is timed, within --sweep-budget-s seconds of timing in all. The best per
-  shape and M goes to DIR/int4_gemm_configs.json: copy it over kernels/int4_gemm_configs.json.
+  shape and M goes to DIR/int4_gemm_configs.json, with the current table's rows for the shapes
+  and buckets not swept: copy it over kernels/int4_gemm_configs.json.
 Each timed call runs over enough distinct weight copies (>= 512 MiB in all) that the weights
 stream from HBM, not L2, as in a real forward pass. Effective TB/s = bytes of packed weights,
 scales and zeros read / time (against the H200's 4.8 TB/s). It also sums the four shapes over
@@ -47,7 +50,7 @@ from radixgen.kernels.int4_gemm import (
     runtime_span,
     split_k_counter_slots,
 )
-from radixgen.kernels.int4_gemm_configs import Int4GemmConfig, m_bucket
+from radixgen.kernels.int4_gemm_configs import DEFAULT_TABLE_PATH, Int4GemmConfig, m_bucket
 from radixgen.runtime.models.int4_checkpoint import quantize_rtn_int4
 
 GROUP_SIZE = 128
@@ -89,19 +92,23 @@ GEMM_TILES = [
     (64, 64, 4, 4, False),
 ]
 
-# The one-dot-per-nibble GEMM (group sizes that are multiples of 128): (block_n, block_k,
-# num_warps, num_stages, swap_ab), the sixteenth session's best at 16-64 tokens first.
-# ptxas (sm_90) puts BLOCK_M = 16 at 64 registers (4 warps), 32 at 147, 64 at 240-255: more
-# tokens may run as several 16-token tiles (the words re-read from L2, unpacked again).
-NIBBLE_GEMM_TILES = [  # (block_m: 0 for the tokens rounded up, block_n, warps, stages, swap_ab)
-    (0, 64, 4, 3, False),
-    (0, 64, 4, 3, True),
-    (16, 64, 4, 3, False),
-    (16, 128, 4, 3, False),
-    (32, 64, 4, 3, False),
-    (0, 128, 4, 3, False),
-    (16, 32, 4, 3, False),
-    (0, 32, 4, 3, True),
+# GEMMs over the interleaved packing (group sizes that are multiples of 128), one 128-row chunk
+# a step: (block_m: 0 for the tokens rounded up, block_n, num_warps, num_stages, swap_ab,
+# per_nibble), the sixteenth session's best at 16-64 tokens first. ptxas (sm_90) puts the nibble
+# GEMM at 64 registers for 16 tokens (4 warps), 114 for 32, 148-154 for 64: more tokens may run
+# as several 16-token tiles (the words re-read from L2, unpacked again). per_nibble False: the
+# whole chunk unpacked and reshaped into one dot (the old GEMM's way).
+NIBBLE_GEMM_TILES = [
+    (0, 64, 4, 3, False, True),
+    (0, 64, 4, 3, True, True),
+    (16, 64, 4, 3, False, True),
+    (0, 128, 4, 3, False, True),
+    (32, 64, 4, 3, False, True),
+    (0, 128, 8, 3, False, False),
+    (0, 64, 4, 3, True, False),
+    (0, 128, 4, 4, False, False),
+    (16, 128, 4, 3, False, True),
+    (0, 32, 4, 3, True, True),
 ]
 
 
@@ -123,15 +130,24 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     tiles = GEMM_TILES if m > 16 else sorted(GEMM_TILES, key=lambda tile: not tile[-1])
     if runtime_span(GROUP_SIZE) == 128:  # the nibble GEMM: one 128-row chunk a step
         tiles = [tile for tile in NIBBLE_GEMM_TILES if tile[0] <= block_m]
-        for (tile_m, block_n, num_warps, num_stages, swap_ab), split_k in itertools.product(
-            tiles, (1, 2, 4, 8)
-        ):
+        for tile, split_k in itertools.product(tiles, (1, 2, 4, 8)):
+            tile_m, block_n, num_warps, num_stages, swap_ab, per_nibble = tile
             tile_m = tile_m or block_m
             programs = triton.cdiv(m, tile_m) * triton.cdiv(n, block_n) * split_k
             if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * 128:
                 continue
             configs.append(
-                Int4GemmConfig(False, tile_m, block_n, 128, split_k, num_warps, num_stages, swap_ab)
+                Int4GemmConfig(
+                    False,
+                    tile_m,
+                    block_n,
+                    128,
+                    split_k,
+                    num_warps,
+                    num_stages,
+                    swap_ab,
+                    per_nibble=per_nibble,
+                )  # fmt: skip
             )
         return configs
     for (block_n, block_k, num_warps, num_stages, swap_ab), split_k in itertools.product(
@@ -215,6 +231,16 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None)
         results["triton_gemm"] = median_ms(
             run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters)), copies
         )
+        if runtime_span(GROUP_SIZE) == 128:  # the old GEMM's launch, over the same packing
+            block_m = min(64, max(16, triton.next_power_of_2(m)))
+            reshaped = dict(
+                per_nibble=False, block_m=block_m, block_n=128, num_warps=8 if block_m >= 64 else 4,
+                swap_ab=block_m == 16,
+            )  # fmt: skip
+            results["reshaped_gemm"] = median_ms(
+                run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters, **reshaped)),
+                copies,
+            )
         results["dequantize_then_cublas"] = median_ms(
             run_all(lambda i: x @ dequantize_int4(*weights[i], GROUP_SIZE)), copies
         )
@@ -241,20 +267,29 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None)
 
 
 def tuned_table(rows: list[dict]) -> dict:
-    """The int4_gemm_configs.json of the sweep's best configs."""
-    configs = []
+    """The int4_gemm_configs.json of the sweep's best configs, over the current table's rows for
+    the shapes and token buckets this run did not sweep (a sweep of some buckets keeps the
+    others)."""
+    swept = {}
     for row in rows:
         best = row["best_sweep"]
         if best is None:
             continue
         config = Int4GemmConfig(**{key: value for key, value in best.items() if key != "ms"})
-        configs.append(config.to_row(row["n"], row["k"], GROUP_SIZE, m_bucket(row["m"])))
+        table_row = config.to_row(row["n"], row["k"], GROUP_SIZE, m_bucket(row["m"]))
+        swept[_table_key(table_row)] = table_row
+    current = json.loads(DEFAULT_TABLE_PATH.read_text())["configs"]
+    kept = [row for row in current if _table_key(row) not in swept]
     return {
         "note": "Written by scripts/bench_int4_gemm.py --sweep: the fastest correct config per "
         "projection shape and token bucket.",
         "source": f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}",
-        "configs": configs,
+        "configs": kept + list(swept.values()),
     }
+
+
+def _table_key(row: dict) -> tuple[int, int, int, int]:
+    return row["n"], row["k"], row["group_size"], row["m_bucket"]
 
 
 def main() -> None:

@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The fifteenth
-# session (2026-12-02) ran dsl-tree ([6/14] item 3: fork(64) 2.64 -> 1.82 s over 2.6k shared
-# tokens), tree-shared (the unpipelined launches lost), decode-build (no change on the H200),
-# bs1-profile, an e4m3 query for the FP8 pool (slower: reverted) and 1000 x 1000/1000 with tree
-# attention off / on (no regression); docs/benchmarks.md. Pending after it, in order:
-#   fp8-store    [8/14] the FP8 pool's store fused into the rotary kernel (fifteenth session:
-#                GPU tests passed, -0.49 ms of kernels a batch-256 step): its GPU test again and
-#                `fp8` (bf16 then FP8 weights + KV offline; 1.465x in the fourteenth session),
-#                the offline ratio it has not had yet (~5 min)
-#   bs1-split    [7/14] batch-1 decode attention per min_split_len (`bench_kernels.py
-#                --split-sweep`, ~1 min): the split kernel took 7 us a layer at 128-384
-#                positions in the fifteenth session's profile; if longer splits win, make it the
-#                default (`decode_attention(min_split_len=)` through the backend) and run
-#                bench latency batch 1 against `.base`
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The sixteenth
+# session (2026-12-02) ran fp8-store (offline FP8 1.454x bf16: the fused store did not move it),
+# bs1-split (longer KV splits lose at batch 1; default kept), the int4 nibble GEMM's prototype
+# sweeps and int4-nibble (batch 64 7.80 -> 7.55 ms, 16 tokens' projections 4.05 -> 2.73 ms);
+# docs/benchmarks.md. Pending after it, in order:
+#   int4-sweep   [9/14] both GEMMs over the interleaved packing (the nibble GEMM and the
+#                whole-tile one, `per_nibble`) swept at 16-256 tokens, the merged table
+#                installed, bench latency int4 at batch 1 / 64 / 128 before and after it (~5 min):
+#                the nibble GEMM loses to bf16 from 64 tokens and the whole-tile GEMM over this
+#                packing has not run on the H200 yet
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -115,11 +111,22 @@ for stage in "$@"; do
       (cd scripts && timeout 100 python3 bench_int4_gemm.py --tokens 64 16 \
         --out "$OUT/int4_nibble" 2>&1 | grep -v -i warn | tail -2) ;;
     int4-sweep)
-      # [9/14] the nibble GEMM's launch sweep (16-token tiles for 64 tokens among them); the
-      # table it writes goes over kernels/int4_gemm_configs.json, then bench latency again
+      # [9/14] both GEMMs over the interleaved packing swept at 16-256 tokens (the table it
+      # writes keeps the current rows of the buckets it does not sweep), then bench latency with
+      # random int4 weights before (the table in the tree) and after (the swept table)
       mkdir -p "$OUT/int4_sweep"
-      (cd scripts && timeout 200 python3 bench_int4_gemm.py --tokens 64 32 16 --sweep \
-        --sweep-budget-s 150 --out "$OUT/int4_sweep" 2>&1 | grep -v -i warn | tail -16) ;;
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 64 128 --input-len 128 --output-len 256 \
+          --quantization awq --output-json "$OUT/int4_sweep/latency_$1.json" 2>&1 | tail -4
+      }
+      lat before
+      (cd scripts && timeout 240 python3 bench_int4_gemm.py --tokens 256 128 64 32 16 --sweep \
+        --sweep-budget-s 180 --out "$OUT/int4_sweep" 2>&1 | grep -v -i warn | tail -22)
+      if [ -s "$OUT/int4_sweep/int4_gemm_configs.json" ]; then
+        cp "$OUT/int4_sweep/int4_gemm_configs.json" kernels/
+        lat after
+      fi ;;
     bs1-split)
       timeout 200 python3 scripts/bench_kernels.py --split-sweep 2>&1 | grep -v -i warn \
         | tee "$OUT/split_sweep.log" | tail -52 ;;

@@ -81,6 +81,9 @@ GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
         (33, 64, 256, 128, torch.float16, {"split_k": 2}, True),  # split-K
         (5, 40, 384, 128, torch.float32, {"split_k": 4, "block_m": 16}, False),  # 3 splits
         (17, 64, 256, 128, torch.float16, {"swap_ab": True, "block_n": 32}, True),  # W^T x^T
+        # group 128, the whole chunk unpacked, permuted to row order and reshaped into one dot
+        (20, 40, 256, 128, torch.float16, {"per_nibble": False, "split_k": 2}, True),
+        (9, 64, 384, 128, torch.float32, {"per_nibble": False, "swap_ab": True}, False),
         (24, 40, 128, 64, torch.float32, {"swap_ab": True, "split_k": 2}, True),  # W^T x^T
     ],
 )
@@ -177,6 +180,9 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         {"gemv": False, "block_m": 16, "split_k": 4},
         {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 8, "num_warps": 4},
         {"gemv": False, "block_m": 16, "split_k": 2, "num_warps": 4, "swap_ab": True},
+        # the whole chunk in one dot (permuted to row order), as the sweep may pick it
+        {"gemv": False, "block_m": 64, "block_n": 128, "split_k": 2, "per_nibble": False},
+        {"gemv": False, "block_m": 16, "split_k": 4, "swap_ab": True, "per_nibble": False},
     ):
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
@@ -222,7 +228,10 @@ def test_kernels_compile_for_sm90_without_spills():
     assert_compile_for_sm90_without_spills(
         [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c}, w)
          for c, w in zip(gemv, (1, 4), strict=True)]
-        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 64, **c}, 8) for c in gemm]
+        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 64, "SPAN": 8, **c}, 8)
+           for c in gemm]
+        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
+            "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False}, 8)]
         + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, **c}, 4)
            for c in nibble_gemm]
         + [(_INT4, "_dequantize_int4_kernel", dequantize,
