@@ -237,10 +237,15 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None)
                 per_nibble=False, block_m=block_m, block_n=128, num_warps=8 if block_m >= 64 else 4,
                 swap_ab=block_m == 16,
             )  # fmt: skip
-            results["reshaped_gemm"] = median_ms(
-                run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters, **reshaped)),
-                copies,
-            )
+            out = int4_gemm(x, *weights[0], GROUP_SIZE, counters, **reshaped)
+            reshaped_error = ((out.float() - reference).norm() / reference.norm()).item()
+            if reshaped_error < MAX_RELATIVE_ERROR:  # a wrong kernel must not post a speed
+                results["reshaped_gemm"] = median_ms(
+                    run_all(lambda i: int4_gemm(x, *weights[i], GROUP_SIZE, counters, **reshaped)),
+                    copies,
+                )
+            else:
+                print(f"reshaped_gemm {name} M={m}: relative error {reshaped_error:.2e}")
         results["dequantize_then_cublas"] = median_ms(
             run_all(lambda i: x @ dequantize_int4(*weights[i], GROUP_SIZE)), copies
         )
