@@ -149,7 +149,7 @@ def fallback_int4_config(m: int, n: int, k: int, group_size: int, num_sms: int) 
     if runtime_span(group_size) == INTERLEAVED_SPAN:
         # The one-dot-per-nibble GEMM: 64 columns and 4 warps (~3-4 programs an SM), x W (the
         # weights through shared memory), split-K to about four programs per SM -- the H200's
-        # best at 16 and 32 tokens on all four Llama shapes but one (sixteenth session).
+        # best tiles at 16 and 32 tokens on all four Llama shapes (sixteenth session).
         tiles = triton.cdiv(m, block_m) * triton.cdiv(n, 64)
         max_split = _power_of_two_at_most(k // (2 * INTERLEAVED_SPAN))
         split_k = max(1, min(max_split, 16, _power_of_two_at_most(triton.cdiv(4 * num_sms, tiles))))
@@ -173,12 +173,12 @@ def int4_config(
     """The tuned row of (n, k, group_size, m's bucket), else `fallback_int4_config`."""
     table = load_config_table() if table is None else table
     tuned = table.get((n, k, group_size, m_bucket(m)))
-    # A GEMM row over the interleaved layout must step one 128-row chunk at a time.
-    nibble_gemm = tuned is not None and not tuned.gemv and runtime_span(group_size) > 8
+    # A GEMM row over the interleaved layout (either GEMM) steps one 128-row chunk at a time.
+    interleaved_gemm = tuned is not None and not tuned.gemv and runtime_span(group_size) > 8
     if (
         tuned is not None
         and group_size % tuned.block_k == 0
-        and (not nibble_gemm or tuned.block_k == INTERLEAVED_SPAN)
+        and (not interleaved_gemm or tuned.block_k == INTERLEAVED_SPAN)
     ):
         return tuned
     return fallback_int4_config(m, n, k, group_size, num_sms)

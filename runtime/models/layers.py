@@ -9,11 +9,8 @@ from torch import nn
 
 from radixgen.kernels.fp8_gemm import Fp8Activations, quantize_fp8_activations
 from radixgen.kernels.rms_norm import fused_add_rms_norm, rms_norm
-from radixgen.kernels.rotary import (
-    rotary_embedding,
-    rotary_embedding_and_store_kv,
-    store_in_cache,
-)
+from radixgen.kernels.rotary import rotary_embedding, rotary_embedding_and_store_kv
+from radixgen.radix_cache.memory_pool import TokenToKVPool
 from radixgen.runtime.model_config import RopeConfig
 
 
@@ -115,21 +112,21 @@ class RotaryEmbedding(nn.Module):
         q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        k_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
-        v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+        pool: TokenToKVPool,
+        layer_id: int,
         slots: torch.Tensor,  # [num_tokens] int64
         delta: torch.Tensor | None = None,  # [num_tokens, q | k | v] fp32
-        kv_scales: tuple[float, float] = (1.0, 1.0),
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`, plus the rotated keys and the values written to their cache slots: one
-        Triton kernel on CUDA (the attention backend then skips its own store). `delta` (a
-        LoRA delta computed beside the qkv GEMM) is added to q, k and v first; `v` itself is
-        left as given. An FP8 cache stores them quantized with `kv_scales` (k_scale, v_scale),
-        as the pool's `set_kv` does."""
+        """`forward`, plus the rotated keys and the values written to their slots of the
+        layer's cache: one Triton kernel on CUDA (the attention backend then skips its own
+        store; into an FP8 pool quantized with the layer's scales, as `set_kv` does), the pool's
+        `set_kv` elsewhere. `delta` (a LoRA delta computed beside the qkv GEMM) is added to q,
+        k and v first; `v` itself is left as given."""
         if q.is_cuda:
+            k_cache, v_cache = pool.get_kv_buffer(layer_id)
             return rotary_embedding_and_store_kv(
                 positions, q, k, v, self.cos_cache, self.sin_cache, k_cache, v_cache, slots, delta,
-                kv_scales,
+                pool.kv_scales(layer_id),
             )  # fmt: skip
         if delta is not None:
             q_delta, k_delta, v_delta = delta.split([q[0].numel(), k[0].numel(), v[0].numel()], -1)
@@ -137,8 +134,7 @@ class RotaryEmbedding(nn.Module):
             k = add_float_delta(k, k_delta.view(k.shape))
             v = add_float_delta(v, v_delta.view(v.shape))
         q, k = self(positions, q, k)
-        store_in_cache(k_cache, slots, k, kv_scales[0])
-        store_in_cache(v_cache, slots, v, kv_scales[1])
+        pool.set_kv(layer_id, slots, k, v)
         return q, k
 
 

@@ -124,18 +124,10 @@ class LlamaAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         # Rotary and the KV-cache store of the new tokens in one kernel on CUDA (into an FP8
         # pool quantized with the layer's scales, as the pool's `set_kv` would).
-        k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
         q, k = rotary_emb.forward_and_store_kv(
-            forward_batch.positions,
-            q,
-            k,
-            v,
-            k_cache,
-            v_cache,
-            forward_batch.out_cache_loc,
+            forward_batch.positions, q, k, v, pool, self.layer_id, forward_batch.out_cache_loc,
             delta,
-            pool.kv_scales(self.layer_id),
-        )
+        )  # fmt: skip
         # [num_tokens, num_heads, head_dim]
         attn_output = forward_batch.attn_backend.forward(
             q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
