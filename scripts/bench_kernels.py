@@ -1,6 +1,7 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
     python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep] [--split-sweep]
+        [--kv-heads-sweep] [--gather-sweep]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
@@ -13,6 +14,8 @@ Prints one table per kernel:
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
 bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
 either side of the dots (`kv_lhs`).
+`--kv-heads-sweep` only: decode attention with several KV heads' rows read by one program.
+`--gather-sweep` only: the pool's gather alone (no math), TB/s per row length.
 `--split-sweep` only: batch-1 / batch-4 decode attention per `min_split_len` (fewer, longer KV
 splits on short histories).
 Times are medians of triton.testing.do_bench.
@@ -21,10 +24,12 @@ Times are medians of triton.testing.do_bench.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 import torch
 import triton
+import triton.language as tl
 
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
 from radixgen.kernels.extend_attention import extend_attention
@@ -129,6 +134,98 @@ def sweep_fp8_kv_decode() -> None:
             print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
 
 
+def sweep_kv_heads_per_program() -> None:
+    """Decode attention with 1, 2 or 4 KV heads a program (`kv_heads_per_program`: the heads'
+    rows of a slot read as one row, 128 bytes a head over an e4m3 pool, 256 over bf16), per
+    launch; graph replays with the in-kernel merge (the engine's path), contiguous and shuffled
+    slots; TB/s of each pool's own bytes."""
+    fp8 = torch.float8_e4m3fn
+    print("batch x context | slots | pool | heads a program | block_n warps stages | max registers"
+          " | V words | us | TB/s")  # fmt: skip
+    launches = {
+        DTYPE: ((1, None, None, None, None, None), (2, 32, 4, 3, 0, None),
+                (2, 32, 8, 3, 0, None), (2, 64, 8, 3, 0, None)),
+        fp8: ((1, None, None, None, None, None), (2, 32, 4, 4, 168, None),
+              (2, 32, 4, 4, 128, True), (2, 16, 4, 5, 128, None), (2, 32, 8, 4, 0, None),
+              (2, 32, 8, 3, 0, None), (2, 64, 8, 3, 0, None), (2, 64, 8, 3, 0, True),
+              (4, 16, 4, 4, 0, None), (4, 16, 8, 4, 0, None), (4, 32, 8, 3, 0, None)),
+    }  # fmt: skip
+    for batch, context, shuffled in ((256, 1024, False), (256, 1024, True), (64, 4096, False)):
+        case = f"{batch} x {context} | {'shuffled' if shuffled else 'contiguous'}"
+        for kv_dtype, name in ((DTYPE, "bf16"), (fp8, "e4m3")):
+            for kv_heads, block_n, warps, stages, max_registers, v_words in launches[kv_dtype]:
+                launch = "default" if block_n is None else f"{block_n} {warps} {stages}"
+                cap = "default" if max_registers is None else max_registers or "-"
+                try:
+                    us, tbs = bench_decode(
+                        batch, context, shuffled, graph=True, kv_dtype=kv_dtype,
+                        merge_counters=True, kv_heads_per_program=kv_heads, block_n=block_n,
+                        num_warps=warps, num_stages=stages, max_registers=max_registers,
+                        fp8_v_words=v_words,
+                    )  # fmt: skip
+                except Exception as error:  # noqa: BLE001 (a launch past shared memory)
+                    print(f"{case} | {name} | {kv_heads} | {launch} | {cap} | {v_words} | "
+                          f"failed: {type(error).__name__}")  # fmt: skip
+                    continue
+                print(f"{case} | {name} | {kv_heads} | {launch} | {cap} | {v_words} | {us:.1f} "
+                      f"| {tbs:.2f}")  # fmt: skip
+
+
+@triton.jit
+def _gather_rows_kernel(
+    pool_ptr,  # [num_slots, slot_words] int32
+    req_to_token_ptr,  # [batch, context] int32
+    out_ptr,  # [batch, parts] int32
+    context,
+    slot_words,
+    ROW_WORDS: tl.constexpr,  # the words each program reads of a slot
+    BLOCK_N: tl.constexpr,
+):
+    """Reads words [part * ROW_WORDS, (part + 1) * ROW_WORDS) of each of a request's slots (as
+    decode attention reads one KV head's rows): the gather alone, no math."""
+    req = tl.program_id(0)
+    part = tl.program_id(1)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, ROW_WORDS)
+    acc = tl.zeros([BLOCK_N, ROW_WORDS], dtype=tl.int32)
+    for n in range(0, context, BLOCK_N):
+        slots = tl.load(req_to_token_ptr + req * context + n + offs_n).to(tl.int64)
+        acc += tl.load(pool_ptr + slots[:, None] * slot_words + part * ROW_WORDS + offs_w[None, :])
+    tl.store(out_ptr + req * tl.num_programs(1) + part, tl.sum(tl.sum(acc, 1), 0))
+
+
+def sweep_gather() -> None:
+    """Read bandwidth of the pool's gather alone, per row length: a slot of 1,024 bytes (8 KV
+    heads x 128 e4m3 bytes) or 2,048 (bf16) read in rows of 128-1,024 bytes by
+    `slot bytes / row bytes` programs per request, 256 requests x 1,024 slots, contiguous or
+    shuffled; CUDA-graph replays."""
+    print("slot bytes | row bytes | slots | block_n warps stages | us | TB/s")
+    batch, context = 256, 1024
+    for slot_bytes in (1024, 2048):
+        pool = torch.randint(0, 1000, (batch * context + 1, slot_bytes // 4), device="cuda",
+                             dtype=torch.int32)  # fmt: skip
+        for shuffled in (False, True):
+            slots = torch.arange(1, batch * context + 1, device="cuda", dtype=torch.int32)
+            if shuffled:
+                slots = slots[torch.randperm(slots.numel(), device="cuda")]
+            req_to_token = slots.view(batch, context).contiguous()
+            for row_bytes in (128, 256, 512, 1024):
+                parts = slot_bytes // row_bytes
+                out = torch.empty(batch, parts, device="cuda", dtype=torch.int32)
+                for block_n, warps, stages in ((64, 4, 3), (32, 4, 4), (64, 8, 3), (16, 4, 5)):
+                    if block_n * row_bytes > 64 * 1024:
+                        continue
+                    run = functools.partial(
+                        _gather_rows_kernel[(batch, parts)], pool, req_to_token, out, context,
+                        slot_bytes // 4, ROW_WORDS=row_bytes // 4, BLOCK_N=block_n,
+                        num_warps=warps, num_stages=stages,
+                    )  # fmt: skip
+                    ms = triton.testing.do_bench_cudagraph(run, rep=100, return_mode="median")
+                    tbs = batch * context * slot_bytes / ms / 1e9
+                    print(f"{slot_bytes} | {row_bytes} | {'shuffled' if shuffled else 'contiguous'}"
+                          f" | {block_n} {warps} {stages} | {ms * 1e3:.1f} | {tbs:.2f}")  # fmt: skip
+
+
 def sweep_min_split_len() -> None:
     """Batch-1 and batch-4 decode attention (bf16 pool, CUDA-graph replays with the in-kernel
     merge, the engine's path) per `min_split_len`: the default splits a short history into
@@ -208,9 +305,23 @@ def main() -> None:
     parser.add_argument(
         "--split-sweep", action="store_true", help="only the min_split_len sweep at batch 1 / 4"
     )
+    parser.add_argument(
+        "--kv-heads-sweep", action="store_true", help="only the KV-heads-a-program sweep"
+    )
+    parser.add_argument(
+        "--gather-sweep",
+        action="store_true",
+        help="only the pool gather's bandwidth per row length",
+    )
     args = parser.parse_args()
     device = torch.cuda.get_device_name()
     print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.gather_sweep:
+        sweep_gather()
+        return
+    if args.kv_heads_sweep:
+        sweep_kv_heads_per_program()
+        return
     if args.fp8_kv_sweep:
         sweep_fp8_kv_decode()
         return

@@ -29,6 +29,9 @@ ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that read
 for line in sys.stdin:
     for module, name, signature, constexprs, num_warps, *options in json.loads(line):
         kernel = getattr(importlib.import_module(module), name)
+        # Constexprs the case leaves out take their defaults, as a launch does.
+        constexprs = {**{param.name: param.default for param in kernel.params
+                         if param.is_constexpr and param.has_default}, **constexprs}
         # As Triton's launcher specializes them at the engine's shapes: pointers and strides are
         # multiples of 16 (bytes / elements). Without the hint the loads stay scalar and are not
         # pipelined: another kernel than the one the H200 runs.
