@@ -287,13 +287,10 @@ def decode_split_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    KV_HEADS: tl.constexpr = 1,  # KV heads a program reads (> 1: HEAD_DIM == BLOCK_D, rows adjacent)
 ):
     req = tl.program_id(0)
-    kv_block = tl.program_id(1)  # KV heads kv_block * KV_HEADS .. + KV_HEADS - 1
+    kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    # The program's query heads: the GQA groups of its KV heads.
-    ROWS: tl.constexpr = GROUP_SIZE * KV_HEADS
 
     seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
     kv_start = tl.load(kv_starts_ptr + req) if HAS_KV_STARTS else 0
@@ -311,35 +308,22 @@ def decode_split_kernel(
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_h = offs_h < ROWS
+    mask_h = offs_h < GROUP_SIZE
     mask_d = offs_d < HEAD_DIM
-    heads = kv_block * ROWS + offs_h
-    q_rows = q_ptr + req * stride_q_batch + heads[:, None] * stride_q_head
+    heads = kv_head * GROUP_SIZE + offs_h
 
-    # Several KV heads: their rows of a slot are adjacent, so the program reads them as one
-    # row of KV_HEADS * HEAD_DIM elements (longer gathers: an FP8 head's row is only 128
-    # bytes). Query row r is placed in the columns of its own KV head and is zero in the
-    # others, so its scores are exactly those against its own head's keys (all the heads share
-    # the positions); its output is the same columns of the wide accumulator.
-    ROW_DIM: tl.constexpr = KV_HEADS * BLOCK_D
-    ROW_HEAD_DIM: tl.constexpr = HEAD_DIM + (KV_HEADS - 1) * BLOCK_D  # ROW_DIM when KV_HEADS > 1
-    offs_w = tl.arange(0, ROW_DIM)
-    own_columns = (offs_w[None, :] // BLOCK_D) == (offs_h[:, None] // GROUP_SIZE)
-    if KV_HEADS == 1:
-        q = tl.load(
-            q_rows + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :], other=0.0
-        )  # [BLOCK_H, BLOCK_D]
-    else:
-        q = tl.load(
-            q_rows + (offs_w % BLOCK_D)[None, :], mask=mask_h[:, None] & own_columns, other=0.0
-        )  # [BLOCK_H, ROW_DIM]
+    q = tl.load(
+        q_ptr + req * stride_q_batch + heads[:, None] * stride_q_head + offs_d[None, :],
+        mask=mask_h[:, None] & mask_d[None, :],
+        other=0.0,
+    )  # [BLOCK_H, BLOCK_D]
     if DOT_FP16:
         # Hopper converts e4m3/e5m2 to fp16 in one instruction; to bf16 only through fp32.
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     acc, m_i, l_i = attend_paged_range(
         q,
-        k_buffer_ptr + kv_block * KV_HEADS * stride_kb_head,
-        v_buffer_ptr + kv_block * KV_HEADS * stride_vb_head,
+        k_buffer_ptr + kv_head * stride_kb_head,
+        v_buffer_ptr + kv_head * stride_vb_head,
         req_to_token_ptr + row * stride_req_row,
         split_start,
         split_end,
@@ -347,19 +331,16 @@ def decode_split_kernel(
         stride_kb_slot,
         stride_vb_slot,
         BLOCK_H,
-        ROW_HEAD_DIM,
-        ROW_DIM,
+        HEAD_DIM,
+        BLOCK_D,
         BLOCK_N,
         KV_LHS,
         V_FP8_WORDS,
         V_FP8_PTX,
-    )  # acc: [BLOCK_H, ROW_DIM]
-    if KV_HEADS > 1:
-        acc = tl.where(own_columns, acc, 0.0)
-        acc = tl.sum(tl.reshape(acc, [BLOCK_H, KV_HEADS, BLOCK_D]), 1)  # [BLOCK_H, BLOCK_D]
+    )
 
-    # Row of (request, query head) in the partial buffers; num_heads = num_programs(1) * ROWS.
-    partial_row = (req * tl.num_programs(1) * ROWS + heads).to(tl.int64)
+    # Row of (request, query head) in the partial buffers; num_heads = num_kv_heads * GROUP_SIZE.
+    partial_row = (req * tl.num_programs(1) * GROUP_SIZE + heads).to(tl.int64)
     if split_end > split_start:
         lse = m_i + tl.math.log2(l_i)
         out = acc * (v_scale / l_i[:, None])
@@ -374,7 +355,7 @@ def decode_split_kernel(
         else:
             entry_start = 0
             entry_end = 0
-        num_heads = tl.num_programs(1) * ROWS
+        num_heads = tl.num_programs(1) * GROUP_SIZE
         if used_splits == 1:
             # Alone (one split: large batches, and most tree suffixes): merged from registers,
             # with no partial stored, no counter and no reload from L2.
@@ -395,7 +376,7 @@ def decode_split_kernel(
             )  # fmt: skip
             # Every thread's partials are stored before the release of the (one-thread) atomic.
             tl.debug_barrier()
-            counter = merge_counters_ptr + req * tl.num_programs(1) + kv_block
+            counter = merge_counters_ptr + req * tl.num_programs(1) + kv_head
             arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
             if arrived == used_splits - 1:
                 tl.debug_barrier()  # the acquire above orders every thread's loads below
@@ -581,34 +562,6 @@ def default_decode_max_registers(
     return 128 if device.type == "cuda" and fp8_pool and head_dim <= 128 else None
 
 
-def default_kv_heads_per_program(head_dim: int, device: torch.device, *, fp8_pool: bool) -> int:
-    """KV heads one split program reads side by side (`kv_heads_per_program`): 1 until the
-    H200 sweep (`scripts/bench_kernels.py --fp8-kv-sweep`) says otherwise."""
-    return 1
-
-
-def check_kv_heads_per_program(kv_heads: int, k_buffer: torch.Tensor, v_buffer: torch.Tensor):
-    """Raises ValueError unless `kv_heads` KV heads can be read as one row of the pool: a power
-    of two dividing num_kv_heads, head_dim a power of two >= 16, heads adjacent in a slot."""
-    num_kv_heads, head_dim = k_buffer.shape[1], k_buffer.shape[2]
-    if kv_heads == 1:
-        return
-    adjacent = all(t.stride(1) == head_dim for t in (k_buffer, v_buffer))
-    if (
-        kv_heads < 1
-        or kv_heads & (kv_heads - 1)
-        or num_kv_heads % kv_heads
-        or head_dim < 16
-        or head_dim & (head_dim - 1)
-        or not adjacent
-    ):
-        raise ValueError(
-            f"kv_heads_per_program must be a power of two dividing num_kv_heads ({num_kv_heads}),"
-            f" with head_dim ({head_dim}) a power of two >= 16 and each slot's heads adjacent;"
-            f" got {kv_heads}"
-        )
-
-
 def default_fp8_dot_fp16(device: torch.device) -> bool:
     """Whether a bf16 model's FP8 pool is read through fp16 dots: on CUDA, yes. Hopper converts
     e4m3/e5m2 to fp16 in one instruction but to bf16 only through fp32, and the conversions, not
@@ -714,7 +667,6 @@ def decode_attention(
     max_registers: int | None = None,
     fp8_v_words: bool | None = None,
     min_split_len: int = 0,
-    kv_heads_per_program: int | None = None,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -745,9 +697,6 @@ def decode_attention(
             launch's tile), so a short history uses fewer splits (one split merges from
             registers, with no partials or counter); a tuning override, 0 by default (splits
             as short as one tile).
-        kv_heads_per_program: KV heads one split program reads, their rows of a slot as one
-            longer row (the queries of each head see only its columns); a tuning override,
-            None for `default_kv_heads_per_program`.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -764,12 +713,7 @@ def decode_attention(
         raise ValueError(f"out must be like q {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)}")
     if batch == 0:
         return out
-    fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
-    if kv_heads_per_program is None:
-        kv_heads_per_program = default_kv_heads_per_program(head_dim, q.device, fp8_pool=fp8_pool)
-    check_kv_heads_per_program(kv_heads_per_program, k_buffer, v_buffer)
-    kv_blocks = num_kv_heads // kv_heads_per_program  # programs per request and split
-    num_kv_splits = num_kv_splits or default_num_kv_splits(batch, kv_blocks, q.device)
+    num_kv_splits = num_kv_splits or default_num_kv_splits(batch, num_kv_heads, q.device)
     if not 1 <= num_kv_splits <= MAX_KV_SPLITS:
         raise ValueError(f"num_kv_splits must be in [1, {MAX_KV_SPLITS}], got {num_kv_splits}")
     partial_shape = (batch, num_heads, num_kv_splits, head_dim)
@@ -793,6 +737,7 @@ def decode_attention(
         )
     group_size = num_heads // num_kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
+    fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
     default_n, default_warps, default_stages = default_decode_blocks(
         head_dim, q.device, fp8_pool=fp8_pool
     )
@@ -804,7 +749,7 @@ def decode_attention(
     dot_fp16, v_fp8_words = fp8_pool_paths(
         q, v_buffer, fp8_dot_fp16=fp8_dot_fp16, fp8_v_words=fp8_v_words, kv_lhs=kv_lhs
     )
-    decode_split_kernel[(batch, kv_blocks, num_kv_splits)](
+    decode_split_kernel[(batch, num_kv_heads, num_kv_splits)](
         q,
         k_buffer,
         v_buffer,
@@ -842,9 +787,8 @@ def decode_attention(
         GROUP_SIZE=group_size,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
-        BLOCK_H=max(16, triton.next_power_of_2(group_size * kv_heads_per_program)),
+        BLOCK_H=max(16, triton.next_power_of_2(group_size)),
         BLOCK_N=block_n,
-        KV_HEADS=kv_heads_per_program,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
         **({"maxnreg": max_registers} if max_registers else {}),

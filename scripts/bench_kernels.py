@@ -1,7 +1,7 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
     python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep] [--split-sweep]
-        [--kv-heads-sweep] [--gather-sweep]
+        [--gather-sweep]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
@@ -14,7 +14,6 @@ Prints one table per kernel:
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
 bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
 either side of the dots (`kv_lhs`).
-`--kv-heads-sweep` only: decode attention with several KV heads' rows read by one program.
 `--gather-sweep` only: the pool's gather alone (no math), TB/s per row length.
 `--split-sweep` only: batch-1 / batch-4 decode attention per `min_split_len` (fewer, longer KV
 splits on short histories).
@@ -132,43 +131,6 @@ def sweep_fp8_kv_decode() -> None:
                 print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | failed: {error}")
                 continue
             print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
-
-
-def sweep_kv_heads_per_program() -> None:
-    """Decode attention with 1, 2 or 4 KV heads a program (`kv_heads_per_program`: the heads'
-    rows of a slot read as one row, 128 bytes a head over an e4m3 pool, 256 over bf16), per
-    launch; graph replays with the in-kernel merge (the engine's path), contiguous and shuffled
-    slots; TB/s of each pool's own bytes."""
-    fp8 = torch.float8_e4m3fn
-    print("batch x context | slots | pool | heads a program | block_n warps stages | max registers"
-          " | V words | us | TB/s")  # fmt: skip
-    launches = {
-        DTYPE: ((1, None, None, None, None, None), (2, 32, 4, 3, 0, None),
-                (2, 32, 8, 3, 0, None), (2, 64, 8, 3, 0, None)),
-        fp8: ((1, None, None, None, None, None), (2, 32, 4, 4, 168, None),
-              (2, 32, 4, 4, 128, True), (2, 16, 4, 5, 128, None), (2, 32, 8, 4, 0, None),
-              (2, 32, 8, 3, 0, None), (2, 64, 8, 3, 0, None), (2, 64, 8, 3, 0, True),
-              (4, 16, 4, 4, 0, None), (4, 16, 8, 4, 0, None), (4, 32, 8, 3, 0, None)),
-    }  # fmt: skip
-    for batch, context, shuffled in ((256, 1024, False), (256, 1024, True), (64, 4096, False)):
-        case = f"{batch} x {context} | {'shuffled' if shuffled else 'contiguous'}"
-        for kv_dtype, name in ((DTYPE, "bf16"), (fp8, "e4m3")):
-            for kv_heads, block_n, warps, stages, max_registers, v_words in launches[kv_dtype]:
-                launch = "default" if block_n is None else f"{block_n} {warps} {stages}"
-                cap = "default" if max_registers is None else max_registers or "-"
-                try:
-                    us, tbs = bench_decode(
-                        batch, context, shuffled, graph=True, kv_dtype=kv_dtype,
-                        merge_counters=True, kv_heads_per_program=kv_heads, block_n=block_n,
-                        num_warps=warps, num_stages=stages, max_registers=max_registers,
-                        fp8_v_words=v_words,
-                    )  # fmt: skip
-                except Exception as error:  # noqa: BLE001 (a launch past shared memory)
-                    print(f"{case} | {name} | {kv_heads} | {launch} | {cap} | {v_words} | "
-                          f"failed: {type(error).__name__}")  # fmt: skip
-                    continue
-                print(f"{case} | {name} | {kv_heads} | {launch} | {cap} | {v_words} | {us:.1f} "
-                      f"| {tbs:.2f}")  # fmt: skip
 
 
 @triton.jit
@@ -306,9 +268,6 @@ def main() -> None:
         "--split-sweep", action="store_true", help="only the min_split_len sweep at batch 1 / 4"
     )
     parser.add_argument(
-        "--kv-heads-sweep", action="store_true", help="only the KV-heads-a-program sweep"
-    )
-    parser.add_argument(
         "--gather-sweep",
         action="store_true",
         help="only the pool gather's bandwidth per row length",
@@ -318,9 +277,6 @@ def main() -> None:
     print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
     if args.gather_sweep:
         sweep_gather()
-        return
-    if args.kv_heads_sweep:
-        sweep_kv_heads_per_program()
         return
     if args.fp8_kv_sweep:
         sweep_fp8_kv_decode()

@@ -162,13 +162,6 @@ def test_split_kernel_compiles_for_sm90_without_spills():
             # Tree attention's suffix pass, which merges the shared entries too.
             (True, True, {}, False, False, 0, 64, {}),
         )
-    ] + [
-        # Two KV heads a program over an e4m3 pool (256-byte rows).
-        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | fp8_pool,
-         {"HAS_KV_STARTS": False, "MERGE": True, "HAS_SHARED": False, "DOT_FP16": True,
-          "KV_LHS": False, "V_FP8_WORDS": 0, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
-          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 32, "KV_HEADS": 2},
-         8, {"num_stages": 4}),
     ])  # fmt: skip
 
 
@@ -194,35 +187,6 @@ def test_tuning_variants_match_reference(dtype, variant):
         )
         ref = decode_attention_ref(**args)
         assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_several_kv_heads_per_program_give_the_same_attention(dtype):
-    """A program reading 2 or 4 KV heads' rows as one wider row (each query head's scores and
-    output in its own head's columns) computes the same attention, merged in the kernel or by
-    the separate merge."""
-    args = make_decode_case(
-        seq_lens=[1, 70, 33], num_heads=16, num_kv_heads=4, head_dim=32, dtype=dtype
-    )
-    ref = decode_attention_ref(**args)
-    for kv_heads in (2, 4):
-        for counters in (None, torch.zeros(3 * 4, dtype=torch.int32)):
-            out = decode_attention(
-                **args, num_kv_splits=4, merge_counters=counters, kv_heads_per_program=kv_heads
-            )
-            assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 2e-3)
-            assert counters is None or not counters.any()
-
-
-def test_kv_heads_per_program_is_checked():
-    args = make_decode_case(
-        seq_lens=[5], num_heads=8, num_kv_heads=2, head_dim=96, dtype=torch.float32
-    )
-    for bad in (3, 4, 0):
-        with pytest.raises(ValueError, match="kv_heads_per_program"):
-            decode_attention(**args, kv_heads_per_program=bad)
-    with pytest.raises(ValueError, match="kv_heads_per_program"):  # head_dim 96
-        decode_attention(**args, kv_heads_per_program=2)
 
 
 def test_min_split_len_puts_a_short_history_in_one_split():
@@ -259,12 +223,9 @@ def test_decode_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
     ref = decode_attention_ref(**args)
     counters = torch.zeros(5 * num_kv_heads, dtype=torch.int32, device="cuda")
     for num_kv_splits in (None, 1, 7, 32):
-        for merge_counters, kv_lhs, kv_heads in (
-            (None, False, 1), (counters, False, 1), (counters, True, 1), (counters, False, 2),
-        ):  # fmt: skip
+        for merge_counters, kv_lhs in ((None, False), (counters, False), (counters, True)):
             out = decode_attention(
-                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters, kv_lhs=kv_lhs,
-                kv_heads_per_program=kv_heads,
-            )  # fmt: skip
+                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters, kv_lhs=kv_lhs
+            )
             assert relative_error(out, ref) < 1e-2
             assert not counters.any()

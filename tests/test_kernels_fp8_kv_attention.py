@@ -33,11 +33,8 @@ def test_decode_attention_reads_fp8_pool(fp8_dtype, k_scale, v_scale):
         seq_lens=[1, 70, 33], num_heads=8, num_kv_heads=2, head_dim=64, dtype=torch.float32
     )
     fp8_args = to_fp8_pool(args, fp8_dtype, k_scale, v_scale)
-    # The converted tiles on either side of the dots; both KV heads read by one program.
-    for kv_lhs, kv_heads in ((False, 1), (True, 1), (False, 2)):
-        out = decode_attention(
-            **fp8_args, num_kv_splits=4, kv_lhs=kv_lhs, kv_heads_per_program=kv_heads
-        )
+    for kv_lhs in (False, True):  # the converted tiles on either side of the dots
+        out = decode_attention(**fp8_args, num_kv_splits=4, kv_lhs=kv_lhs)
         assert relative_error(out, decode_attention_ref(**fp8_args)) < 1e-5
         assert relative_error(out, decode_attention_ref(**args)) < FP8_ERROR[fp8_dtype]
 
@@ -107,16 +104,12 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
     fp8_decode = to_fp8_pool(decode, fp8_dtype, k_scale=0.5, v_scale=1.5)
     # The tiles as bf16, or as fp16 (the FP8 conversion's type), on either side of the dots.
     # V read as words and converted by PTX before the dot (the default), or after its load.
-    # Two or four KV heads a program (longer rows), with either V path.
-    for dot_fp16, kv_lhs, v_words, kv_heads in (
-        (False, False, False, 1), (True, False, True, 1), (True, False, False, 1),
-        (True, True, False, 1), (True, False, False, 2), (True, False, True, 2),
-        (True, False, False, 4),
+    for dot_fp16, kv_lhs, v_words in (
+        (False, False, False), (True, False, True), (True, False, False), (True, True, False)
     ):  # fmt: skip
         out = decode_attention(
-            **fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs, fp8_v_words=v_words,
-            kv_heads_per_program=kv_heads,
-        )  # fmt: skip
+            **fp8_decode, fp8_dot_fp16=dot_fp16, kv_lhs=kv_lhs, fp8_v_words=v_words
+        )
         assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     extend = make_extend_case(
