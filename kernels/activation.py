@@ -24,6 +24,7 @@ from radixgen.kernels.fp8_gemm import (
     Fp8Activations,
     store_fp8_row,
 )
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 
 @triton.jit
@@ -37,10 +38,12 @@ def _silu_and_mul_kernel(
     n,
     HAS_DELTA: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
+    wait_for_prior_grids(USE_PDL)
     gate = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x_row + n + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_DELTA:  # rounded to x's dtype, as adding the delta into x first would be
@@ -66,10 +69,12 @@ def _silu_and_mul_fp8_kernel(
     BLOCK: tl.constexpr,  # >= n: the whole row, for its amax
     FP8_MAX_VALUE: tl.constexpr,
     MIN_AMAX: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
+    wait_for_prior_grids(USE_PDL)
     gate = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x_row + n + offs, mask=mask, other=0.0).to(tl.float32)
     silu = (gate * tl.sigmoid(gate)).to(x_ptr.dtype.element_ty).to(tl.float32)
@@ -122,6 +127,7 @@ def silu_and_mul(
             HAS_DELTA=delta is not None,
             BLOCK=block,
             num_warps=4,
+            **pdl_launch_options(x.device),
         )
     return out.view(*x.shape[:-1], n)
 
@@ -138,7 +144,7 @@ def _silu_and_mul_fp8(rows: torch.Tensor, n: int) -> Fp8Activations:  # rows: [n
         _silu_and_mul_fp8_kernel[(rows.shape[0],)](
             rows, values, scales, rows.stride(0), values.stride(0), n,
             BLOCK=block, FP8_MAX_VALUE=FP8_MAX, MIN_AMAX=FP8_MIN_AMAX,
-            num_warps=min(16, max(1, block // 512)),
+            num_warps=min(16, max(1, block // 512)), **pdl_launch_options(rows.device),
         )  # fmt: skip
     return Fp8Activations(values, scales, rows.dtype)
 

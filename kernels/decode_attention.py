@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 LOG2_E = 1.4426950408889634
 MAX_KV_SPLITS = 32
@@ -287,10 +288,12 @@ def decode_split_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    wait_for_prior_grids(USE_PDL)
 
     seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
     kv_start = tl.load(kv_starts_ptr + req) if HAS_KV_STARTS else 0
@@ -792,6 +795,7 @@ def decode_attention(
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
         **({"maxnreg": max_registers} if max_registers else {}),
+        **pdl_launch_options(q.device),
     )
     if merge:
         return out

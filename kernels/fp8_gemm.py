@@ -46,6 +46,7 @@ from radixgen.kernels.launch_tables import (
     parse_shape_rows,
     select_bounded_bucket,
 )
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -94,10 +95,12 @@ def _quantize_per_token_kernel(
     FP8_MAX_VALUE: tl.constexpr,
     MIN_AMAX: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
     mask = offs < K
+    wait_for_prior_grids(USE_PDL)
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
     store_fp8_row(x, mask, xq_ptr + row * stride_xq, scale_ptr + row, offs, FP8_MAX_VALUE, MIN_AMAX)
 
@@ -283,6 +286,7 @@ def quantize_fp8_per_token_triton(
         FP8_MAX_VALUE=FP8_MAX,
         MIN_AMAX=FP8_MIN_AMAX,
         BLOCK_K=block_k,
+        **pdl_launch_options(x.device),
         num_warps=min(16, max(1, block_k // 512)),
     )
     return xq, scale

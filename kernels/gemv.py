@@ -40,6 +40,7 @@ from radixgen.kernels.launch_tables import (
     parse_shape_rows,
     select_bounded_bucket,
 )
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("gemv_configs.json")
@@ -117,6 +118,7 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     SCALED: tl.constexpr,  # FP8: sums times x_scale[row] * w_scale[n]
+    USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -131,6 +133,7 @@ def _gemv_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     ks = k_start + offs_k
     w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & (ks < k_end)[None, :], other=0.0)
+    wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
     for k in range(k_start, k_end, BLOCK_K):
         # The next step's tile is in flight while this one computes (past k_end: masked off).
         next_ks = k + BLOCK_K + offs_k
@@ -208,6 +211,6 @@ def gemv(
         x, weight, out, partial, counters, x_scale if scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
-        SCALED=scaled, num_warps=config.num_warps,
+        SCALED=scaled, num_warps=config.num_warps, **pdl_launch_options(x.device),
     )  # fmt: skip
     return finish_splits(split_mode, partial, out)

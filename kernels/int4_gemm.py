@@ -83,6 +83,7 @@ from radixgen.kernels.int4_reference import (
 )
 
 # The split-K epilogues and buffers shared with the FP8 GEMM and the bf16 GEMV.
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 __all__ = [
@@ -172,6 +173,7 @@ def _int4_gemv_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
+    USE_PDL: tl.constexpr = False,  # pdl.py: the first weight words load before the wait
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -193,6 +195,7 @@ def _int4_gemv_kernel(
             qweight_ptr, scales_ptr, zeros_ptr, k_start + BLOCK_K, k_end, offs_n, mask_n, N,
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
+    wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
     for k in range(k_start, k_end, BLOCK_K):
         # The next steps' words are in flight while this one computes: Triton pipelines only
         # the loads that feed a tl.dot, and a GEMV is bound by the bytes in flight per SM.
@@ -516,6 +519,7 @@ def int4_gemm(
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
+            **pdl_launch_options(x.device),
         )  # fmt: skip
     elif nibble_gemm:
         packed = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)

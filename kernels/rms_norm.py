@@ -30,6 +30,7 @@ from radixgen.kernels.fp8_gemm import (
     Fp8Activations,
     store_fp8_row,
 )
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 
 @triton.jit
@@ -75,10 +76,12 @@ def _rms_norm_kernel(
     QUANT: tl.constexpr,
     FP8_MAX_VALUE: tl.constexpr,
     MIN_AMAX: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < hidden
+    wait_for_prior_grids(USE_PDL)
     x = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     out_row = out_ptr + row * stride_out_row
     _store_normed(
@@ -105,10 +108,12 @@ def _fused_add_rms_norm_kernel(
     QUANT: tl.constexpr,
     FP8_MAX_VALUE: tl.constexpr,
     MIN_AMAX: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < hidden
+    wait_for_prior_grids(USE_PDL)
     x = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     residual = tl.load(residual_ptr + row * stride_residual_row + offs, mask=mask, other=0.0)
     # Rounded to the storage dtype, as torch's `x + residual` is, before the norm reads it.
@@ -192,7 +197,7 @@ def rms_norm(
     if rows.shape[0] > 0:
         _rms_norm_kernel[(rows.shape[0],)](
             rows, weight, out, scales, rows.stride(0), out.stride(0), hidden, eps,
-            **_launch_options(hidden, quantize_fp8),
+            **_launch_options(hidden, quantize_fp8), **pdl_launch_options(x.device),
         )  # fmt: skip
     return _normed(out, scales, x, quantize_fp8)
 
@@ -227,7 +232,7 @@ def fused_add_rms_norm(
         _fused_add_rms_norm_kernel[(rows.shape[0],)](
             rows, residual_rows, weight, out, summed, scales,
             rows.stride(0), residual_rows.stride(0), out.stride(0), summed.stride(0),
-            hidden, eps, **_launch_options(hidden, quantize_fp8),
+            hidden, eps, **_launch_options(hidden, quantize_fp8), **pdl_launch_options(x.device),
         )  # fmt: skip
     return _normed(out, scales, x, quantize_fp8), summed.view(x.shape)
 

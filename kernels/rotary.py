@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
+from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 
 @triton.jit
@@ -144,8 +145,10 @@ def _rotary_kernel(
     STORE_KV: tl.constexpr,
     HAS_DELTA: tl.constexpr,  # q, k and v get a delta (laid out as q | k | v) added first
     FP8_MAX: tl.constexpr,  # > 0: the caches are FP8 with this largest value
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
+    wait_for_prior_grids(USE_PDL)
     delta_q = delta_ptr + token * stride_delta_token
     delta_k = delta_q + num_heads * (2 * HALF)
     delta_v = delta_k + num_kv_heads * (2 * HALF)
@@ -235,6 +238,7 @@ def _launch(
         HAS_DELTA=delta is not None,
         FP8_MAX=fp8_max,
         num_warps=4,
+        **pdl_launch_options(q.device),
     )  # fmt: skip
     return q_out, k_out
 

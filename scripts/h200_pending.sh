@@ -127,6 +127,30 @@ for stage in "$@"; do
         cp "$OUT/int4_sweep/int4_gemm_configs.json" kernels/
         lat after
       fi ;;
+    pdl)
+      # [7/14] / [8/14] / [9/14] programmatic dependent launch (kernels/pdl.py): bench latency
+      # batch 1 in bf16, FP8 and int4 (AWQ), `.base` (main before it) then this tree for each;
+      # the greedy digests must agree. Then the kernels' GPU tests with PDL on.
+      mkdir -p "$OUT/pdl"
+      for quant in bf16 fp8 awq; do
+        flags=""
+        [ "$quant" != bf16 ] && flags="--quantization $quant"
+        for tree in .base .; do
+          name=$([ "$tree" = . ] && echo pdl || echo base)
+          (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+          echo "== $quant $name"
+          timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+            --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 $flags \
+            --output-json "$OUT/pdl/${quant}_${name}.json" 2>&1 | tail -2
+        done
+      done
+      python3 -c "
+import json, glob
+for path in sorted(glob.glob('$OUT/pdl/*.json')):
+    row = json.load(open(path))['results'][0]
+    print(path.split('/')[-1], {k: row.get(k) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
+"
+      timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_*.py 2>&1 | tail -4 ;;
     gather)
       # [8/14] the pool's gather alone per row length (seventeenth session: 128-byte rows, an
       # e4m3 head's, read at up to 4.2 TB/s, so the FP8 pool's 2.7 TB/s is not the gather's)

@@ -42,10 +42,12 @@ for line in sys.stdin:
                            constexprs, attrs)
         options = {"num_warps": num_warps, "num_stages": 3, **(options[0] if options else {})}
         forbidden = options.pop("forbid_ptx", [])
+        required = options.pop("require_ptx", [])
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         found = [text for text in forbidden if text in compiled.asm["ptx"]]
-        if found:
-            print(1, name, "PTX has", found)
+        missing = [text for text in required if text not in compiled.asm["ptx"]]
+        if found or missing:
+            print(1, name, "PTX has", found, "lacks", missing)
             continue
         with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
             ptx.write(compiled.asm["ptx"])
@@ -56,8 +58,13 @@ for line in sys.stdin:
     print("done", flush=True)
 """
 
+# The compile options of a kernel with programmatic dependent launch (kernels/pdl.py): its PTX
+# waits for the previous kernel and lets the next one start.
+PDL_PTX = {"require_ptx": ["griddepcontrol.wait", "griddepcontrol.launch_dependents"]}
+
 # (module, kernel name, signature, constexprs, num_warps[, compile options such as
-# {"num_stages": 5, "maxnreg": 128}, and "forbid_ptx": instructions the PTX must not hold])
+# {"num_stages": 5, "maxnreg": 128}, "forbid_ptx": instructions the PTX must not hold, and
+# "require_ptx": instructions it must])
 Kernel = tuple
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
-from tests.sm90_compile import assert_compile_for_sm90_without_spills
+from tests.sm90_compile import PDL_PTX, assert_compile_for_sm90_without_spills
 
 
 def make_decode_case(*, seq_lens, num_heads, num_kv_heads, head_dim, dtype, device="cpu", seed=0):
@@ -162,6 +162,11 @@ def test_split_kernel_compiles_for_sm90_without_spills():
             # Tree attention's suffix pass, which merges the shared entries too.
             (True, True, {}, False, False, 0, 64, {}),
         )
+    ] + [  # with programmatic dependent launch (kernels/pdl.py)
+        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature,
+         {"HAS_KV_STARTS": False, "MERGE": True, "HAS_SHARED": False, "DOT_FP16": False,
+          "KV_LHS": False, "V_FP8_WORDS": 0, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
+          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64, "USE_PDL": True}, 4, PDL_PTX),
     ])  # fmt: skip
 
 

@@ -28,7 +28,7 @@ from radixgen.kernels.rotary import (
     store_in_cache,
 )
 from radixgen.radix_cache.memory_pool import TokenToKVPool
-from tests.sm90_compile import assert_compile_for_sm90_without_spills
+from tests.sm90_compile import PDL_PTX, assert_compile_for_sm90_without_spills
 
 
 def randn(*shape, dtype, seed=0, device="cpu"):
@@ -212,6 +212,9 @@ def test_fp8_producers_compile_for_sm90_without_spills():
          {"x_ptr": "*bf16", "out_ptr": "*fp8e4nv", "scale_ptr": "*fp32", **rows, "n": "i32"},
          {"BLOCK": 16384, **quant}, 16)
     )  # fmt: skip
+    # With programmatic dependent launch (kernels/pdl.py).
+    kernels += [(*kernel[:3], {**kernel[3], "USE_PDL": True}, kernel[4], PDL_PTX)
+                for kernel in kernels[-2:]]  # fmt: skip
     assert_compile_for_sm90_without_spills(kernels)
 
 
@@ -345,6 +348,14 @@ def test_lora_delta_consumers_compile_for_sm90_without_spills():
         ("radixgen.kernels.rotary", "_rotary_kernel", rotary | fp8_caches,
          {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
           "HAS_DELTA": False, "FP8_MAX": 448.0}, 4),
+        # With programmatic dependent launch (kernels/pdl.py).
+        ("radixgen.kernels.activation", "_silu_and_mul_kernel",
+         {"x_ptr": "*bf16", "delta_ptr": "*fp32", "out_ptr": "*bf16", "stride_x_row": i32,
+          "stride_delta_row": i32, "stride_out_row": i32, "n": i32},
+         {"HAS_DELTA": False, "BLOCK": 1024, "USE_PDL": True}, 4, PDL_PTX),
+        ("radixgen.kernels.rotary", "_rotary_kernel", rotary,
+         {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
+          "HAS_DELTA": False, "FP8_MAX": 0.0, "USE_PDL": True}, 4, PDL_PTX),
     ])  # fmt: skip
 
 

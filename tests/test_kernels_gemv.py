@@ -15,7 +15,7 @@ from radixgen.kernels.gemv import (
     parse_gemv_table,
     select_gemv_config,
 )
-from tests.sm90_compile import assert_compile_for_sm90_without_spills
+from tests.sm90_compile import PDL_PTX, assert_compile_for_sm90_without_spills
 
 
 def operands(m, n, k, dtype, seed=0, device="cpu"):
@@ -105,6 +105,10 @@ def test_gemv_compiles_for_sm90_without_spills():
             (32, 128, 4, 1, False), (16, 512, 4, 2, True), (8, 512, 4, 2, True),
             (8, 1024, 4, 0, True),
         )
+    ] + [  # with programmatic dependent launch (kernels/pdl.py)
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature,
+         {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_MODE": 2, "SCALED": False, "USE_PDL": True}, 4,
+         PDL_PTX),
     ])  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from radixgen.kernels.int4_gemm import (
     split_k_counter_slots,
     unpack_int4_rows,
 )
-from tests.sm90_compile import assert_compile_for_sm90_without_spills
+from tests.sm90_compile import PDL_PTX, assert_compile_for_sm90_without_spills
 
 
 def relative_error(out, ref):
@@ -228,6 +228,8 @@ def test_kernels_compile_for_sm90_without_spills():
     assert_compile_for_sm90_without_spills(
         [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c}, w)
          for c, w in zip(gemv, (1, 4), strict=True)]
+        + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **gemv[0], "USE_PDL": True},
+            1, PDL_PTX)]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 64, "SPAN": 8, **c}, 8)
            for c in gemm]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
