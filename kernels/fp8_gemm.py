@@ -126,6 +126,8 @@ def _fp8_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # 0: one split; 1: partials, a reduce launch; 2: summed in-kernel
+    SWAP_AB: tl.constexpr = False,  # out^T = W x^T: the weight rows on the dot's M side
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -138,27 +140,43 @@ def _fp8_gemm_kernel(
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
 
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    # Hopper's FP8 tensor-core instruction (wgmma) takes 64 rows on its M side: with few
+    # tokens (BLOCK_M 16) the product in token-major form compiles to mma.sync with both
+    # operands converted to fp16. Swapped, the weight rows fill the M side and the tokens sit
+    # on N (wgmma takes N = 8 .. 256): FP8 straight from shared memory, both K-major.
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
+    wait_for_prior_grids(USE_PDL)
     for k in range(k_start, k_end, BLOCK_K):
         ks = k + offs_k
         mask_k = ks < k_end
         x = tl.load(x_rows + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         # [BLOCK_N, BLOCK_K] rows of the [N, K] row-major weight, contiguous in K (the K-major
-        # operand FP8 tensor-core instructions read), transposed for the product.
+        # operand FP8 tensor-core instructions read).
         w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & mask_k[None, :], other=0.0)
-        acc = tl.dot(x, tl.trans(w), acc)
+        if SWAP_AB:
+            acc = tl.dot(w, tl.trans(x), acc)  # [BLOCK_N, BLOCK_M]
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)  # [BLOCK_M, BLOCK_N]
 
     x_scale = tl.load(x_scale_ptr + offs_m, mask=mask_m, other=0.0)
     w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
-    acc = acc * x_scale[:, None] * w_scale[None, :]
-    offsets = offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
     tile = pid_m * tl.num_programs(1) + pid_n
+    if SWAP_AB:
+        acc = acc * w_scale[:, None] * x_scale[None, :]
+        offsets = offs_m.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
+        mask = mask_n[:, None] & mask_m[None, :]
+    else:
+        acc = acc * x_scale[:, None] * w_scale[None, :]
+        offsets = offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
+        mask = mask_m[:, None] & mask_n[None, :]
     store_split(
-        acc, out_ptr, partial_ptr, counters_ptr + tile, offsets,
-        mask_m[:, None] & mask_n[None, :], pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
-        WIDE_REDUCE=False,
+        acc, out_ptr, partial_ptr, counters_ptr + tile, offsets, mask, pid_k,
+        tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=False,
     )  # fmt: skip
 
 
@@ -174,8 +192,11 @@ class Fp8GemmLaunch:
     block_n: int  # output columns (weight rows) per program
     split_k: int  # programs sharing one output tile's K range
     num_warps: int
+    swap_ab: bool = False  # the weight rows on the dot's M side (Hopper's FP8 wgmma at M < 64)
 
     def __post_init__(self) -> None:
+        if self.swap_ab and self.block_n < 64:
+            raise ValueError(f"swap_ab takes block_n >= 64 (wgmma's M side), got {self.block_n}")
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
             raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
         if not 1 <= self.split_k <= 64:
@@ -247,6 +268,7 @@ def default_gemm_config(m: int, n: int, k: int, device: torch.device) -> dict[st
         "split_k": split_k,
         "num_warps": 4,
         "num_stages": 4,
+        "swap_ab": False,
     }
 
 
@@ -320,6 +342,7 @@ def fp8_gemm(
     split_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    swap_ab: bool | None = None,
     split_k_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [M, N] out_dtype
     """The Triton W8A8 GEMM: `(xq @ weight.T) * x_scale[:, None] * weight_scale[None, :]`.
@@ -342,6 +365,7 @@ def fp8_gemm(
         "split_k": split_k,
         "num_warps": num_warps,
         "num_stages": num_stages,
+        "swap_ab": swap_ab,
     }
     config.update({name: value for name, value in overrides.items() if value is not None})
     block_k, splits = config["block_k"], config["split_k"]
@@ -374,8 +398,10 @@ def fp8_gemm(
         BLOCK_N=config["block_n"],
         BLOCK_K=block_k,
         SPLIT_MODE=split_mode,
+        SWAP_AB=config["swap_ab"],
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
+        **pdl_launch_options(xq.device),
     )
     return finish_splits(split_mode, partial, out)
 

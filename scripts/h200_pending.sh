@@ -151,6 +151,25 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
     print(path.split('/')[-1], {k: row.get(k) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
 "
       timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_*.py 2>&1 | tail -4 ;;
+    fp8-swap)
+      # [8/14] batch 1 / 64 with FP8 weights: the skinny GEMM swapped (weight rows on the
+      # wgmma's M side, FP8 straight from shared memory) swept against the table's launch, the
+      # merged table installed, bench latency before and after; then the FP8 GEMM's GPU tests
+      mkdir -p "$OUT/fp8_swap"
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 64 --input-len 128 --output-len 256 \
+          --quantization fp8 --output-json "$OUT/fp8_swap/latency_$1.json" 2>&1 | tail -3
+      }
+      lat before
+      timeout 300 python3 scripts/bench_fp8_gemm.py --sweep --swap-only --tokens 1 64 \
+        --out "$OUT/fp8_swap" 2>&1 | grep -v -i warn | tail -24
+      if [ -s "$OUT/fp8_swap/fp8_gemm_configs.json" ]; then
+        cp "$OUT/fp8_swap/fp8_gemm_configs.json" kernels/
+        lat after
+      fi
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_gemm.py \
+        tests/test_kernels_pdl.py 2>&1 | tail -3 ;;
     gather)
       # [8/14] the pool's gather alone per row length (seventeenth session: 128-byte rows, an
       # e4m3 head's, read at up to 4.2 TB/s, so the FP8 pool's 2.7 TB/s is not the gather's)

@@ -35,12 +35,15 @@ for line in sys.stdin:
         # As Triton's launcher specializes them at the engine's shapes: pointers and strides are
         # multiples of 16 (bytes / elements). Without the hint the loads stay scalar and are not
         # pipelined: another kernel than the one the H200 runs.
+        options = {"num_warps": num_warps, "num_stages": 3, **(options[0] if options else {})}
+        # Size arguments the caller knows to be multiples of 16 at real shapes (Triton's
+        # launcher specializes those too).
+        divisible = options.pop("divisible", [])
         aligned = [arg for arg, kind in signature.items()
-                   if kind.startswith("*") or arg.startswith("stride")]
+                   if kind.startswith("*") or arg.startswith("stride") or arg in divisible]
         attrs = {(kernel.arg_names.index(arg),): [["tt.divisibility", 16]] for arg in aligned}
         source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")},
                            constexprs, attrs)
-        options = {"num_warps": num_warps, "num_stages": 3, **(options[0] if options else {})}
         forbidden = options.pop("forbid_ptx", [])
         required = options.pop("require_ptx", [])
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -63,8 +66,8 @@ for line in sys.stdin:
 PDL_PTX = {"require_ptx": ["griddepcontrol.wait", "griddepcontrol.launch_dependents"]}
 
 # (module, kernel name, signature, constexprs, num_warps[, compile options such as
-# {"num_stages": 5, "maxnreg": 128}, "forbid_ptx": instructions the PTX must not hold, and
-# "require_ptx": instructions it must])
+# {"num_stages": 5, "maxnreg": 128}, "forbid_ptx": instructions the PTX must not hold,
+# "require_ptx": instructions it must, and "divisible": size arguments that are multiples of 16)
 Kernel = tuple
 
 

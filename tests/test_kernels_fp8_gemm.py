@@ -22,7 +22,7 @@ from radixgen.kernels.fp8_gemm import (
     quantize_fp8_per_token,
     quantize_fp8_per_token_ref,
 )
-from tests.sm90_compile import assert_compile_for_sm90_without_spills
+from tests.sm90_compile import PDL_PTX, assert_compile_for_sm90_without_spills
 
 
 def relative_error(out, ref):
@@ -70,6 +70,12 @@ def test_triton_gemm_matches_reference(m, n, k, split_k):
     out = fp8_gemm(x_q, x_scale, weight_q, weight_scale, torch.float32, block_k=32, split_k=split_k)
     reference = fp8_linear_ref(x, weight_q, weight_scale)
     assert relative_error(out, reference) < 1e-5
+    # The weight rows on the dot's M side (out^T = W x^T): the same product.
+    swapped = fp8_gemm(
+        x_q, x_scale, weight_q, weight_scale, torch.float32, block_n=64, block_k=32,
+        split_k=split_k, swap_ab=True,
+    )  # fmt: skip
+    assert relative_error(swapped, reference) < 1e-5
 
 
 @pytest.mark.parametrize("m,n,k,split_k", [(1, 70, 300, 3), (5, 33, 512, 4)])
@@ -114,6 +120,15 @@ def test_gemm_compiles_for_sm90_without_spills():
         ("radixgen.kernels.fp8_gemm", "_fp8_gemm_kernel", signature,
          {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_MODE": mode}, 8)
         for mode in (0, 1, 2)
+    ] + [
+        # Swapped (the weight rows on the M side): FP8 wgmma at 16 tokens, with PDL.
+        ("radixgen.kernels.fp8_gemm", "_fp8_gemm_kernel", signature,
+         {"BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": True,
+          "USE_PDL": True}, 4,
+         {"num_stages": 4, "divisible": ["N", "K", "k_per_split"],
+          "require_ptx": ["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3",
+                          "cp.async.cg.shared.global", *PDL_PTX["require_ptx"]]})
+        for block_n in (64, 128)
     ])  # fmt: skip
 
 
@@ -141,7 +156,8 @@ def test_launch_table_rows_by_token_count():
     "row,match",
     [({"max_tokens": None}, "max_tokens"), ({"max_tokens": 128}, "SMALL_M_MAX"),
      ({"max_tokens": 1, "block_n": 8}, "block_n"), ({"max_tokens": 1, "split_k": 0}, "split_k"),
-     ({"max_tokens": 1, "num_warps": 3}, "num_warps"), ({"max_tokens": 1, "stages": 3}, "stages")],
+     ({"max_tokens": 1, "num_warps": 3}, "num_warps"), ({"max_tokens": 1, "stages": 3}, "stages"),
+     ({"max_tokens": 1, "block_n": 32, "swap_ab": True}, "swap_ab")],
 )  # fmt: skip
 def test_launch_table_rejects_bad_rows(row, match):
     base = {"block_n": 64, "split_k": 4, "num_warps": 4}
@@ -194,6 +210,13 @@ def test_fp8_linear_cuda_matches_dequantized_reference(m, n, k):
     reference = fp8_linear_ref(x.float(), weight_q, weight_scale)  # fp32 emulation
     triton_out = fp8_gemm(x_q, x_scale, weight_q, weight_scale, torch.bfloat16)
     assert relative_error(triton_out, reference) < 1e-2
+    if m <= 64:  # the swapped launch (FP8 wgmma with the weight rows on its M side)
+        for block_n, split_k in ((64, 4), (128, 1)):
+            swapped = fp8_gemm(
+                x_q, x_scale, weight_q, weight_scale, torch.bfloat16, block_n=block_n,
+                split_k=split_k, swap_ab=True,
+            )  # fmt: skip
+            assert relative_error(swapped, reference) < 1e-2
     if m >= 16:
         cublas_out = fp8_scaled_mm(x_q, x_scale, weight_q, weight_scale, torch.bfloat16)
         assert relative_error(cublas_out, reference) < 1e-2
