@@ -142,12 +142,13 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--fp8", action="store_true", help="the FP8 GEMV against fp8_gemm")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--budget-s", type=float, default=SWEEP_BUDGET_S, help="the sweep's time")
     args = parser.parse_args()
     bench, baseline = (bench_shape_fp8, "fp8_gemm_ms") if args.fp8 else (bench_shape, "linear_ms")
     prefix = "gemv_fp8" if args.fp8 else "gemv"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + SWEEP_BUDGET_S
+    deadline = time.monotonic() + args.budget_s
     rows, shapes = [], {}
     for i, (name, (n, k)) in enumerate(SHAPES.items()):
         share = time.monotonic() + max(0.0, deadline - time.monotonic()) / (len(SHAPES) - i)

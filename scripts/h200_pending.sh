@@ -170,6 +170,23 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       fi
       timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_gemm.py \
         tests/test_kernels_pdl.py 2>&1 | tail -3 ;;
+    gemv-pdl)
+      # [7/14] batch 1 in bf16: the split-K GEMV, which now loads its first weight tile while
+      # the previous kernel finishes (PDL), swept against cuBLAS (`F.linear`); the table of the
+      # shapes it wins installed; bench latency before and after
+      mkdir -p "$OUT/gemv_pdl"
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --output-json "$OUT/gemv_pdl/latency_$1.json" 2>&1 | tail -2
+      }
+      lat before
+      (cd scripts && timeout 200 python3 bench_gemv.py --sweep --budget-s 110 \
+        --out "$OUT/gemv_pdl" 2>&1 | grep -v -i warn | tail -6)
+      if grep -q '"max_tokens"' "$OUT/gemv_pdl/gemv_configs.json" 2>/dev/null; then
+        cp "$OUT/gemv_pdl/gemv_configs.json" kernels/
+        lat after
+      fi ;;
     gather)
       # [8/14] the pool's gather alone per row length (seventeenth session: 128-byte rows, an
       # e4m3 head's, read at up to 4.2 TB/s, so the FP8 pool's 2.7 TB/s is not the gather's)
