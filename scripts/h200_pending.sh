@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The sixteenth
-# session (2026-12-02) ran fp8-store (offline FP8 1.454x bf16: the fused store did not move it),
-# bs1-split (longer KV splits lose at batch 1; default kept), the int4 nibble GEMM's prototype
-# sweeps and int4-nibble (batch 64 7.80 -> 7.55 ms, 16 tokens' projections 4.05 -> 2.73 ms);
-# docs/benchmarks.md. Pending after it, in order:
-#   int4-sweep   [9/14] both GEMMs over the interleaved packing (the nibble GEMM and the
-#                whole-tile one, `per_nibble`) swept at 16-256 tokens, the merged table
-#                installed, bench latency int4 at batch 1 / 64 / 128 before and after it (~5 min):
-#                the nibble GEMM loses to bf16 from 64 tokens and the whole-tile GEMM over this
-#                packing has not run on the H200 yet
+# The H200 runs by stage (about 2-5 minutes each; a lease runs the first few). The seventeenth
+# session (2026-12-02/03) ran int4-sweep (batch 128 12.99 -> 10.98 ms), gather (the FP8 pool's
+# 128-byte rows gather at ~4.2 TB/s: not its limit), pdl (programmatic dependent launch: batch 1
+# overlapped bf16 4.58 -> 4.53, FP8 3.22 -> 3.09, int4 3.19 -> 3.08 ms), fp8-swap (FP8 batch 1
+# 3.43 -> 3.23 ms synced) and gemv-pdl (bf16 batch 1 4.92 -> 4.73 ms); docs/benchmarks.md.
+# Pending after it, in order:
+#   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it)
+#   fp8-gemv     [8/14] the FP8 GEMV (now with PDL) against the swapped skinny GEMM at batch 1
+#                (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
+#   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL (`bench_int4_gemm.py
+#                --tokens 1 --sweep`), bench latency --quantization awq before / after
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -185,6 +186,22 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         --out "$OUT/gemv_pdl" 2>&1 | grep -v -i warn | tail -6)
       if grep -q '"max_tokens"' "$OUT/gemv_pdl/gemv_configs.json" 2>/dev/null; then
         cp "$OUT/gemv_pdl/gemv_configs.json" kernels/
+        lat after
+      fi ;;
+    int4-gemv)
+      # [9/14] batch 1: the int4 GEMV's rows re-swept now that it loads its first words before
+      # the PDL wait, bench latency before / after
+      mkdir -p "$OUT/int4_gemv"
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --quantization awq --output-json "$OUT/int4_gemv/latency_$1.json" 2>&1 | tail -2
+      }
+      lat before
+      (cd scripts && timeout 200 python3 bench_int4_gemm.py --tokens 1 --sweep \
+        --sweep-budget-s 120 --out "$OUT/int4_gemv" 2>&1 | grep -v -i warn | tail -8)
+      if [ -s "$OUT/int4_gemv/int4_gemm_configs.json" ]; then
+        cp "$OUT/int4_gemv/int4_gemm_configs.json" kernels/
         lat after
       fi ;;
     gather)
