@@ -256,10 +256,12 @@ def _int4_gemm_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     SWAP_AB: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
+    wait_for_prior_grids(USE_PDL)
     mask_m = offs_m < M
     mask_n = offs_n < N
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
@@ -362,10 +364,12 @@ def _int4_nibble_gemm_kernel(
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     SWAP_AB: tl.constexpr,
     PACKED: tl.constexpr,  # unpack two weights per instruction (16-bit x on CUDA)
+    USE_PDL: tl.constexpr = False,  # pdl.py
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
+    wait_for_prior_grids(USE_PDL)
     mask_m = offs_m < M
     mask_n = offs_n < N
     if SWAP_AB:
@@ -527,11 +531,13 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
             SPLIT_MODE=split_mode, SWAP_AB=config.swap_ab, PACKED=packed, **launch,
+            **pdl_launch_options(x.device),
         )  # fmt: skip
     else:
         _int4_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, SPAN=span, BLOCK_M=config.block_m, SWAP_AB=config.swap_ab, **common, **launch,
+            **pdl_launch_options(x.device),
         )  # fmt: skip
     # A few outputs per reduce program: N / 256 programs read the partials.
     return finish_splits(split_mode, partial, out, block=256)

@@ -8,6 +8,8 @@
 #   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it)
 #   fp8-gemv     [8/14] the FP8 GEMV (now with PDL) against the swapped skinny GEMM at batch 1
 #                (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
+#   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the seventeenth session's last
+#                call): bench latency --quantization awq at 64, `.base` = c1441b9 vs this tree
 #   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL (`bench_int4_gemm.py
 #                --tokens 1 --sweep`), bench latency --quantization awq before / after
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
@@ -188,6 +190,16 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/gemv_pdl/gemv_configs.json" kernels/
         lat after
       fi ;;
+    int4-pdl)
+      # [9/14] batch 64 with PDL in the int4 GEMMs: `.base` (c1441b9, before it) then this tree
+      mkdir -p "$OUT/int4_pdl"
+      for tree in .base .; do
+        name=$([ "$tree" = . ] && echo pdl || echo base)
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 \
+          --quantization awq --output-json "$OUT/int4_pdl/latency_$name.json" 2>&1 | tail -2
+      done ;;
     int4-gemv)
       # [9/14] batch 1: the int4 GEMV's rows re-swept now that it loads its first words before
       # the PDL wait, bench latency before / after

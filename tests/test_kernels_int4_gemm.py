@@ -230,6 +230,11 @@ def test_kernels_compile_for_sm90_without_spills():
          for c, w in zip(gemv, (1, 4), strict=True)]
         + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **gemv[0], "USE_PDL": True},
             1, PDL_PTX)]
+        + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
+            {"GROUP_SIZE": 128, **nibble_gemm[1], "USE_PDL": True}, 4, PDL_PTX)]
+        + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
+            "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False, "USE_PDL": True},
+            8, PDL_PTX)]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 64, "SPAN": 8, **c}, 8)
            for c in gemm]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
