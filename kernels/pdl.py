@@ -41,8 +41,9 @@ def _capability(device_index: int | None) -> tuple[int, int]:
 
 
 def pdl_supported(device: torch.device) -> bool:
-    """CUDA on compute capability 9.0 or later, outside Triton's interpreter."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+    """NVIDIA CUDA on compute capability 9.0 or later, outside Triton's interpreter (ROCm
+    reports its own architecture numbers as the capability and has no PDL)."""
+    if device.type != "cuda" or torch.version.hip or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     return _capability(device.index) >= (9, 0)
 
