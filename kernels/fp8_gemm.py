@@ -46,7 +46,7 @@ from radixgen.kernels.launch_tables import (
     parse_shape_rows,
     select_bounded_bucket,
 )
-from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
+from radixgen.kernels.pdl import pdl_launch_options, prefetch_to_l2, wait_for_prior_grids
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -150,6 +150,11 @@ def _fp8_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
+    # The first two K steps' weight rows (constant; in bounds) head for L2 while the previous
+    # kernel ends.
+    first_rows = w_ptr + tl.minimum(offs_n, N - 1).to(tl.int64) * stride_wn + k_start
+    prefetch_to_l2(first_rows, USE_PDL)
+    prefetch_to_l2(tl.where(k_start + BLOCK_K < k_end, first_rows + BLOCK_K, first_rows), USE_PDL)
     wait_for_prior_grids(USE_PDL)
     for k in range(k_start, k_end, BLOCK_K):
         ks = k + offs_k

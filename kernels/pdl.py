@@ -35,6 +35,23 @@ def wait_for_prior_grids(USE_PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+@triton.jit
+def prefetch_to_l2(pointers, USE_PDL: tl.constexpr):
+    """Asks L2 for the 128-byte line at each of `pointers` (any shape; valid addresses), before
+    `wait_for_prior_grids`: a kernel whose first tiles go through a pipeline it cannot start
+    before the wait (the FP8 GEMM's `tl.dot` loop) still overlaps their DRAM latency with the
+    previous kernel's tail. No-op unless USE_PDL (CUDA only: inline PTX)."""
+    if USE_PDL:
+        tl.inline_asm_elementwise(
+            "mov.u32 $0, 0; prefetch.global.L2 [$1];",
+            "=r,l",
+            [pointers],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
 @functools.cache
 def _capability(device_index: int | None) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)

@@ -8,6 +8,9 @@
 #   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it)
 #   fp8-gemv     [8/14] the FP8 GEMV (now with PDL) against the swapped skinny GEMM at batch 1
 #                (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
+#   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
+#                wait (built after the last call): bench latency --quantization fp8, `.base` =
+#                0cf581e vs this tree
 #   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the seventeenth session's last
 #                call): bench latency --quantization awq at 64, `.base` = c1441b9 vs this tree
 #   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL (`bench_int4_gemm.py
@@ -190,6 +193,17 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/gemv_pdl/gemv_configs.json" kernels/
         lat after
       fi ;;
+    fp8-l2)
+      # [8/14] batch 1 FP8: the GEMM's first weight rows to L2 before its PDL wait; `.base`
+      # (0cf581e, before it) then this tree
+      mkdir -p "$OUT/fp8_l2"
+      for tree in .base .; do
+        name=$([ "$tree" = . ] && echo l2 || echo base)
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --quantization fp8 --output-json "$OUT/fp8_l2/latency_$name.json" 2>&1 | tail -2
+      done ;;
     int4-pdl)
       # [9/14] batch 64 with PDL in the int4 GEMMs: `.base` (c1441b9, before it) then this tree
       mkdir -p "$OUT/int4_pdl"

@@ -127,7 +127,8 @@ def test_gemm_compiles_for_sm90_without_spills():
           "USE_PDL": True}, 4,
          {"num_stages": 4, "divisible": ["N", "K", "k_per_split"],
           "require_ptx": ["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3",
-                          "cp.async.cg.shared.global", *PDL_PTX["require_ptx"]]})
+                          "cp.async.cg.shared.global", "prefetch.global.L2",
+                          *PDL_PTX["require_ptx"]]})
         for block_n in (64, 128)
     ])  # fmt: skip
 
