@@ -104,6 +104,8 @@ __all__ = [
 # beats the fused dequantize-GEMM: the product is compute-bound there, and cuBLAS's bf16 GEMM is
 # faster than a Triton tile that also dequantizes (prefill).
 DEQUANTIZE_M_MIN = 256
+# x dtypes the packed 16-bit arithmetic takes (inline PTX: CUDA only).
+_PACKED_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
@@ -174,6 +176,7 @@ def _int4_gemv_kernel(
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight words load before the wait
+    PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -210,18 +213,22 @@ def _int4_gemv_kernel(
         else:
             rows = k // 8 + tl.arange(0, BLOCK_K // 8)
             rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
-        low = words | magic  # nibbles 0..4 in place
-        high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
-        dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
-        for j in tl.static_range(8):  # nibble j of every word
-            x_j = tl.load(x_row + rows + j * (SPAN // 8)).to(tl.float32)  # [R]
-            if j < 5:
-                w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
-                dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
-            else:
-                w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
-                dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
-        acc += dot * scale[None, :]
+        if PACKED_F16:
+            dot, x_amax = _packed_f16_step(words, zero, x_row, rows, SPAN)
+            acc += dot * (scale * x_amax)[None, :]
+        else:
+            low = words | magic  # nibbles 0..4 in place
+            high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
+            dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
+            for j in tl.static_range(8):  # nibble j of every word
+                x_j = tl.load(x_row + rows + j * (SPAN // 8)).to(tl.float32)  # [R]
+                if j < 5:
+                    w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
+                    dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
+                else:
+                    w = _nibble_minus_zero(high, zero, j - 5)  # (q - z) 16^(j - 5)
+                    dot += w * (x_j * (1.0 / (1 << (4 * (j - 5)))))[:, None]
+            acc += dot * scale[None, :]
         if PREFETCH == 2:
             words, scale, zero = words_2, scale_2, zero_2
             words_2, scale_2, zero_2 = next_words, next_scale, next_zero
@@ -232,6 +239,78 @@ def _int4_gemv_kernel(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
     )  # fmt: skip
+
+
+@triton.jit
+def _f16_pair(lo, hi):
+    """`[R]` int32: the float32 `lo` and `hi` rounded to fp16, lo in the low half."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .f16 a, b; cvt.rn.f16.f32 a, $1; cvt.rn.f16.f32 b, $2; mov.b32 $0, {a, b}; }",
+        "=r,f,f", [lo, hi], dtype=tl.int32, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _packed_f16_step(words, zero, x_row, rows, SPAN: tl.constexpr):
+    """One GEMV K step in packed fp16 arithmetic, two weights an instruction: returns the
+    `[R, BLOCK_N]` float32 sums over each word's 8 nibbles of `(q - zero) x / amax` and the
+    step's `amax` (of |x|; the caller scales by it and the group's scale).
+
+    Per word: nibbles (j, j + 4) share one fp16 pair. One LOP3 each puts the nibbles at bits 0-3
+    or 4-7 of both halves into the mantissa of fp16 1024 (`1024 + q` or `1024 + 16 q`, exactly;
+    nibbles 2, 3, 6, 7 after one shift by 8), a packed subtraction of `1024 + zero` (or
+    `1024 + 16 zero`) leaves `(q - zero)` or `16 (q - zero)` exactly, and four packed FMAs with
+    x's pairs (x / amax in fp16, the 16x ones also / 16) sum the 8 products in two fp16 lanes,
+    which one addition turns into float32. x / amax keeps every product within 15 and a lane's
+    sum within 60, far from fp16's range, whatever the activations' size; the lanes' fp16
+    rounding (11 bits) is the one difference from the float32 path (~2e-4 relative). About 2.1
+    instructions a weight against the float32 path's 3.4. CUDA only (inline PTX)."""
+    x_0 = tl.load(x_row + rows).to(tl.float32)  # [R]
+    x_1 = tl.load(x_row + rows + 1 * (SPAN // 8)).to(tl.float32)
+    x_2 = tl.load(x_row + rows + 2 * (SPAN // 8)).to(tl.float32)
+    x_3 = tl.load(x_row + rows + 3 * (SPAN // 8)).to(tl.float32)
+    x_4 = tl.load(x_row + rows + 4 * (SPAN // 8)).to(tl.float32)
+    x_5 = tl.load(x_row + rows + 5 * (SPAN // 8)).to(tl.float32)
+    x_6 = tl.load(x_row + rows + 6 * (SPAN // 8)).to(tl.float32)
+    x_7 = tl.load(x_row + rows + 7 * (SPAN // 8)).to(tl.float32)
+    amax = tl.maximum(
+        tl.maximum(
+            tl.maximum(tl.max(tl.abs(x_0)), tl.max(tl.abs(x_1))),
+            tl.maximum(tl.max(tl.abs(x_2)), tl.max(tl.abs(x_3))),
+        ),
+        tl.maximum(
+            tl.maximum(tl.max(tl.abs(x_4)), tl.max(tl.abs(x_5))),
+            tl.maximum(tl.max(tl.abs(x_6)), tl.max(tl.abs(x_7))),
+        ),
+    )
+    amax = tl.maximum(amax, 1e-30)
+    inv = 1.0 / amax
+    inv16 = inv * 0.0625
+    x_a = _f16_pair(x_0 * inv, x_4 * inv)  # nibbles 0, 4: bits 0-3 of each half
+    x_b = _f16_pair(x_1 * inv16, x_5 * inv16)  # nibbles 1, 5: bits 4-7 (16 q)
+    x_c = _f16_pair(x_2 * inv, x_6 * inv)  # nibbles 2, 6: bits 8-11, shifted to 0-3
+    x_d = _f16_pair(x_3 * inv16, x_7 * inv16)  # nibbles 3, 7: bits 12-15, shifted to 4-7
+    zero_1 = _f16_pair(zero + 1024.0, zero + 1024.0)  # [BLOCK_N]
+    zero_16 = _f16_pair(zero * 16.0 + 1024.0, zero * 16.0 + 1024.0)
+    dot = tl.inline_asm_elementwise(
+        "{ .reg .b32 a, b, c, d, w8, s; .reg .f16 lo, hi; .reg .f32 flo, fhi; "
+        "lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA; "
+        "lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA; "
+        "shr.u32 w8, $1, 8; "
+        "lop3.b32 c, w8, 0x000F000F, 0x64006400, 0xEA; "
+        "lop3.b32 d, w8, 0x00F000F0, 0x64006400, 0xEA; "
+        "sub.rn.f16x2 a, a, $2; sub.rn.f16x2 b, b, $3; "
+        "sub.rn.f16x2 c, c, $2; sub.rn.f16x2 d, d, $3; "
+        "mul.rn.f16x2 s, a, $4; fma.rn.f16x2 s, b, $5, s; "
+        "fma.rn.f16x2 s, c, $6, s; fma.rn.f16x2 s, d, $7, s; "
+        "mov.b32 {lo, hi}, s; cvt.f32.f16 flo, lo; cvt.f32.f16 fhi, hi; "
+        "add.f32 $0, flo, fhi; }",
+        "=f,r,r,r,r,r,r,r",
+        [words, zero_1[None, :], zero_16[None, :], x_a[:, None], x_b[:, None], x_c[:, None],
+         x_d[:, None]],
+        dtype=tl.float32, is_pure=True, pack=1,
+    )  # fmt: skip
+    return dot, amax
 
 
 @triton.jit
@@ -523,10 +602,11 @@ def int4_gemm(
         _int4_gemv_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
+            PACKED_F16=config.packed_f16 and x.is_cuda and x.dtype in _PACKED_DTYPES,
             **pdl_launch_options(x.device),
         )  # fmt: skip
     elif nibble_gemm:
-        packed = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
+        packed = x.is_cuda and x.dtype in _PACKED_DTYPES
         _int4_nibble_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n,

@@ -53,8 +53,13 @@ class Int4GemmConfig:
     # nibble (`_int4_nibble_gemm_kernel`) or the whole unpacked tile in one dot, permuted and
     # reshaped to input-row order (`_int4_gemm_kernel`). Other packings always take the latter.
     per_nibble: bool = True
+    # GEMV with 16-bit x on CUDA: products summed in packed fp16 pairs within each word (two
+    # weights an instruction; `_packed_f16_step`), float32 across words. Elsewhere: float32.
+    packed_f16: bool = False
 
     def __post_init__(self) -> None:
+        if self.packed_f16 and not self.gemv:
+            raise ValueError("packed_f16 is a GEMV option (gemv=True)")
         for name in ("block_m", "block_n", "block_k", "split_k"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):

@@ -176,6 +176,9 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         {**gemv, "split_k": 16, "block_n": 128, "block_k": 32, "num_warps": 1, "prefetch": 1},
         {**gemv, "split_k": 8, "block_n": 256, "block_k": 32, "num_warps": 2},
         {**gemv, "split_k": 4, "block_n": 128, "block_k": 128, "num_warps": 4},
+        # products summed in packed fp16 pairs within each word
+        {**gemv, "split_k": 16, "block_n": 256, "block_k": 32, "num_warps": 1, "packed_f16": True},
+        {**gemv, "split_k": 4, "block_n": 128, "block_k": 64, "num_warps": 1, "packed_f16": True},
         {"gemv": False, "block_m": 16, "split_k": 1},
         {"gemv": False, "block_m": 16, "split_k": 4},
         {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 8, "num_warps": 4},
@@ -189,6 +192,39 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         for _ in range(20):
             assert torch.equal(int4_gemm(x, *weights, 128, counters, **config), out), config
         assert not counters.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_packed_f16_gemv_is_as_exact_as_the_float32_one_on_cuda(dtype):
+    """The GEMV summing each word's 8 products in packed fp16 (x scaled by its step's amax)
+    against the float32 reference: within 5e-4 relative of the float32 GEMV's own error, at
+    both spans (group sizes 128 and 64) and with activations of any size (outliers of 3e4 in
+    bf16, 1e-3-sized rows) without overflowing fp16."""
+    generator = torch.Generator().manual_seed(0)
+    gemv = {"gemv": True, "block_m": 1, "num_stages": 1, "num_warps": 1, "block_k": 32}
+    for group_size in (128, 64):
+        weights = random_int4(4096, 4096, group_size, dtype, generator, device="cuda")
+        for scale, outliers in (
+            (1.0, 0.0),
+            (1e-3, 0.0),
+            (1.0, 3e4 if dtype == torch.bfloat16 else 6e3),
+        ):
+            x = torch.randn(1, 4096, generator=generator) * scale
+            x[0, ::97] += outliers
+            x = x.to(dtype).cuda()
+            reference = int4_linear_ref(x.float(), *weights, group_size)
+            for block_n, split_k in ((256, 16), (128, 4)):
+                config = {**gemv, "block_n": block_n, "split_k": split_k}
+                exact = int4_gemm(x, *weights, group_size, **config)
+                packed = int4_gemm(x, *weights, group_size, **config, packed_f16=True)
+                assert torch.isfinite(packed).all()
+                # Both round their output to x's dtype (bf16: ~1e-3 of it); the fp16 lanes add
+                # at most 5e-4.
+                error = relative_error(exact, reference)
+                assert error < 1e-2
+                assert relative_error(packed, reference) < error + 5e-4, (group_size, scale)
 
 
 _INT4 = "radixgen.kernels.int4_gemm"
@@ -230,6 +266,10 @@ def test_kernels_compile_for_sm90_without_spills():
          for c, w in zip(gemv, (1, 4), strict=True)]
         + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **gemv[0], "USE_PDL": True},
             1, PDL_PTX)]
+        # The packed fp16 GEMV (two weights an instruction) at both spans.
+        + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c, "PACKED_F16": True}, w,
+            {"require_ptx": ["fma.rn.f16x2", "lop3.b32"]})
+           for c, w in zip(gemv, (1, 4), strict=True)]
         + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
             {"GROUP_SIZE": 128, **nibble_gemm[1], "USE_PDL": True}, 4, PDL_PTX)]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
