@@ -199,6 +199,11 @@ def _int4_gemv_kernel(
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    if PACKED_F16:  # over the whole SPAN-row chunks the split's words reach into
+        x_amax = _abs_max(
+            x_row, (k_start // SPAN) * SPAN, tl.minimum(tl.cdiv(k_end, SPAN) * SPAN, K)
+        )
+        x_inv = 1.0 / x_amax
     for k in range(k_start, k_end, BLOCK_K):
         # The next steps' words are in flight while this one computes: Triton pipelines only
         # the loads that feed a tl.dot, and a GEMV is bound by the bytes in flight per SM.
@@ -214,7 +219,7 @@ def _int4_gemv_kernel(
             rows = k // 8 + tl.arange(0, BLOCK_K // 8)
             rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
         if PACKED_F16:
-            dot, x_amax = _packed_f16_step(words, zero, x_row, rows, SPAN)
+            dot = _packed_f16_step(words, zero, x_row, rows, x_inv, SPAN)
             acc += dot * (scale * x_amax)[None, :]
         else:
             low = words | magic  # nibbles 0..4 in place
@@ -251,20 +256,30 @@ def _f16_pair(lo, hi):
 
 
 @triton.jit
-def _packed_f16_step(words, zero, x_row, rows, SPAN: tl.constexpr):
-    """One GEMV K step in packed fp16 arithmetic, two weights an instruction: returns the
-    `[R, BLOCK_N]` float32 sums over each word's 8 nibbles of `(q - zero) x / amax` and the
-    step's `amax` (of |x|; the caller scales by it and the group's scale).
+def _abs_max(x_row, start, end, BLOCK: tl.constexpr = 256):
+    """The largest |x| of x_row[start:end] as float32 (at least 1e-30)."""
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(start, end, BLOCK):
+        offs = k + tl.arange(0, BLOCK)
+        amax = tl.maximum(amax, tl.abs(tl.load(x_row + offs, mask=offs < end, other=0.0)))
+    return tl.maximum(tl.max(amax), 1e-30)
+
+
+@triton.jit
+def _packed_f16_step(words, zero, x_row, rows, x_inv, SPAN: tl.constexpr):
+    """One GEMV K step in packed fp16 arithmetic, two weights an instruction: the `[R, BLOCK_N]`
+    float32 sums over each word's 8 nibbles of `(q - zero) x x_inv` (the caller scales them by
+    the group's scale and `1 / x_inv`).
 
     Per word: nibbles (j, j + 4) share one fp16 pair. One LOP3 each puts the nibbles at bits 0-3
     or 4-7 of both halves into the mantissa of fp16 1024 (`1024 + q` or `1024 + 16 q`, exactly;
     nibbles 2, 3, 6, 7 after one shift by 8), a packed subtraction of `1024 + zero` (or
     `1024 + 16 zero`) leaves `(q - zero)` or `16 (q - zero)` exactly, and four packed FMAs with
-    x's pairs (x / amax in fp16, the 16x ones also / 16) sum the 8 products in two fp16 lanes,
-    which one addition turns into float32. x / amax keeps every product within 15 and a lane's
-    sum within 60, far from fp16's range, whatever the activations' size; the lanes' fp16
-    rounding (11 bits) is the one difference from the float32 path (~2e-4 relative). About 2.1
-    instructions a weight against the float32 path's 3.4. CUDA only (inline PTX)."""
+    x's pairs (x x_inv in fp16, the 16x ones also / 16) sum the 8 products in two fp16 lanes,
+    which one addition turns into float32. With `x_inv` 1 / the largest |x| of the program's
+    K range every product stays within 15 and a lane's sum within 60, far from fp16's range,
+    whatever the activations' size; the lanes' fp16 rounding (11 bits) is the one difference
+    from the float32 path (<= ~5e-4 relative). CUDA only (inline PTX)."""
     x_0 = tl.load(x_row + rows).to(tl.float32)  # [R]
     x_1 = tl.load(x_row + rows + 1 * (SPAN // 8)).to(tl.float32)
     x_2 = tl.load(x_row + rows + 2 * (SPAN // 8)).to(tl.float32)
@@ -273,26 +288,14 @@ def _packed_f16_step(words, zero, x_row, rows, SPAN: tl.constexpr):
     x_5 = tl.load(x_row + rows + 5 * (SPAN // 8)).to(tl.float32)
     x_6 = tl.load(x_row + rows + 6 * (SPAN // 8)).to(tl.float32)
     x_7 = tl.load(x_row + rows + 7 * (SPAN // 8)).to(tl.float32)
-    amax = tl.maximum(
-        tl.maximum(
-            tl.maximum(tl.max(tl.abs(x_0)), tl.max(tl.abs(x_1))),
-            tl.maximum(tl.max(tl.abs(x_2)), tl.max(tl.abs(x_3))),
-        ),
-        tl.maximum(
-            tl.maximum(tl.max(tl.abs(x_4)), tl.max(tl.abs(x_5))),
-            tl.maximum(tl.max(tl.abs(x_6)), tl.max(tl.abs(x_7))),
-        ),
-    )
-    amax = tl.maximum(amax, 1e-30)
-    inv = 1.0 / amax
-    inv16 = inv * 0.0625
-    x_a = _f16_pair(x_0 * inv, x_4 * inv)  # nibbles 0, 4: bits 0-3 of each half
+    inv16 = x_inv * 0.0625
+    x_a = _f16_pair(x_0 * x_inv, x_4 * x_inv)  # nibbles 0, 4: bits 0-3 of each half
     x_b = _f16_pair(x_1 * inv16, x_5 * inv16)  # nibbles 1, 5: bits 4-7 (16 q)
-    x_c = _f16_pair(x_2 * inv, x_6 * inv)  # nibbles 2, 6: bits 8-11, shifted to 0-3
+    x_c = _f16_pair(x_2 * x_inv, x_6 * x_inv)  # nibbles 2, 6: bits 8-11, shifted to 0-3
     x_d = _f16_pair(x_3 * inv16, x_7 * inv16)  # nibbles 3, 7: bits 12-15, shifted to 4-7
     zero_1 = _f16_pair(zero + 1024.0, zero + 1024.0)  # [BLOCK_N]
     zero_16 = _f16_pair(zero * 16.0 + 1024.0, zero * 16.0 + 1024.0)
-    dot = tl.inline_asm_elementwise(
+    return tl.inline_asm_elementwise(
         "{ .reg .b32 a, b, c, d, w8, s; .reg .f16 lo, hi; .reg .f32 flo, fhi; "
         "lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA; "
         "lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA; "
@@ -310,7 +313,6 @@ def _packed_f16_step(words, zero, x_row, rows, SPAN: tl.constexpr):
          x_d[:, None]],
         dtype=tl.float32, is_pure=True, pack=1,
     )  # fmt: skip
-    return dot, amax
 
 
 @triton.jit

@@ -198,7 +198,7 @@ def test_int4_kernels_agree_across_configs_on_cuda():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_packed_f16_gemv_is_as_exact_as_the_float32_one_on_cuda(dtype):
-    """The GEMV summing each word's 8 products in packed fp16 (x scaled by its step's amax)
+    """The GEMV summing each word's 8 products in packed fp16 (x scaled by its range's amax)
     against the float32 reference: within 5e-4 relative of the float32 GEMV's own error, at
     both spans (group sizes 128 and 64) and with activations of any size (outliers of 3e4 in
     bf16, 1e-3-sized rows) without overflowing fp16."""
