@@ -55,6 +55,8 @@ class GemvConfig:
     block_k: int  # K columns per loop step
     split_k: int  # programs sharing one output block's K range
     num_warps: int
+    # e4m3 operands on CUDA: products summed in packed fp16 (`_gemv_e4m3_packed_kernel`)
+    packed_f16: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -155,6 +157,120 @@ def _gemv_kernel(
     )  # fmt: skip
 
 
+# x's e4m3 values enter the packed fp16 products times 2^-9 (0x1800 in fp16): below 1, so a
+# product with an e4m3 weight stays below 448 and 8 of them below fp16's 65504, each exact.
+_X_SCALE_INVERSE: tl.constexpr = tl.constexpr(512.0)
+
+
+@triton.jit
+def _e4m3_pairs(words):
+    """`[..]` int32 words of 4 e4m3 values (first in the low byte) as two fp16 pairs times 2^-9
+    (elements 0, 1 and 2, 3), exactly."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; .reg .b32 a, b, c; mov.b32 {lo, hi}, $2; mov.b32 c, 0x18001800; "
+        "cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+        "mul.rn.f16x2 $0, a, c; mul.rn.f16x2 $1, b, c; }",
+        "=r,=r,r", [words], dtype=(tl.int32, tl.int32), is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _split_quads(quads):
+    """`[..., G, 2, 2]` (groups of 4 words) -> the four `[..., G]` of words 4 g + 0, 1, 2, 3
+    (free when a thread holds its 4 words, as a 16-byte load leaves them)."""
+    even, odd = tl.split(quads)  # words 4 g + {0, 2} and 4 g + {1, 3}
+    w0, w2 = tl.split(even)
+    w1, w3 = tl.split(odd)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def _e4m3_quad_dot(w0, w1, w2, w3, x0, x1, x2, x3):
+    """`[BLOCK_N, G]` float32: the dot products of 4 consecutive e4m3 weight words (16 weights)
+    with x's (`x0`..`x3`: `_e4m3_pairs` of x's words, broadcast over the rows), converted two
+    weights an instruction and summed in packed fp16 (each product exact, 8 a lane, below
+    3,600), then once in float32."""
+    x0_lo, x0_hi = x0
+    x1_lo, x1_hi = x1
+    x2_lo, x2_hi = x2
+    x3_lo, x3_hi = x3
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; .reg .b32 a, b, s; .reg .f16 l, h; .reg .f32 fl, fh; "
+        "mov.b32 {lo, hi}, $1; cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+        "mul.rn.f16x2 s, a, $5; fma.rn.f16x2 s, b, $6, s; "
+        "mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+        "fma.rn.f16x2 s, a, $7, s; fma.rn.f16x2 s, b, $8, s; "
+        "mov.b32 {lo, hi}, $3; cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+        "fma.rn.f16x2 s, a, $9, s; fma.rn.f16x2 s, b, $10, s; "
+        "mov.b32 {lo, hi}, $4; cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+        "fma.rn.f16x2 s, a, $11, s; fma.rn.f16x2 s, b, $12, s; "
+        "mov.b32 {l, h}, s; cvt.f32.f16 fl, l; cvt.f32.f16 fh, h; add.f32 $0, fl, fh; }",
+        "=f,r,r,r,r,r,r,r,r,r,r,r,r",
+        [w0, w1, w2, w3, x0_lo[None, :], x0_hi[None, :], x1_lo[None, :], x1_hi[None, :],
+         x2_lo[None, :], x2_hi[None, :], x3_lo[None, :], x3_hi[None, :]],
+        dtype=tl.float32, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _gemv_e4m3_packed_kernel(
+    x_ptr,  # [M, K] e4m3, read as int32 words
+    w_ptr,  # [N, K] e4m3, rows contiguous, read as int32 words
+    out_ptr,  # [M, N] the output dtype
+    partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
+    counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
+    x_scale_ptr,  # [M] fp32
+    w_scale_ptr,  # [N] fp32
+    N,
+    K,
+    k_per_split,  # a multiple of BLOCK_K
+    stride_xm,  # elements (bytes), a multiple of 4
+    stride_wn,  # elements (bytes), a multiple of 4
+    stride_split,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # a multiple of 16
+    SPLIT_MODE: tl.constexpr,  # see split_k.store_split
+    USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
+):
+    """`_gemv_kernel` for e4m3 operands in packed fp16 arithmetic (`_e4m3_quad_dot`): about
+    half the instructions a weight of the float32 path. CUDA only (inline PTX)."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_k = tl.program_id(2)
+    mask_n = offs_n < N
+    offs_w = tl.arange(0, BLOCK_K // 4)  # words of a step
+    x_words = x_ptr.to(tl.pointer_type(tl.int32)) + row * (stride_xm // 4)
+    w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + offs_n.to(tl.int64)[:, None] * (stride_wn // 4)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    acc = tl.zeros([BLOCK_N, BLOCK_K // 16], dtype=tl.float32)
+    ws = k_start // 4 + offs_w
+    w = tl.load(w_rows + ws[None, :], mask=mask_n[:, None] & (ws < k_end // 4)[None, :], other=0)
+    wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    for k in range(k_start, k_end, BLOCK_K):
+        next_ws = (k + BLOCK_K) // 4 + offs_w
+        next_w = tl.load(
+            w_rows + next_ws[None, :], mask=mask_n[:, None] & (next_ws < k_end // 4)[None, :],
+            other=0,
+        )  # fmt: skip
+        cols = k // 4 + offs_w
+        x = tl.load(x_words + cols, mask=cols < k_end // 4, other=0)  # [BLOCK_K / 4]
+        x0, x1, x2, x3 = _split_quads(tl.reshape(x, [BLOCK_K // 16, 2, 2]))
+        w0, w1, w2, w3 = _split_quads(tl.reshape(w, [BLOCK_N, BLOCK_K // 16, 2, 2]))
+        acc += _e4m3_quad_dot(
+            w0, w1, w2, w3, _e4m3_pairs(x0), _e4m3_pairs(x1), _e4m3_pairs(x2), _e4m3_pairs(x3)
+        )
+        w = next_w
+    sums = tl.sum(acc, axis=1)  # [BLOCK_N]
+    w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
+    sums = sums * (tl.load(x_scale_ptr + row) * _X_SCALE_INVERSE * w_scale)
+    tile = row * tl.num_programs(1) + tl.program_id(1)
+    store_split(
+        sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
+        pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+    )  # fmt: skip
+
+
 def gemv_counter_slots(out_features: int, max_tokens: int = 4) -> int:
     """Counters that let every `gemv` of an N-row weight up to `max_tokens` tokens sum its
     splits in-kernel (one per output block of the narrowest tile the sweep tries, 8 rows; a
@@ -207,6 +323,15 @@ def gemv(
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     grid = (m, triton.cdiv(n, config.block_n), splits)
     split_mode, partial, counters = split_buffers(out, splits, m * grid[1], split_k_counters)
+    words_fit = k % 4 == 0 and x.stride(0) % 4 == 0 and weight.stride(0) % 4 == 0
+    if config.packed_f16 and scaled and x.is_cuda and words_fit:
+        _gemv_e4m3_packed_kernel[grid](
+            x, weight, out, partial, counters, x_scale, weight_scale, n, k, k_per_split,
+            x.stride(0), weight.stride(0), m * n, BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k, SPLIT_MODE=split_mode, num_warps=config.num_warps,
+            **pdl_launch_options(x.device),
+        )  # fmt: skip
+        return finish_splits(split_mode, partial, out)
     _gemv_kernel[grid](
         x, weight, out, partial, counters, x_scale if scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),

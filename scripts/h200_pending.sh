@@ -6,15 +6,18 @@
 # 3.43 -> 3.23 ms synced) and gemv-pdl (bf16 batch 1 4.92 -> 4.73 ms); docs/benchmarks.md.
 # Pending after it, in order:
 #   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it)
-#   fp8-gemv     [8/14] the FP8 GEMV (now with PDL) against the swapped skinny GEMM at batch 1
-#                (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
+#   fp8-gemv     [8/14] the FP8 GEMV (now with PDL, and in packed fp16 arithmetic: built after
+#                the last call, GPU test in the stage) against the swapped skinny GEMM at batch
+#                1 (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
 #   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
 #                wait (built after the last call): bench latency --quantization fp8, `.base` =
 #                0cf581e vs this tree
 #   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the seventeenth session's last
 #                call): bench latency --quantization awq at 64, `.base` = c1441b9 vs this tree
-#   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL (`bench_int4_gemm.py
-#                --tokens 1 --sweep`), bench latency --quantization awq before / after
+#   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL and the packed fp16 GEMV
+#                (`packed_f16`, built after the last call; its GPU tests first;
+#                `bench_int4_gemm.py --tokens 1 --sweep`), bench latency --quantization awq
+#                before / after
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
@@ -218,6 +221,8 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       # [9/14] batch 1: the int4 GEMV's rows re-swept now that it loads its first words before
       # the PDL wait, bench latency before / after
       mkdir -p "$OUT/int4_gemv"
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
+        2>&1 | tail -2
       lat() {  # $1: name
         timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
           --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
@@ -258,19 +263,24 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
     fp8-kv-attn)
       timeout 300 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | tee "$OUT/fp8_kv_attn.log" ;;
     fp8-gemv)
-      # [8/14] batch 1 with FP8 weights (4.16 ms, target 2.6): the FP8 GEMV swept against the
-      # skinny GEMM (which streams the qkv / o / down weights at 1.4-2.3 TB/s), its table
-      # installed, then bench latency batch 1 with the table (bf16 and FP8 before it).
+      # [8/14] batch 1 with FP8 weights (seventeenth session: 3.23 ms synced, 2.96 overlapped;
+      # target 2.6): the FP8 GEMV, now also in packed fp16 arithmetic (`packed_f16`, half the
+      # instructions of its float32 path) and with PDL, swept against the swapped skinny GEMM;
+      # its GPU tests first; the table installed; bench latency before and after.
       mkdir -p "$OUT/fp8_gemv"
-      for when in before after; do
-        if [ $when = after ]; then
-          timeout 200 python3 scripts/bench_gemv.py --sweep --fp8 --out "$OUT/fp8_gemv" 2>&1 | tail -5
-          [ -s "$OUT/fp8_gemv/gemv_fp8_configs.json" ] && cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
-        fi
-        python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL --load-format dummy \
-          --batch-sizes 1 --input-len 128 --output-len 256 --quantization fp8 \
-          --output-json "$OUT/fp8_gemv/latency_fp8_$when.json" 2>&1 | grep '^{' | tail -1
-      done ;;
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemv.py 2>&1 | tail -2
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --quantization fp8 --output-json "$OUT/fp8_gemv/latency_$1.json" 2>&1 | tail -2
+      }
+      lat before
+      timeout 220 python3 scripts/bench_gemv.py --sweep --fp8 --budget-s 150 \
+        --out "$OUT/fp8_gemv" 2>&1 | grep -v -i warn | tail -5
+      if grep -q '"max_tokens"' "$OUT/fp8_gemv/gemv_fp8_configs.json" 2>/dev/null; then
+        cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
+        lat after
+      fi ;;
     tree-gsp)
       # [6/14] generated-shared-prefix in-process with tree attention off, on, off, on (third
       # session: 31.81 / 26.87 s; target 18 s), then one decode step of that batch (1,024
