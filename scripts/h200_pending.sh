@@ -18,6 +18,9 @@
 #                (`packed_f16`, built after the last call; its GPU tests first;
 #                `bench_int4_gemm.py --tokens 1 --sweep`), bench latency --quantization awq
 #                before / after
+#   fp8-kv-attn  [8/14] the FP8 pool's decode attention with byte loads at 16-32-position tiles
+#                and deeper pipelines (`bench_kernels.py --fp8-kv-sweep`; the gather alone reads
+#                128-byte rows fastest at 16 / 4 warps / 5 stages)
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
