@@ -14,15 +14,18 @@ to a few tokens: each re-reads the weight from L2).
 
 It is used only where the per-shape table (`gemv_configs.json`, written by
 `scripts/bench_gemv.py --sweep` on the GPU, which keeps a shape only if the kernel beats
-`F.linear` there) has a row; otherwise, and on the CPU, `F.linear`. The shipped table is empty
-until that sweep has run. Products are summed in fp32 in another order than cuBLAS: outputs
-agree within bf16 rounding.
+`F.linear` there) has a row; otherwise, and on the CPU, `F.linear`. The shipped table (the
+H200's, with programmatic dependent launch: the first weight tile loads while the previous
+kernel finishes, `pdl.py`) lists qkv, o and down of the 8B model at 1 token. Products are summed
+in fp32 in another order than cuBLAS: outputs agree within bf16 rounding.
 
 FP8 (W8A8, `fp8_gemm.py`'s quantization): e4m3 activations and weights, each converted to fp32
-in registers (the products of e4m3 values overflow fp16), the per-token and per-channel scales
-applied once to each split's sums: `fp8_gemm`'s math on the CUDA cores instead of the tensor
-cores, whose tiles pad one token to 16 rows. Its own table, `gemv_fp8_configs.json`
-(`bench_gemv.py --sweep --fp8`, against the model's FP8 path), empty until swept.
+in registers, the per-token and per-channel scales applied once to each split's sums:
+`fp8_gemm`'s math on the CUDA cores instead of the tensor cores, whose tiles pad one token to 16
+rows. Or, with `packed_f16`, in packed fp16 (`_gemv_e4m3_packed_kernel`): x's values times 2^-9
+keep every product exact and below 448 (two e4m3 values' products reach 2e5, past fp16's
+range), half the instructions. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py --sweep
+--fp8`, against the model's FP8 path), empty until swept.
 """
 
 from __future__ import annotations
