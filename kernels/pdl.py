@@ -59,8 +59,12 @@ def _capability(device_index: int | None) -> tuple[int, int]:
 
 def pdl_supported(device: torch.device) -> bool:
     """NVIDIA CUDA on compute capability 9.0 or later, outside Triton's interpreter (ROCm
-    reports its own architecture numbers as the capability and has no PDL)."""
+    reports its own architecture numbers as the capability and has no PDL), unless the
+    environment sets `RADIXGEN_PDL=0` (an escape hatch, and a same-tree A/B for benchmarks:
+    the kernels then launch as before, read at each launch)."""
     if device.type != "cuda" or torch.version.hip or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    if os.environ.get("RADIXGEN_PDL", "1") == "0":
         return False
     return _capability(device.index) >= (9, 0)
 

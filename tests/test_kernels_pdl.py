@@ -23,6 +23,20 @@ def test_pdl_only_on_cuda_from_hopper():
     not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
     reason="needs a Hopper GPU",
 )
+def test_pdl_on_hopper_unless_the_environment_turns_it_off(monkeypatch):
+    cuda = torch.device("cuda")
+    assert pdl_launch_options(cuda) == {"USE_PDL": True, "launch_pdl": True}
+    monkeypatch.setenv("RADIXGEN_PDL", "0")
+    assert pdl_launch_options(cuda) == {}
+    with pytest.raises(ValueError, match="PDL"):
+        pdl_launch_options(cuda, enabled=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+    reason="needs a Hopper GPU",
+)
 def test_a_graph_of_pdl_kernels_matches_the_kernels_run_alone():
     """A decode layer's chain (add + RMSNorm, GEMV, rotary + KV store, decode attention, GEMV,
     add + RMSNorm, GEMV, SiLU-and-mul, GEMV), each kernel waiting for the previous one only
