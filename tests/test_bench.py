@@ -50,6 +50,13 @@ def test_bench_latency_and_offline_cli(tmp_path, tiny_model_path, capsys):
     header = next(i for i, line in enumerate(table) if "decode ms/step" in line)
     assert [line.split()[0] for line in table[header + 1 : header + 3]] == ["1", "2"]
     assert all(row["prefill_ms"] > 0 and row["decode_ms_per_step_median"] > 0 for row in rows)
+    # The synced step's phases: the ids read back, the batch built, the forward launched, the
+    # device waited for (on the CPU every op runs as it is launched: the wait is ~0).
+    for row in rows:
+        phases = row["synced_step_phases_ms"]
+        assert set(phases) == {"read_ids", "build", "launch", "wait"}
+        assert phases["build"] > 0 and phases["launch"] > 0
+        assert sum(phases.values()) <= row["decode_ms_per_step_mean"] * 1.5
     # The overlapped pass (ids left on the device) decodes the synced pass's greedy tokens.
     assert all(row["decode_ms_per_step_overlapped_median"] > 0 for row in rows)
     assert all(row["overlapped_same_tokens"] is True for row in rows)

@@ -142,21 +142,27 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
         synced_ids = []
         _sync(runner.device)
         prefill_s = time.perf_counter() - start
-        step_s = []
+        step_s, phases_s = [], []
         for step in range(args.output_len):
             position = args.input_len + step
             start = time.perf_counter()
             # The host needs the ids to build the batch: the one deliberate sync per step.
+            host_ids = next_ids.view(-1, 1).tolist()
+            read = time.perf_counter()
             batch = runner.build_forward_batch(
                 mode=ForwardMode.DECODE,
-                input_ids=next_ids.view(-1, 1).tolist(),
+                input_ids=host_ids,
                 req_pool_indices=rows,
                 prefix_lens=[position] * batch_size,
                 out_cache_loc=per_request[:, position].contiguous(),
             )
+            built = time.perf_counter()
             next_ids = runner.forward(batch).argmax(dim=-1)
+            launched = time.perf_counter()
             _sync(runner.device)
-            step_s.append(time.perf_counter() - start)
+            end = time.perf_counter()
+            step_s.append(end - start)
+            phases_s.append((read - start, built - read, launched - built, end - launched))
             synced_ids.append(next_ids)
         if overlapped:
             overlapped_ms, overlapped_ids = _overlapped_decode(
@@ -167,6 +173,7 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
         runner.req_to_token_pool.free(rows)
     decode_s = step_s[args.warmup_steps :] or step_s
     median_step = statistics.median(decode_s)
+    phases = phases_s[args.warmup_steps :] or phases_s
     row = {
         "batch_size": batch_size,
         "input_len": args.input_len,
@@ -176,6 +183,13 @@ def _one_batch(runner, batch_size: int, args: LatencyArgs, overlapped: bool = Fa
         "decode_ms_per_step_median": 1000 * median_step,
         "decode_ms_per_step_mean": 1000 * statistics.fmean(decode_s),
         "decode_tokens_per_s": batch_size / median_step,
+        # Where the synced step's host time goes (medians, ms): reading the ids back, building
+        # the batch, launching the forward (graph replay) and argmax, then waiting for the
+        # device. Until the launch ends the device has only the step's small copies to run.
+        "synced_step_phases_ms": {
+            name: 1000 * statistics.median(phase[i] for phase in phases)
+            for i, name in enumerate(("read_ids", "build", "launch", "wait"))
+        },
         "greedy_tokens_digest": hashlib.sha256(
             json.dumps([first_ids.tolist()] + [ids.tolist() for ids in synced_ids]).encode()
         ).hexdigest()[:16],
@@ -215,16 +229,20 @@ def run_latency(server_args: ServerArgs, args: LatencyArgs) -> list[dict]:
 
 
 def print_latency_table(rows: list[dict]) -> None:
-    """One line per batch size, as SGLang's bench_one_batch prints them."""
+    """One line per batch size, as SGLang's bench_one_batch prints them (and the synced step's
+    host time before its forward is launched: read ids + build + launch)."""
     print(f"{'batch':>6} {'input':>6} {'output':>6} {'prefill ms':>11} {'prefill tok/s':>14} "
-          f"{'decode ms/step':>15} {'decode tok/s':>13} {'overlapped ms/step':>19}")  # fmt: skip
+          f"{'decode ms/step':>15} {'decode tok/s':>13} {'overlapped ms/step':>19} "
+          f"{'host ms/step':>13}")  # fmt: skip
     for row in rows:
         overlapped = row.get("decode_ms_per_step_overlapped_median")
+        phases = row["synced_step_phases_ms"]
+        host = phases["read_ids"] + phases["build"] + phases["launch"]
         print(
             f"{row['batch_size']:>6} {row['input_len']:>6} {row['output_len']:>6} "
             f"{row['prefill_ms']:>11.2f} {row['prefill_tokens_per_s']:>14.1f} "
             f"{row['decode_ms_per_step_median']:>15.3f} {row['decode_tokens_per_s']:>13.1f} "
-            f"{'-' if overlapped is None else f'{overlapped:.3f}':>19}"
+            f"{'-' if overlapped is None else f'{overlapped:.3f}':>19} {host:>13.3f}"
         )
 
 
