@@ -4,26 +4,31 @@
 # 128-byte rows gather at ~4.2 TB/s: not its limit), pdl (programmatic dependent launch: batch 1
 # overlapped bf16 4.58 -> 4.53, FP8 3.22 -> 3.09, int4 3.19 -> 3.08 ms), fp8-swap (FP8 batch 1
 # 3.43 -> 3.23 ms synced) and gemv-pdl (bf16 batch 1 4.92 -> 4.73 ms); docs/benchmarks.md.
-# Pending after it, in order:
-#   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it)
+# Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
+# c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
+# it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
+#   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it), and
+#                the packed GEMVs' first GPU tests
+#   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
+#                wait (built after the last call): bench latency --quantization fp8, `.base` vs
+#                this tree
+#   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the last call): bench
+#                latency --quantization awq at 64, `.base` vs this tree
 #   fp8-gemv     [8/14] the FP8 GEMV (now with PDL, and in packed fp16 arithmetic: built after
 #                the last call, GPU test in the stage) against the swapped skinny GEMM at batch
 #                1 (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
-#   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
-#                wait (built after the last call): bench latency --quantization fp8, `.base` =
-#                0cf581e vs this tree
-#   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the seventeenth session's last
-#                call): bench latency --quantization awq at 64, `.base` = c1441b9 vs this tree
+#                (after fp8-l2: it installs a table)
 #   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL and the packed fp16 GEMV
 #                (`packed_f16`, built after the last call; its GPU tests first;
 #                `bench_int4_gemm.py --tokens 1 --sweep`), bench latency --quantization awq
-#                before / after
+#                before / after (after int4-pdl)
 #   fp8-kv-attn  [8/14] the FP8 pool's decode attention with byte loads at 16-32-position tiles
 #                and deeper pipelines (`bench_kernels.py --fp8-kv-sweep`; the gather alone reads
 #                128-byte rows fastest at 16 / 4 warps / 5 stages)
 #   fp8-rows     FP8 weights only (1.253x in the fourteenth session) and FP8 KV only, offline
 #                1000 x 1000/1000, with bf16 in the same lease
 #   fresh-gsp    [7/14] item 2 on generated-shared-prefix
+# `bench latency` now prints the synced step's host part (`host ms/step`; phases in its JSON).
 # Through the device tool with
 # `carry: [".whl"]` (and ".base" where a stage says); JSON and logs go to $OUT.
 #   gpu-tests   every GPU test (`pytest -m gpu`; 112 passed at 8cd9a13 in the eleventh session)
@@ -201,7 +206,7 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       fi ;;
     fp8-l2)
       # [8/14] batch 1 FP8: the GEMM's first weight rows to L2 before its PDL wait; `.base`
-      # (0cf581e, before it) then this tree
+      # (c1441b9, before it) then this tree
       mkdir -p "$OUT/fp8_l2"
       for tree in .base .; do
         name=$([ "$tree" = . ] && echo l2 || echo base)
