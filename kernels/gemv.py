@@ -326,7 +326,9 @@ def gemv(
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     grid = (m, triton.cdiv(n, config.block_n), splits)
     split_mode, partial, counters = split_buffers(out, splits, m * grid[1], split_k_counters)
-    words_fit = k % 4 == 0 and x.stride(0) % 4 == 0 and weight.stride(0) % 4 == 0
+    # The packed kernel reads both operands as 32-bit words.
+    words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
+    words_fit = words_fit and k % 4 == 0
     if config.packed_f16 and scaled and x.is_cuda and words_fit:
         _gemv_e4m3_packed_kernel[grid](
             x, weight, out, partial, counters, x_scale, weight_scale, n, k, k_per_split,
