@@ -407,10 +407,19 @@ def _pair_bits(value, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _nibble_tile(words, zero, scale, J: tl.constexpr):
+    """Nibble J of `words` `[16, BLOCK_N]` as `(q - zero) * scale` in float32 (`q - zero`
+    exactly; the float32 path: the interpreter, float32 x)."""
+    bits = ((words >> (4 * J)) & 0xF) | 0x4B000000
+    return (bits.to(tl.float32, bitcast=True) - (zero + 8388608.0)[None, :]) * scale[None, :]
+
+
+@triton.jit
 def _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, rows, SWAP_AB: tl.constexpr):
-    """acc += x[:, rows] w (`w`: `[16, BLOCK_N]` weights of input rows `rows` `[16]`)."""
-    # x^T `[16, BLOCK_M]`: 16 consecutive rows (32 bytes) a token. Every step is a whole tile
-    # (K is a multiple of 128), so only the tokens are masked.
+    """acc += x[:, rows] w (`w`: `[R, BLOCK_N]` weights of input rows `rows` `[R]`, R = 16 or
+    the chunk's 128)."""
+    # x^T `[R, BLOCK_M]`: R consecutive rows (32 or 256 bytes) a token. Every step is a whole
+    # tile (K is a multiple of 128), so only the tokens are masked.
     x_t = tl.load(
         x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + rows[:, None], mask=mask_m[None, :],
         other=0.0,
@@ -446,6 +455,7 @@ def _int4_nibble_gemm_kernel(
     SWAP_AB: tl.constexpr,
     PACKED: tl.constexpr,  # unpack two weights per instruction (16-bit x on CUDA)
     USE_PDL: tl.constexpr = False,  # pdl.py
+    CHUNK_DOT: tl.constexpr = False,  # the chunk's 8 tiles in one [128, BLOCK_N] dot
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -475,6 +485,32 @@ def _int4_nibble_gemm_kernel(
             magic: tl.constexpr = 128.0 if dtype == tl.bfloat16 else 1024.0
             zero_pair = tl.broadcast_to(_pair_bits(zero + magic, dtype)[None, :], [16, BLOCK_N])
             scale_pair = tl.broadcast_to(_pair_bits(scale, dtype)[None, :], [16, BLOCK_N])
+        if CHUNK_DOT:
+            # Tile j is rows k + 16 j + 0..15: the 8 stacked on new minor axes in each
+            # thread's registers (joins), then laid out as the chunk's 128 rows, one dot. Per
+            # nibble, Triton waits for each dot before the next (its A operand's registers);
+            # the chunk's 8 wgmma steps of one dot run back to back (sm_90 compile: 7 pending).
+            if PACKED:
+                t0, t4 = _unpack_pair(words, zero_pair, scale_pair, 0, dtype)
+                t1, t5 = _unpack_pair(words, zero_pair, scale_pair, 1, dtype)
+                t2, t6 = _unpack_pair(words, zero_pair, scale_pair, 2, dtype)
+                t3, t7 = _unpack_pair(words, zero_pair, scale_pair, 3, dtype)
+            else:  # float32 unpacking (the interpreter, float32 x)
+                t0 = _nibble_tile(words, zero, scale, 0)
+                t1 = _nibble_tile(words, zero, scale, 1)
+                t2 = _nibble_tile(words, zero, scale, 2)
+                t3 = _nibble_tile(words, zero, scale, 3)
+                t4 = _nibble_tile(words, zero, scale, 4)
+                t5 = _nibble_tile(words, zero, scale, 5)
+                t6 = _nibble_tile(words, zero, scale, 6)
+                t7 = _nibble_tile(words, zero, scale, 7)
+            low = tl.join(tl.join(t0, t2), tl.join(t1, t3))  # [16, BN, x, y]: nibble 2 x + y
+            high = tl.join(tl.join(t4, t6), tl.join(t5, t7))  # nibble 4 + 2 x + y
+            w = tl.join(low, high)  # [16, BLOCK_N, x, y, z]: nibble 4 z + 2 x + y
+            w = tl.reshape(tl.permute(w, (4, 2, 3, 0, 1)), [128, BLOCK_N])  # row 16 j + r
+            acc = _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, k + tl.arange(0, 128),
+                              SWAP_AB)  # fmt: skip
+        elif PACKED:
             for j in tl.static_range(4):
                 low, high = _unpack_pair(words, zero_pair, scale_pair, j, dtype)
                 acc = _nibble_dot(acc, low, x_ptr, offs_m, mask_m, stride_xm, k + 16 * j + sub,
@@ -483,10 +519,8 @@ def _int4_nibble_gemm_kernel(
                                   k + 16 * (j + 4) + sub, SWAP_AB)  # fmt: skip
         else:  # float32 unpacking (the interpreter, float32 x)
             for j in tl.static_range(8):
-                bits = ((words >> (4 * j)) & 0xF) | 0x4B000000
-                w = bits.to(tl.float32, bitcast=True) - (zero + 8388608.0)[None, :]
-                acc = _nibble_dot(acc, w * scale[None, :], x_ptr, offs_m, mask_m, stride_xm,
-                                  k + 16 * j + sub, SWAP_AB)  # fmt: skip
+                acc = _nibble_dot(acc, _nibble_tile(words, zero, scale, j), x_ptr, offs_m, mask_m,
+                                  stride_xm, k + 16 * j + sub, SWAP_AB)  # fmt: skip
     if SWAP_AB:
         result = tl.trans(acc)
     else:
@@ -612,7 +646,8 @@ def int4_gemm(
         _int4_nibble_gemm_kernel[grid](
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-            SPLIT_MODE=split_mode, SWAP_AB=config.swap_ab, PACKED=packed, **launch,
+            SPLIT_MODE=split_mode, SWAP_AB=config.swap_ab, PACKED=packed,
+            CHUNK_DOT=config.chunk_dot, **launch,
             **pdl_launch_options(x.device),
         )  # fmt: skip
     else:

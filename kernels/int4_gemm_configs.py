@@ -56,8 +56,13 @@ class Int4GemmConfig:
     # GEMV with 16-bit x on CUDA: products summed in packed fp16 pairs within each word (two
     # weights an instruction; `_packed_f16_step`), float32 across words. Elsewhere: float32.
     packed_f16: bool = False
+    # Nibble GEMM: the chunk's 8 unpacked tiles multiplied in one dot (its wgmma steps back to
+    # back) rather than one dot a nibble (each waited for before the next).
+    chunk_dot: bool = False
 
     def __post_init__(self) -> None:
+        if self.chunk_dot and (self.gemv or not self.per_nibble):
+            raise ValueError("chunk_dot is a nibble-GEMM option (gemv=False, per_nibble=True)")
         if self.packed_f16 and not self.gemv:
             raise ValueError("packed_f16 is a GEMV option (gemv=True)")
         for name in ("block_m", "block_n", "block_k", "split_k"):

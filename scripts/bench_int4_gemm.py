@@ -97,8 +97,13 @@ GEMM_TILES = [
 # per_nibble), the sixteenth session's best at 16-64 tokens first. ptxas (sm_90) puts the nibble
 # GEMM at 64 registers for 16 tokens (4 warps), 114 for 32, 148-154 for 64: more tokens may run
 # as several 16-token tiles (the words re-read from L2, unpacked again). per_nibble False: the
-# whole chunk unpacked and reshaped into one dot (the old GEMM's way).
+# whole chunk unpacked and reshaped into one dot (the old GEMM's way). A 7th True: the nibble
+# GEMM's packed tiles stacked into one dot (`chunk_dot`; sm_90 compile: its 8 wgmma steps back to
+# back, 182 registers swapped at 64 x 64, 103 at 64 x 128 / 8 warps), tried first.
 NIBBLE_GEMM_TILES = [
+    (0, 64, 4, 3, True, True, True),
+    (0, 128, 8, 3, False, True, True),
+    (0, 64, 4, 3, False, True, True),
     (0, 64, 4, 3, False, True),
     (0, 64, 4, 3, True, True),
     (16, 64, 4, 3, False, True),
@@ -137,7 +142,7 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
     if runtime_span(GROUP_SIZE) == 128:  # the nibble GEMM: one 128-row chunk a step
         tiles = [tile for tile in NIBBLE_GEMM_TILES if tile[0] <= block_m]
         for tile, split_k in itertools.product(tiles, (1, 2, 4, 8)):
-            tile_m, block_n, num_warps, num_stages, swap_ab, per_nibble = tile
+            tile_m, block_n, num_warps, num_stages, swap_ab, per_nibble, *chunk = tile
             tile_m = tile_m or block_m
             programs = triton.cdiv(m, tile_m) * triton.cdiv(n, block_n) * split_k
             if split_k > 1 and programs > 4 * num_sms or k // split_k < 2 * 128:
@@ -153,6 +158,7 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
                     num_stages,
                     swap_ab,
                     per_nibble=per_nibble,
+                    chunk_dot=bool(chunk and chunk[0]),
                 )  # fmt: skip
             )
         return configs

@@ -22,6 +22,9 @@
 #                (`packed_f16`, built after the last call; its GPU tests first;
 #                `bench_int4_gemm.py --tokens 1 --sweep`), bench latency --quantization awq
 #                before / after (after int4-pdl)
+#   int4-sweep   [9/14] batch 64: again, now with the nibble GEMM's `chunk_dot` launches first
+#                (the chunk's 8 packed tiles in one dot: no wait between nibbles; built after the
+#                last call, interpreter-tested, GPU test in test_kernels_int4_gemm.py)
 #   fp8-kv-attn  [8/14] the FP8 pool's decode attention with byte loads at 16-32-position tiles
 #                and deeper pipelines (`bench_kernels.py --fp8-kv-sweep`; the gather alone reads
 #                128-byte rows fastest at 16 / 4 warps / 5 stages)

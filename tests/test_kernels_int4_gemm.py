@@ -81,6 +81,9 @@ GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
         (33, 64, 256, 128, torch.float16, {"split_k": 2}, True),  # split-K
         (5, 40, 384, 128, torch.float32, {"split_k": 4, "block_m": 16}, False),  # 3 splits
         (17, 64, 256, 128, torch.float16, {"swap_ab": True, "block_n": 32}, True),  # W^T x^T
+        # ... with the chunk's 8 nibble tiles stacked into one dot (chunk_dot)
+        (33, 64, 256, 128, torch.float16, {"chunk_dot": True, "split_k": 2}, True),
+        (17, 40, 384, 128, torch.float32, {"chunk_dot": True, "swap_ab": True}, False),
         # group 128, the whole chunk unpacked, permuted to row order and reshaped into one dot
         (20, 40, 256, 128, torch.float16, {"per_nibble": False, "split_k": 2}, True),
         (9, 64, 384, 128, torch.float32, {"per_nibble": False, "swap_ab": True}, False),
@@ -186,7 +189,12 @@ def test_int4_kernels_agree_across_configs_on_cuda():
         # the whole chunk in one dot (permuted to row order), as the sweep may pick it
         {"gemv": False, "block_m": 64, "block_n": 128, "split_k": 2, "per_nibble": False},
         {"gemv": False, "block_m": 16, "split_k": 4, "swap_ab": True, "per_nibble": False},
-    ):
+        # the nibble GEMM's packed tiles stacked into one dot
+        {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 4, "swap_ab": True,
+         "chunk_dot": True},
+        {"gemv": False, "block_m": 64, "block_n": 128, "split_k": 2, "num_warps": 8,
+         "chunk_dot": True},
+    ):  # fmt: skip
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
         for _ in range(20):
@@ -272,6 +280,12 @@ def test_kernels_compile_for_sm90_without_spills():
            for c, w in zip(gemv, (1, 4), strict=True)]
         + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
             {"GROUP_SIZE": 128, **nibble_gemm[1], "USE_PDL": True}, 4, PDL_PTX)]
+        # The chunk's packed tiles in one dot (chunk_dot), swapped and not.
+        + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
+            {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": block_n, "SPLIT_MODE": 2,
+             "SWAP_AB": swap, "PACKED": True, "CHUNK_DOT": True}, warps,
+            {"divisible": ["N", "K", "k_per_split"], "require_ptx": ["wgmma.mma_async"]})
+           for block_n, swap, warps in ((64, True, 4), (128, False, 8))]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
             "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False, "USE_PDL": True},
             8, PDL_PTX)]
