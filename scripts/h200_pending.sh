@@ -81,6 +81,19 @@ mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site
 bash scripts/h200.sh setup >/dev/null 2>&1
 MODEL=/tmp/llama-3.1-8b
+
+ab_latency() {  # $1: folder under $OUT; the rest: bench latency flags. `.base`, then this tree.
+  mkdir -p "$OUT/$1"
+  local tree name
+  for tree in .base .; do
+    name=$([ "$tree" = . ] && echo tree || echo base)
+    (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+    timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+      --load-format dummy --input-len 128 --output-len 256 "${@:2}" \
+      --output-json "$OUT/$1/latency_$name.json" 2>&1 | tail -2
+  done
+}
+
 for stage in "$@"; do
   case "$stage" in
     dsl-tree)
@@ -210,24 +223,10 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
     fp8-l2)
       # [8/14] batch 1 FP8: the GEMM's first weight rows to L2 before its PDL wait; `.base`
       # (c1441b9, before it) then this tree
-      mkdir -p "$OUT/fp8_l2"
-      for tree in .base .; do
-        name=$([ "$tree" = . ] && echo l2 || echo base)
-        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
-        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
-          --quantization fp8 --output-json "$OUT/fp8_l2/latency_$name.json" 2>&1 | tail -2
-      done ;;
+      ab_latency fp8_l2 --batch-sizes 1 --quantization fp8 ;;
     int4-pdl)
       # [9/14] batch 64 with PDL in the int4 GEMMs: `.base` (c1441b9, before it) then this tree
-      mkdir -p "$OUT/int4_pdl"
-      for tree in .base .; do
-        name=$([ "$tree" = . ] && echo pdl || echo base)
-        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
-        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-          --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 \
-          --quantization awq --output-json "$OUT/int4_pdl/latency_$name.json" 2>&1 | tail -2
-      done ;;
+      ab_latency int4_pdl --batch-sizes 64 --quantization awq ;;
     int4-gemv)
       # [9/14] batch 1: the int4 GEMV's rows re-swept now that it loads its first words before
       # the PDL wait, bench latency before / after

@@ -8,6 +8,11 @@ import torch
 
 from radixgen.kernels.pdl import pdl_launch_options, pdl_supported
 
+needs_hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+    reason="needs a Hopper GPU",
+)
+
 
 def test_pdl_only_on_cuda_from_hopper():
     cpu = torch.device("cpu")
@@ -19,10 +24,7 @@ def test_pdl_only_on_cuda_from_hopper():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-    reason="needs a Hopper GPU",
-)
+@needs_hopper
 def test_pdl_on_hopper_unless_the_environment_turns_it_off(monkeypatch):
     cuda = torch.device("cuda")
     assert pdl_launch_options(cuda) == {"USE_PDL": True, "launch_pdl": True}
@@ -33,10 +35,7 @@ def test_pdl_on_hopper_unless_the_environment_turns_it_off(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-    reason="needs a Hopper GPU",
-)
+@needs_hopper
 def test_a_graph_of_pdl_kernels_matches_the_kernels_run_alone():
     """A decode layer's chain (add + RMSNorm, GEMV, rotary + KV store, decode attention, GEMV,
     add + RMSNorm, GEMV, SiLU-and-mul, GEMV), each kernel waiting for the previous one only
