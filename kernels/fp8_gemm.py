@@ -477,11 +477,22 @@ def fp8_linear(
     layer resolves them from `gemv_fp8_configs.json` once), else the Triton skinny GEMM for
     M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the Triton GEMM too where cuBLASLt's
     rules fail: fp16/fp32 output, K or N not a multiple of 16). Elsewhere: `fp8_linear_ref`.
-    `Fp8Activations` skip the quantization.
+    `Fp8Activations` skip the quantization; so do 16-bit activations whose GEMV launch is
+    `a16` (W8A16: e4m3 weights times x as it is, `gemv.py`).
     """
     if not weight.is_cuda:
         return fp8_linear_ref(x, weight, weight_scale, bias)
-    if isinstance(x, Fp8Activations):
+    quantized = isinstance(x, Fp8Activations)
+    tokens = x.shape[0] if quantized else x.numel() // max(1, x.shape[-1])
+    gemv_config = gemv_configs.get(tokens) if gemv_configs else None
+    if gemv_config is not None and gemv_config.a16 and not quantized:
+        # W8A16 GEMV: the activations as they are, no quantization pass.
+        x2d = x.reshape(-1, x.shape[-1])
+        x2d = x2d if x2d.stride(1) == 1 else x2d.contiguous()
+        out = gemv(x2d, weight, gemv_config, split_k_counters, weight_scale=weight_scale)
+        out = out if bias is None else out + bias
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+    if quantized:
         xq, x_scale, dtype = x.values, x.scales, x.dtype
         leading = xq.shape[:-1]
     else:
@@ -494,8 +505,7 @@ def fp8_linear(
     n = weight.shape[0]
     # cuBLASLt row-wise scaling: bf16 output, K and N multiples of 16.
     use_cublas = m > SMALL_M_MAX and k % 16 == 0 and n % 16 == 0 and dtype == torch.bfloat16
-    gemv_config = gemv_configs.get(m) if gemv_configs else None
-    if gemv_config is not None:
+    if gemv_config is not None:  # W8A8 (an `a16` launch takes e4m3 x too, with its scales)
         out = gemv(
             xq, weight, gemv_config, split_k_counters, x_scale=x_scale,
             weight_scale=weight_scale, out_dtype=dtype,

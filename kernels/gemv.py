@@ -26,6 +26,13 @@ rows. Or, with `packed_f16`, in packed fp16 (`_gemv_e4m3_packed_kernel`): x's va
 keep every product exact and below 448 (two e4m3 values' products reach 2e5, past fp16's
 range), half the instructions. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py --sweep
 --fp8`, against the model's FP8 path), empty until swept.
+
+W8A16 (a table row's `a16`): e4m3 weights with the layer's bf16/fp16 activations as they are.
+At one token the W8A8 path pays for its activations' quantization in the kernels before the
+GEMM: a SiLU kernel that must see the whole 14,336-wide row for its amax (one program at batch
+1) and a separate pass before `o_proj`. This launch reads x in its own dtype (converted to fp32
+once per step, shared by the program's BLOCK_N rows), so those passes go (`fp8_linear`, and the
+model asks `LinearBase.takes_fp8_activations(num_tokens)`); the sums are only weight-scaled.
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ class GemvConfig:
     num_warps: int
     # e4m3 operands on CUDA: products summed in packed fp16 (`_gemv_e4m3_packed_kernel`)
     packed_f16: bool = False
+    # FP8 weights: the launch takes the layer's 16-bit activations as they are (W8A16), so
+    # `fp8_linear` and the kernels before it skip the activations' quantization
+    a16: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -72,6 +82,10 @@ class GemvConfig:
             raise ValueError(f"block_k must be >= 16, got {self.block_k}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.a16 and self.packed_f16:
+            raise ValueError(
+                "a16 (16-bit activations) and packed_f16 (e4m3 ones) exclude each other"
+            )
 
 
 # {(in_features K, out_features N): ((max_tokens or None, config), ...)}, max_tokens ascending.
@@ -111,7 +125,7 @@ def _gemv_kernel(
     out_ptr,  # [M, N] x's dtype (FP8: the output dtype)
     partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
     counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
-    x_scale_ptr,  # [M] fp32 (SCALED only)
+    x_scale_ptr,  # [M] fp32 (SCALED and X_SCALED only)
     w_scale_ptr,  # [N] fp32 (SCALED only)
     N,
     K,
@@ -122,7 +136,8 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
-    SCALED: tl.constexpr,  # FP8: sums times x_scale[row] * w_scale[n]
+    SCALED: tl.constexpr,  # FP8 weights: sums times w_scale[n] (and x_scale[row])
+    X_SCALED: tl.constexpr = True,  # e4m3 x with its per-token scale; False: W8A16
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -152,7 +167,9 @@ def _gemv_kernel(
     sums = tl.sum(acc, axis=1)  # [BLOCK_N]
     if SCALED:  # a linear map of each split's sums: the split-K total is scaled alike
         w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
-        sums = sums * (tl.load(x_scale_ptr + row) * w_scale)
+        if X_SCALED:
+            w_scale = w_scale * tl.load(x_scale_ptr + row)
+        sums = sums * w_scale
     tile = row * tl.num_programs(1) + tl.program_id(1)
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
@@ -283,18 +300,19 @@ def gemv_counter_slots(out_features: int, max_tokens: int = 4) -> int:
 
 def gemv(
     x: torch.Tensor,  # [M, K] bf16/fp16/fp32 (or e4m3 with x_scale), contiguous in K
-    weight: torch.Tensor,  # [N, K], x's dtype, contiguous in K
+    weight: torch.Tensor,  # [N, K], x's dtype or e4m3 (with weight_scale), contiguous in K
     config: GemvConfig,
     split_k_counters: torch.Tensor | None = None,  # int32 zeros, >= M * cdiv(N, block_n)
     *,
-    x_scale: torch.Tensor | None = None,  # [M] fp32: FP8 only
-    weight_scale: torch.Tensor | None = None,  # [N] fp32: FP8 only
-    out_dtype: torch.dtype | None = None,  # FP8: required; else x's dtype
+    x_scale: torch.Tensor | None = None,  # [M] fp32: e4m3 x only
+    weight_scale: torch.Tensor | None = None,  # [N] fp32: e4m3 weights only
+    out_dtype: torch.dtype | None = None,  # e4m3 x: required; else x's dtype
 ) -> torch.Tensor:  # [M, N] out_dtype
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
     FP8 (e4m3 x and weight, `fp8_gemm`'s W8A8): `(x @ weight.T) * x_scale[:, None] *
-    weight_scale[None, :]` in `out_dtype`.
+    weight_scale[None, :]` in `out_dtype`. W8A16 (16-bit or fp32 x, e4m3 weight): `(x @
+    weight.T) * weight_scale[None, :]` in x's dtype, x as it is (no quantization).
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
@@ -304,22 +322,31 @@ def gemv(
             f"x must be [M, K] and weight [N, K] with the same K, got {tuple(x.shape)} and "
             f"{tuple(weight.shape)}"
         )
-    if x.dtype != weight.dtype:
-        raise TypeError(f"weight must be x's dtype {x.dtype}, got {weight.dtype}")
+    e4m3 = torch.float8_e4m3fn
+    # W8A16: e4m3 weights, x in a float type (its own scale: none).
+    w8a16 = weight.dtype == e4m3 and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
+    if x.dtype != weight.dtype and not w8a16:
+        raise TypeError(f"weight must be x's dtype {x.dtype} (or e4m3), got {weight.dtype}")
     if x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError("x and weight must be contiguous in K")
     m, k = x.shape
     n = weight.shape[0]
-    scaled = x.dtype == torch.float8_e4m3fn
+    scaled = weight.dtype == e4m3
+    x_scaled = x.dtype == e4m3
     if scaled:
-        for name, scale, size in (("x_scale", x_scale, m), ("weight_scale", weight_scale, n)):
+        scales = (("x_scale", x_scale, m),) if x_scaled else ()
+        for name, scale, size in (*scales, ("weight_scale", weight_scale, n)):
             if scale is None or scale.shape != (size,) or scale.dtype != torch.float32:
                 raise ValueError(f"{name} must be a float32 [{size}] tensor for FP8 operands")
-        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        if w8a16 and x_scale is not None:
+            raise ValueError("x_scale is for e4m3 x only (16-bit x enters unscaled)")
+        if w8a16 and out_dtype not in (None, x.dtype):
+            raise TypeError(f"out_dtype is x's dtype {x.dtype} for 16-bit x, got {out_dtype}")
+        if x_scaled and out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise TypeError(f"out_dtype must be bf16/fp16/fp32 for FP8 operands, got {out_dtype}")
     elif x_scale is not None or weight_scale is not None:
         raise ValueError("x_scale and weight_scale are for e4m3 operands only")
-    out = torch.empty((m, n), dtype=out_dtype if scaled else x.dtype, device=x.device)
+    out = torch.empty((m, n), dtype=out_dtype if x_scaled else x.dtype, device=x.device)
     if m == 0:
         return out
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
@@ -329,7 +356,7 @@ def gemv(
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
     words_fit = words_fit and k % 4 == 0
-    if config.packed_f16 and scaled and x.is_cuda and words_fit:
+    if config.packed_f16 and x_scaled and x.is_cuda and words_fit:
         _gemv_e4m3_packed_kernel[grid](
             x, weight, out, partial, counters, x_scale, weight_scale, n, k, k_per_split,
             x.stride(0), weight.stride(0), m * n, BLOCK_N=config.block_n,
@@ -338,9 +365,10 @@ def gemv(
         )  # fmt: skip
         return finish_splits(split_mode, partial, out)
     _gemv_kernel[grid](
-        x, weight, out, partial, counters, x_scale if scaled else out,
+        x, weight, out, partial, counters, x_scale if x_scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
-        SCALED=scaled, num_warps=config.num_warps, **pdl_launch_options(x.device),
+        SCALED=scaled, X_SCALED=x_scaled, num_warps=config.num_warps,
+        **pdl_launch_options(x.device),
     )  # fmt: skip
     return finish_splits(split_mode, partial, out)

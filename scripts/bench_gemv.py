@@ -1,7 +1,9 @@
 """The split-K GEMV (`kernels/gemv.py`) against `F.linear` at batch 1, Llama-3.1-8B shapes, bf16,
 on the GPU; `--sweep` writes the launch table the linear layers read. With `--fp8`: the FP8
-GEMV (e4m3 weights and activations, W8A8) against the FP8 layers' skinny GEMM (`fp8_gemm`, what
-they run without a table row), writing `gemv_fp8_configs.json`.
+GEMV (e4m3 weights; W8A16 launches with the bf16 activations as they are, then W8A8 ones with
+e4m3 activations) against the FP8 layers' skinny GEMM (`fp8_gemm`, what they run without a
+table row; timed without the activations' quantization, which an `a16` row also saves),
+writing `gemv_fp8_configs.json`.
 
     python scripts/bench_gemv.py [--sweep] [--fp8] [--out DIR]  # JSON, table: DIR or $OUT
 
@@ -51,12 +53,23 @@ def sweep_configs(fp8: bool = False) -> list[GemvConfig]:
     the loop against 371 and 56 registers against 181)."""
     configs = []
     block_ks = (512, 1024) if fp8 else (256, 512)
-    for block_n, block_k, warps, split_k, packed in itertools.product(
-        (8, 16, 32), block_ks, (4, 8), (1, 2, 4, 8), (True, False) if fp8 else (False,)
+    # FP8: "a16" (W8A16: bf16 x, no quantization pass before the layer) first, then e4m3 x in
+    # packed fp16, then in float32.
+    paths = ("a16", "packed", "float32") if fp8 else ("float32",)
+    for path, block_n, block_k, warps, split_k in itertools.product(
+        paths, (8, 16, 32), block_ks, (4, 8), (1, 2, 4, 8)
     ):
         # The packed path holds half the registers an element (16 x 1,024 / 4 warps: 118).
-        if block_n * block_k <= MAX_ELEMENTS_PER_THREAD * (2 if packed else 1) * 32 * warps:
-            configs.append(GemvConfig(block_n, block_k, split_k, warps, packed_f16=packed))
+        if (
+            block_n * block_k
+            <= MAX_ELEMENTS_PER_THREAD * (2 if path == "packed" else 1) * 32 * warps
+        ):
+            configs.append(
+                GemvConfig(
+                    block_n, block_k, split_k, warps, packed_f16=path == "packed",
+                    a16=path == "a16",
+                )
+            )  # fmt: skip
     return configs
 
 
@@ -65,12 +78,13 @@ def sweep_shape(
     baseline_ms: float, deadline: float,
 ) -> dict:  # fmt: skip
     """Adds the fastest of `configs` to `row`: `run(i, config)` multiplies weight copy i; each
-    config is checked against `reference` (copy 0) before it is timed, until `deadline`."""
+    config is checked against `reference(config)` (copy 0's product) before it is timed, until
+    `deadline`."""
     best, tried = None, 0
     for config in configs:
         if time.monotonic() > deadline:
             break
-        if not torch.allclose(run(0, config).float(), reference, atol=2e-2, rtol=2e-2):
+        if not torch.allclose(run(0, config).float(), reference(config), atol=2e-2, rtol=2e-2):
             raise AssertionError(f"{row['shape']}: {config} disagrees with the baseline")
         calls = lambda c=config: [run(i, c) for i in range(copies)]  # noqa: E731
         # 25 ms of replays per config rather than 100: more configs within the budget.
@@ -95,7 +109,8 @@ def bench_shape_fp8(name: str, n: int, k: int, sweep: bool, deadline: float) -> 
         quantize_fp8_per_token_ref(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
         for _ in range(copies)
     ]  # (e4m3 [n, k], fp32 [n]) per copy
-    xq, x_scale = quantize_fp8_per_token(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    xq, x_scale = quantize_fp8_per_token(x)
     counters = torch.zeros(
         max(fp8_split_k_counter_slots(n), gemv_counter_slots(n)), dtype=torch.int32, device="cuda"
     )
@@ -105,10 +120,18 @@ def bench_shape_fp8(name: str, n: int, k: int, sweep: bool, deadline: float) -> 
 
     def fp8_gemv(i, config):
         wq, w_scale = weights[i]
+        if config.a16:  # the bf16 activations as they are (W8A16)
+            return gemv(x, wq, config, counters, weight_scale=w_scale)
         return gemv(
             xq, wq, config, counters, x_scale=x_scale, weight_scale=w_scale,
             out_dtype=torch.bfloat16,
         )  # fmt: skip
+
+    # W8A8 launches against the skinny GEMM's output, W8A16 ones against x times the
+    # dequantized weight (they differ by the activations' quantization error).
+    w8a8 = skinny(0).float()
+    wq, w_scale = weights[0]
+    w8a16 = (x.float() @ wq.float().t()) * w_scale[None, :]
 
     baseline_ms = median_ms(lambda: [skinny(i) for i in range(copies)], copies)
     row = {"shape": name, "n": n, "k": k, "fp8_gemm_ms": baseline_ms,
@@ -116,8 +139,8 @@ def bench_shape_fp8(name: str, n: int, k: int, sweep: bool, deadline: float) -> 
     if not sweep:
         return row
     return sweep_shape(
-        row, sweep_configs(fp8=True), fp8_gemv, skinny(0).float(), copies, n * k, baseline_ms,
-        deadline,
+        row, sweep_configs(fp8=True), fp8_gemv, lambda c: w8a16 if c.a16 else w8a8, copies,
+        n * k, baseline_ms, deadline,
     )  # fmt: skip
 
 
@@ -135,8 +158,8 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
         return row
     reference = F.linear(x.float(), weights[0].float())
     return sweep_shape(
-        row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), reference, copies,
-        2 * n * k, linear_ms, deadline,
+        row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), lambda c: reference,
+        copies, 2 * n * k, linear_ms, deadline,
     )  # fmt: skip
 
 

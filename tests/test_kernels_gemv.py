@@ -114,6 +114,12 @@ def test_gemv_compiles_for_sm90_without_spills():
         ("radixgen.kernels.gemv", "_gemv_kernel", signature,
          {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_MODE": 2, "SCALED": False, "USE_PDL": True}, 4,
          PDL_PTX),
+    ] + [  # W8A16 (a16): e4m3 weights, bf16 x, with PDL
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature | {"w_ptr": "*fp8e4nv"},
+         {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": 2, "SCALED": True,
+          "X_SCALED": False, "USE_PDL": True}, 4,
+         {"divisible": ["N", "K", "k_per_split"], "require_ptx": PDL_PTX["require_ptx"]})
+        for block_n, block_k in ((16, 256), (8, 1024))
     ] + [  # e4m3 in packed fp16 arithmetic (packed_f16), with PDL
         ("radixgen.kernels.gemv", "_gemv_e4m3_packed_kernel",
          signature | fp8,
@@ -215,6 +221,45 @@ def test_gpu_packed_fp16_fp8_gemv_is_as_exact_as_the_float32_one():
             assert not counters.any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_w8a16_gemv_takes_the_activations_unquantized(dtype):
+    """e4m3 weights with 16-bit (or fp32) x as it is (`a16` launches): `x @ dequant(W).T`
+    weight-scaled only, in x's dtype; no x_scale, and split-K summed in-kernel alike."""
+    m, n, k = 2, 70, 300
+    config = GemvConfig(block_n=16, block_k=32, split_k=3, num_warps=1, a16=True)
+    x, _ = operands(m, n, k, dtype, seed=3)
+    _, _, wq, w_scale, _ = fp8_operands(m, n, k, seed=n)
+    expected = (x.float() @ wq.float().t()) * w_scale[None, :]
+    out = gemv(x, wq, config, weight_scale=w_scale)
+    assert out.dtype == dtype
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+    counters = torch.zeros(gemv_counter_slots(n, m), dtype=torch.int32)
+    assert torch.equal(gemv(x, wq, config, counters, weight_scale=w_scale), out)
+    assert not counters.any()
+    with pytest.raises(ValueError, match="x_scale is for e4m3 x only"):
+        gemv(x, wq, config, x_scale=torch.ones(m), weight_scale=w_scale)
+    with pytest.raises(TypeError, match="out_dtype"):
+        gemv(x, wq, config, weight_scale=w_scale, out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="weight_scale"):
+        gemv(x, wq, config)
+    with pytest.raises(ValueError, match="exclude each other"):
+        GemvConfig(block_n=16, block_k=32, split_k=1, num_warps=1, a16=True, packed_f16=True)
+
+
+def test_fp8_layer_wants_quantized_activations_except_where_its_gemv_is_a16():
+    """The kernels before an FP8 layer quantize for it, except at the token counts whose FP8
+    GEMV launch takes 16-bit activations (W8A16): there they pass them as they are."""
+    from radixgen.runtime.models.linear import FP8_FROM_HIGH_PRECISION, Fp8LinearMethod, RowLinear
+
+    layer = RowLinear(64, 32, bias=False, method=Fp8LinearMethod(FP8_FROM_HIGH_PRECISION))
+    layer.load_weight("weight", torch.randn(32, 64))
+    assert layer.takes_fp8_activations(1) and layer.takes_fp8_activations(8)
+    layer.fp8_gemv_configs = {1: GemvConfig(8, 64, 1, 4, a16=True), 2: GemvConfig(8, 64, 1, 4)}
+    assert [layer.takes_fp8_activations(n) for n in (1, 2, 3)] == [False, True, True]
+    assert not RowLinear(64, 32, bias=False).takes_fp8_activations(1)
+
+
 def test_fp8_gemv_rejects_bad_scales():
     xq, x_scale, wq, w_scale, _ = fp8_operands(1, 8, 32)
     config = GemvConfig(block_n=8, block_k=16, split_k=1, num_warps=1)
@@ -253,4 +298,14 @@ def test_gpu_fp8_layer_takes_the_fp8_gemv_from_its_table(monkeypatch):
     skinny = fp8_linear(x, layer.weight, layer.weight_scale)  # no GEMV configs
     torch.testing.assert_close(layer(x[:1]), skinny[:1], atol=2e-2, rtol=2e-2)
     assert torch.equal(layer(x), skinny)  # 8 tokens: the skinny GEMM
+    assert not layer.split_k_counters.any()
+    # An `a16` row: at 1 token the bf16 activations enter unquantized (W8A16).
+    table = parse_gemv_table({"shapes": {"4096x1024": [{**row, "a16": True}]}})
+    monkeypatch.setattr(linear_module, "load_gemv_table", lambda path: table)
+    layer = RowLinear(4096, 1024, bias=False, method=Fp8LinearMethod(FP8_FROM_HIGH_PRECISION))
+    layer.load_weight("weight", weight)
+    assert not layer.takes_fp8_activations(1) and layer.takes_fp8_activations(8)
+    dequantized = (x[:1].float() @ layer.weight.float().t()) * layer.weight_scale[None, :]
+    torch.testing.assert_close(layer(x[:1]).float(), dequantized, atol=2e-2, rtol=2e-2)
+    assert torch.equal(layer(x), skinny)
     assert not layer.split_k_counters.any()

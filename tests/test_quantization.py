@@ -104,7 +104,7 @@ def test_fp8_layers_take_activations_quantized_by_the_kernel_before_them(llama_f
         "down",
     }
     # The same model with the producers' quantization turned off: each layer quantizes.
-    monkeypatch.setattr(LinearBase, "takes_fp8_activations", property(lambda self: False))
+    monkeypatch.setattr(LinearBase, "takes_fp8_activations", lambda self, num_tokens: False)
     seen.clear()
     unfused = _prefill_logits(runner, PROMPT)
     assert not any(isinstance(x, Fp8Activations) for x in seen.values())

@@ -321,11 +321,14 @@ class LinearBase(nn.Module):
     def num_shards(self) -> int:
         return len(self.output_sizes)
 
-    @property
-    def takes_fp8_activations(self) -> bool:
-        """Whether `forward` also takes `Fp8Activations` (an FP8 layer: the kernel before it
-        may quantize its output in its own pass instead of the layer doing it)."""
-        return isinstance(self.method, Fp8LinearMethod)
+    def takes_fp8_activations(self, num_tokens: int) -> bool:
+        """Whether `forward` wants `Fp8Activations` at `num_tokens` tokens (an FP8 layer: the
+        kernel before it then quantizes its output in its own pass instead of the layer doing
+        it), False where the layer's FP8 GEMV launch takes 16-bit activations (W8A16, `a16`)."""
+        if not isinstance(self.method, Fp8LinearMethod):
+            return False
+        config = self.fp8_gemv_configs.get(num_tokens)
+        return config is None or not config.a16
 
     def forward(
         self,

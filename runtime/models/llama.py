@@ -180,7 +180,7 @@ class LlamaMLP(nn.Module):
         # added by the activation kernel.
         gate_up, delta = self.gate_up_proj(x, with_delta=True)
         # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
-        quantize = self.down_proj.takes_fp8_activations
+        quantize = self.down_proj.takes_fp8_activations(gate_up.shape[0])
         if delta is not None and (quantize or not gate_up.is_cuda):
             gate_up, delta = add_float_delta(gate_up, delta), None
         if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
@@ -219,7 +219,8 @@ class LlamaDecoderLayer(nn.Module):
         # Each residual add is fused into the norm that follows it; the last layer's add is
         # done by the final norm (`LlamaModel.forward`).
         # FP8 qkv / gate_up projections take their input quantized by the norm's kernel.
-        quantize_qkv = self.self_attn.qkv_proj.takes_fp8_activations
+        num_tokens = hidden_states.shape[0]
+        quantize_qkv = self.self_attn.qkv_proj.takes_fp8_activations(num_tokens)
         if residual is None:
             residual = hidden_states
             normed = self.input_layernorm(hidden_states, quantize_qkv)
@@ -231,7 +232,7 @@ class LlamaDecoderLayer(nn.Module):
         # to `residual` directly.
         attn_output = self.self_attn(normed, forward_batch, rotary_emb, residual)
         normed, residual = self.post_attention_layernorm.add_and_norm(
-            attn_output, residual, self.mlp.gate_up_proj.takes_fp8_activations
+            attn_output, residual, self.mlp.gate_up_proj.takes_fp8_activations(num_tokens)
         )
         return self.mlp(normed, residual), residual
 
