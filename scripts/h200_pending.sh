@@ -14,10 +14,12 @@
 #                this tree
 #   int4-pdl     [9/14] batch 64: PDL in the int4 GEMMs (built after the last call): bench
 #                latency --quantization awq at 64, `.base` vs this tree
-#   fp8-gemv     [8/14] the FP8 GEMV (now with PDL, and in packed fp16 arithmetic: built after
-#                the last call, GPU test in the stage) against the swapped skinny GEMM at batch
-#                1 (`bench_gemv.py --sweep --fp8`), its table, bench latency --quantization fp8
-#                (after fp8-l2: it installs a table)
+#   fp8-gemv     [8/14] the FP8 GEMV (now with PDL, in packed fp16 arithmetic, and W8A16 `a16`
+#                launches that take the bf16 activations unquantized, so the SiLU and o_proj
+#                quantization passes go at batch 1: built after the last call, GPU tests in
+#                the stage) against the swapped skinny GEMM at batch 1 (`bench_gemv.py --sweep
+#                --fp8`), its table, bench latency --quantization fp8 (after fp8-l2: it
+#                installs a table)
 #   int4-gemv    [9/14] the int4 GEMV's batch-1 rows re-swept with PDL and the packed fp16 GEMV
 #                (`packed_f16`, built after the last call; its GPU tests first;
 #                `bench_int4_gemm.py --tokens 1 --sweep`), bench latency --quantization awq
