@@ -27,6 +27,11 @@ keep every product exact and below 448 (two e4m3 values' products reach 2e5, pas
 range), half the instructions. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py --sweep
 --fp8`, against the model's FP8 path), empty until swept.
 
+Gated (`gemv(gate_up, ..., gated=True)`): x is an MLP's `[M, 2K]` gate | up and the GEMV
+multiplies `silu(gate) * up`, computed (and rounded as `silu_and_mul` rounds it) as it loads x:
+the down projection at the token counts its table lists runs without the activation kernel
+before it (`LinearBase.takes_gated_input`; a launch fewer a layer at batch 1).
+
 W8A16 (a table row's `a16`): e4m3 weights with the layer's bf16/fp16 activations as they are.
 At one token the W8A8 path pays for its activations' quantization in the kernels before the
 GEMM: a SiLU kernel that must see the whole 14,336-wide row for its amax (one program at batch
@@ -119,6 +124,18 @@ def select_gemv_config(
 
 
 @triton.jit
+def _gated_x(x_row, cols, mask, K):
+    """`silu(gate) * up` `[BLOCK_K]` float32 at `cols` of a `[2K]` gate | up row, rounded as
+    `silu_and_mul` rounds (silu to x's dtype, then the product): the GEMV's x is the value the
+    activation kernel would have stored."""
+    gate = tl.load(x_row + cols, mask=mask, other=0.0)
+    up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
+    gate_f = gate.to(tl.float32)
+    silu = (gate_f * tl.sigmoid(gate_f)).to(gate.dtype).to(tl.float32)
+    return (silu * up).to(gate.dtype).to(tl.float32)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K], rows contiguous
@@ -139,6 +156,7 @@ def _gemv_kernel(
     SCALED: tl.constexpr,  # FP8 weights: sums times w_scale[n] (and x_scale[row])
     X_SCALED: tl.constexpr = True,  # e4m3 x with its per-token scale; False: W8A16
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
+    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`_gated_x`)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -161,7 +179,10 @@ def _gemv_kernel(
             w_rows + next_ks[None, :], mask=mask_n[:, None] & (next_ks < k_end)[None, :], other=0.0
         )  # [BLOCK_N, BLOCK_K]
         cols = k + offs_k
-        x = tl.load(x_row + cols, mask=cols < k_end, other=0.0).to(tl.float32)  # [BLOCK_K]
+        if GATED:
+            x = _gated_x(x_row, cols, cols < k_end, K)  # [BLOCK_K]
+        else:
+            x = tl.load(x_row + cols, mask=cols < k_end, other=0.0).to(tl.float32)  # [BLOCK_K]
         acc += w.to(tl.float32) * x[None, :]
         w = next_w
     sums = tl.sum(acc, axis=1)  # [BLOCK_N]
@@ -307,21 +328,28 @@ def gemv(
     x_scale: torch.Tensor | None = None,  # [M] fp32: e4m3 x only
     weight_scale: torch.Tensor | None = None,  # [N] fp32: e4m3 weights only
     out_dtype: torch.dtype | None = None,  # e4m3 x: required; else x's dtype
+    gated: bool = False,  # x is [M, 2K] gate | up: multiplies silu(gate) * up
 ) -> torch.Tensor:  # [M, N] out_dtype
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
     FP8 (e4m3 x and weight, `fp8_gemm`'s W8A8): `(x @ weight.T) * x_scale[:, None] *
     weight_scale[None, :]` in `out_dtype`. W8A16 (16-bit or fp32 x, e4m3 weight): `(x @
     weight.T) * weight_scale[None, :]` in x's dtype, x as it is (no quantization).
+    `gated` (16-bit or fp32 x): `silu_and_mul(x) @ weight.T`, the activation computed as the
+    GEMV loads x (an MLP's down projection without the activation kernel before it), equal to
+    the two kernels' result.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
     """
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+    x_width = 2 * weight.shape[-1] if gated else weight.shape[-1]
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != x_width:
         raise ValueError(
-            f"x must be [M, K] and weight [N, K] with the same K, got {tuple(x.shape)} and "
-            f"{tuple(weight.shape)}"
+            f"x must be [M, {'2K' if gated else 'K'}] and weight [N, K], got {tuple(x.shape)} "
+            f"and {tuple(weight.shape)}"
         )
+    if gated and (x.dtype == torch.float8_e4m3fn or config.packed_f16):
+        raise ValueError("gated takes a 16-bit or fp32 gate | up x, not e4m3 activations")
     e4m3 = torch.float8_e4m3fn
     # W8A16: e4m3 weights, x in a float type (its own scale: none).
     w8a16 = weight.dtype == e4m3 and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
@@ -329,7 +357,7 @@ def gemv(
         raise TypeError(f"weight must be x's dtype {x.dtype} (or e4m3), got {weight.dtype}")
     if x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError("x and weight must be contiguous in K")
-    m, k = x.shape
+    m, k = x.shape[0], weight.shape[1]
     n = weight.shape[0]
     scaled = weight.dtype == e4m3
     x_scaled = x.dtype == e4m3
@@ -368,7 +396,7 @@ def gemv(
         x, weight, out, partial, counters, x_scale if x_scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
-        SCALED=scaled, X_SCALED=x_scaled, num_warps=config.num_warps,
+        SCALED=scaled, X_SCALED=x_scaled, GATED=gated, num_warps=config.num_warps,
         **pdl_launch_options(x.device),
     )  # fmt: skip
     return finish_splits(split_mode, partial, out)

@@ -57,10 +57,42 @@ def test_gemv_matches_linear(m, n, k, config, dtype, monkeypatch):
     assert modes == ([1, 2, 2, 2] if split else [0, 0, 0, 0])
 
 
+def gated_activation(gate_up):
+    """`silu(gate) * up` of a `[M, 2K]` gate | up tensor, rounded as `silu_and_mul` rounds."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    silu = (gate * torch.sigmoid(gate)).to(gate_up.dtype).float()
+    return (silu * up).to(gate_up.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gated_gemv_applies_the_activation_as_it_loads_x(dtype):
+    """`gated`: x is gate | up and the GEMV multiplies `silu(gate) * up` (an MLP's down
+    projection without the activation kernel), as the two kernels would; W8A16 alike."""
+    m, n, k = 2, 40, 300
+    config = GemvConfig(block_n=16, block_k=32, split_k=3, num_warps=1)
+    gate_up, weight = operands(m, n, 2 * k, dtype, seed=5)
+    weight = weight[:, :k].contiguous()
+    expected = gemv(gated_activation(gate_up), weight, config)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-3
+    gated = gemv(gate_up, weight, config, gated=True)
+    torch.testing.assert_close(gated, expected, atol=tolerance, rtol=tolerance)
+    counters = torch.zeros(gemv_counter_slots(n, m), dtype=torch.int32)
+    assert torch.equal(gemv(gate_up, weight, config, counters, gated=True), gated)
+    _, _, wq, w_scale, _ = fp8_operands(m, n, k, seed=1)
+    a16 = GemvConfig(block_n=8, block_k=64, split_k=1, num_warps=2, a16=True)
+    torch.testing.assert_close(
+        gemv(gate_up, wq, a16, weight_scale=w_scale, gated=True),
+        gemv(gated_activation(gate_up), wq, a16, weight_scale=w_scale),
+        atol=tolerance, rtol=tolerance,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"x must be \[M, 2K\]"):
+        gemv(gate_up[:, :k], weight, config, gated=True)
+
+
 def test_gemv_rejects_bad_inputs():
     x, weight = operands(1, 8, 32, torch.float32)
     config = GemvConfig(block_n=8, block_k=16, split_k=2, num_warps=1)
-    with pytest.raises(ValueError, match="same K"):
+    with pytest.raises(ValueError, match=r"x must be \[M, K\]"):
         gemv(x, weight[:, :16], config)
     with pytest.raises(TypeError, match="dtype"):
         gemv(x, weight.half(), config)
@@ -114,6 +146,14 @@ def test_gemv_compiles_for_sm90_without_spills():
         ("radixgen.kernels.gemv", "_gemv_kernel", signature,
          {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_MODE": 2, "SCALED": False, "USE_PDL": True}, 4,
          PDL_PTX),
+    ] + [  # gated (silu(gate) * up as x loads: a down projection), bf16 and W8A16, with PDL
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature | weights,
+         {"BLOCK_N": 8, "BLOCK_K": block_k, "SPLIT_MODE": 2, "SCALED": scaled,
+          "X_SCALED": False, "USE_PDL": True, "GATED": True}, warps,
+         {"divisible": ["N", "K", "k_per_split"], "require_ptx": PDL_PTX["require_ptx"]})
+        for block_k, warps, scaled, weights in (
+            (512, 8, False, {}), (1024, 4, True, {"w_ptr": "*fp8e4nv"}),
+        )
     ] + [  # W8A16 (a16): e4m3 weights, bf16 x, with PDL
         ("radixgen.kernels.gemv", "_gemv_kernel", signature | {"w_ptr": "*fp8e4nv"},
          {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": 2, "SCALED": True,
@@ -147,6 +187,12 @@ def test_gpu_linear_layer_takes_the_gemv_from_the_table(monkeypatch):
     expected = torch.nn.functional.linear(x, weight)
     torch.testing.assert_close(layer(x[:1]), expected[:1], atol=2e-2, rtol=2e-2)
     assert torch.equal(layer(x), expected)  # 8 tokens: F.linear
+    # A down projection's GEMV with the MLP's activation inside: as the two kernels.
+    from radixgen.kernels.activation import silu_and_mul
+
+    gate_up = torch.randn(8, 8192, device="cuda", dtype=torch.bfloat16)
+    assert layer.takes_gated_input(1) and not layer.takes_gated_input(8)
+    assert torch.equal(layer(gate_up[:1], gated=True), layer(silu_and_mul(gate_up[:1])))
     static = x[:1].clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

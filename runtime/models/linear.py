@@ -132,6 +132,16 @@ class LinearMethod(abc.ABC):
         `(apply(...), None)`."""
         return self.apply(layer, x), None
 
+    def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
+        """Whether `apply_gated` runs at `num_tokens` tokens (a GEMV that computes an MLP's
+        activation as it loads its input). Default: never."""
+        return False
+
+    def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
+        """`gate_up: [M, 2 * input_size]` (gate | up) -> `apply(silu(gate) * up)`, the
+        activation rounded as `silu_and_mul` rounds it, where `takes_gated_input` says so."""
+        raise NotImplementedError(f"{type(self).__name__} takes no gated input")
+
 
 class UnquantizedLinearMethod(LinearMethod):
     """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
@@ -157,6 +167,14 @@ class UnquantizedLinearMethod(LinearMethod):
             return F.linear(x, layer.weight, layer.bias)
         out = gemv(x.reshape(-1, x.shape[-1]), layer.weight, config, layer.split_k_counters)
         out = out.reshape(*x.shape[:-1], layer.output_size)
+        return out if layer.bias is None else out + layer.bias
+
+    def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
+        return num_tokens in layer.gemv_configs
+
+    def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
+        config = layer.gemv_configs[gate_up.shape[0]]
+        out = gemv(gate_up, layer.weight, config, layer.split_k_counters, gated=True)
         return out if layer.bias is None else out + layer.bias
 
 
@@ -276,6 +294,18 @@ class Fp8LinearMethod(LinearMethod):
             x, layer.weight, layer.weight_scale, layer.bias, counters, layer.fp8_gemv_configs
         )
 
+    def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
+        config = layer.fp8_gemv_configs.get(num_tokens)
+        return config is not None and config.a16  # W8A16: x in its own dtype
+
+    def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
+        config = layer.fp8_gemv_configs[gate_up.shape[0]]
+        out = gemv(
+            gate_up, layer.weight, config, layer.split_k_counters,
+            weight_scale=layer.weight_scale, gated=True,
+        )  # fmt: skip
+        return out if layer.bias is None else out + layer.bias
+
 
 class LinearBase(nn.Module):
     """`y = x @ W.T + b` whose weight stacks `len(output_sizes)` checkpoint modules.
@@ -330,14 +360,21 @@ class LinearBase(nn.Module):
         config = self.fp8_gemv_configs.get(num_tokens)
         return config is None or not config.a16
 
+    def takes_gated_input(self, num_tokens: int) -> bool:
+        """Whether `forward(gate_up, gated=True)` runs at `num_tokens` tokens: the MLP's
+        activation computed inside this (down) projection's GEMV, no activation kernel."""
+        return self.method.takes_gated_input(self, num_tokens)
+
     def forward(
         self,
-        x: torch.Tensor | Fp8Activations,  # [..., input_size]
+        x: torch.Tensor | Fp8Activations,  # [..., input_size]; gated: [M, 2 * input_size]
         add_to: torch.Tensor | None = None,  # [..., output_size]
         *,
         with_delta: bool = False,
+        gated: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:  # [..., output_size]
-        """The output; `(y, delta)` with `with_delta`.
+        """The output; `(y, delta)` with `with_delta`; with `gated` (where
+        `takes_gated_input`), the output for `silu(gate) * up` of x = gate | up.
 
         Args:
             add_to: the tensor (a residual stream) the caller adds the output into next; the
@@ -348,6 +385,8 @@ class LinearBase(nn.Module):
                 for a caller whose next kernel adds a float32 `delta` itself (None: the method
                 has none; `LinearMethod.apply_with_delta`).
         """
+        if gated:
+            return self.method.apply_gated(self, x)
         if with_delta:
             return self.method.apply_with_delta(self, x)
         if add_to is None:
