@@ -24,6 +24,7 @@ from radixgen.kernels.fp8_gemm import (
     Fp8Activations,
     store_fp8_row,
 )
+from radixgen.kernels.gated_silu import silu_times_up
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 
@@ -52,9 +53,9 @@ def _silu_and_mul_kernel(
         up += tl.load(delta_row + n + offs, mask=mask, other=0.0)
         gate = gate.to(x_ptr.dtype.element_ty).to(tl.float32)
         up = up.to(x_ptr.dtype.element_ty).to(tl.float32)
-    silu = (gate * tl.sigmoid(gate)).to(x_ptr.dtype.element_ty).to(tl.float32)
+    activated = silu_times_up(gate, up, x_ptr.dtype.element_ty)
     tl.store(
-        out_ptr + row * stride_out_row + offs, (silu * up).to(out_ptr.dtype.element_ty), mask=mask
+        out_ptr + row * stride_out_row + offs, activated.to(out_ptr.dtype.element_ty), mask=mask
     )
 
 

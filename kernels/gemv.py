@@ -50,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.gated_silu import load_gated_x
 from radixgen.kernels.launch_tables import (
     load_json_table,
     parse_shape_rows,
@@ -124,18 +125,6 @@ def select_gemv_config(
 
 
 @triton.jit
-def _gated_x(x_row, cols, mask, K):
-    """`silu(gate) * up` `[BLOCK_K]` float32 at `cols` of a `[2K]` gate | up row, rounded as
-    `silu_and_mul` rounds (silu to x's dtype, then the product): the GEMV's x is the value the
-    activation kernel would have stored."""
-    gate = tl.load(x_row + cols, mask=mask, other=0.0)
-    up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
-    gate_f = gate.to(tl.float32)
-    silu = (gate_f * tl.sigmoid(gate_f)).to(gate.dtype).to(tl.float32)
-    return (silu * up).to(gate.dtype).to(tl.float32)
-
-
-@triton.jit
 def _gemv_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K], rows contiguous
@@ -156,7 +145,7 @@ def _gemv_kernel(
     SCALED: tl.constexpr,  # FP8 weights: sums times w_scale[n] (and x_scale[row])
     X_SCALED: tl.constexpr = True,  # e4m3 x with its per-token scale; False: W8A16
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
-    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`_gated_x`)
+    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -180,7 +169,7 @@ def _gemv_kernel(
         )  # [BLOCK_N, BLOCK_K]
         cols = k + offs_k
         if GATED:
-            x = _gated_x(x_row, cols, cols < k_end, K)  # [BLOCK_K]
+            x = load_gated_x(x_row, cols, cols < k_end, K)  # [BLOCK_K]
         else:
             x = tl.load(x_row + cols, mask=cols < k_end, other=0.0).to(tl.float32)  # [BLOCK_K]
         acc += w.to(tl.float32) * x[None, :]

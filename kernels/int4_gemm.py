@@ -65,6 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.gated_silu import load_gated_x
 from radixgen.kernels.int4_gemm_configs import (
     GEMV_M_LIMIT,
     GEMV_M_MAX,
@@ -96,6 +97,7 @@ __all__ = [
     "int4_gemm",
     "int4_linear",
     "int4_linear_ref",
+    "int4_takes_gated_input",
     "pack_int4_rows",
     "runtime_span",
     "unpack_int4_rows",
@@ -177,6 +179,7 @@ def _int4_gemv_kernel(
     PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight words load before the wait
     PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
+    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`_load_x`)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -201,7 +204,7 @@ def _int4_gemv_kernel(
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
     if PACKED_F16:  # over the whole SPAN-row chunks the split's words reach into
         x_amax = _abs_max(
-            x_row, (k_start // SPAN) * SPAN, tl.minimum(tl.cdiv(k_end, SPAN) * SPAN, K)
+            x_row, (k_start // SPAN) * SPAN, tl.minimum(tl.cdiv(k_end, SPAN) * SPAN, K), K, GATED
         )
         x_inv = 1.0 / x_amax
     for k in range(k_start, k_end, BLOCK_K):
@@ -219,14 +222,14 @@ def _int4_gemv_kernel(
             rows = k // 8 + tl.arange(0, BLOCK_K // 8)
             rows = (rows // (SPAN // 8)) * SPAN + rows % (SPAN // 8)  # nibble 0's input rows
         if PACKED_F16:
-            dot = _packed_f16_step(words, zero, x_row, rows, x_inv, SPAN)
+            dot = _packed_f16_step(words, zero, x_row, rows, x_inv, K, SPAN, GATED)
             acc += dot * (scale * x_amax)[None, :]
         else:
             low = words | magic  # nibbles 0..4 in place
             high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
             dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(8):  # nibble j of every word
-                x_j = tl.load(x_row + rows + j * (SPAN // 8)).to(tl.float32)  # [R]
+                x_j = _load_x(x_row, rows + j * (SPAN // 8), K, GATED)  # [R]
                 if j < 5:
                     w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
                     dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
@@ -256,17 +259,33 @@ def _f16_pair(lo, hi):
 
 
 @triton.jit
-def _abs_max(x_row, start, end, BLOCK: tl.constexpr = 256):
-    """The largest |x| of x_row[start:end] as float32 (at least 1e-30)."""
+def _load_x(x_row, offs, K, GATED: tl.constexpr, mask=None):
+    """x's float32 values at `offs` (0 where masked): with GATED, `silu(gate) * up` of the
+    `[2K]` gate | up row, as the activation kernel would have stored it."""
+    # One return (Triton compiles the code after a return inside a constexpr branch).
+    if GATED:
+        x = load_gated_x(x_row, offs, mask, K)
+    elif mask is None:
+        x = tl.load(x_row + offs).to(tl.float32)
+    else:
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _abs_max(x_row, start, end, K, GATED: tl.constexpr, BLOCK: tl.constexpr = 256):
+    """The largest |x| of x[start:end] as float32 (at least 1e-30; `_load_x`'s x)."""
     amax = tl.zeros([BLOCK], dtype=tl.float32)
     for k in range(start, end, BLOCK):
         offs = k + tl.arange(0, BLOCK)
-        amax = tl.maximum(amax, tl.abs(tl.load(x_row + offs, mask=offs < end, other=0.0)))
+        amax = tl.maximum(amax, tl.abs(_load_x(x_row, offs, K, GATED, offs < end)))
     return tl.maximum(tl.max(amax), 1e-30)
 
 
 @triton.jit
-def _packed_f16_step(words, zero, x_row, rows, x_inv, SPAN: tl.constexpr):
+def _packed_f16_step(
+    words, zero, x_row, rows, x_inv, K, SPAN: tl.constexpr, GATED: tl.constexpr = False
+):
     """One GEMV K step in packed fp16 arithmetic, two weights an instruction: the `[R, BLOCK_N]`
     float32 sums over each word's 8 nibbles of `(q - zero) x x_inv` (the caller scales them by
     the group's scale and `1 / x_inv`).
@@ -280,14 +299,14 @@ def _packed_f16_step(words, zero, x_row, rows, x_inv, SPAN: tl.constexpr):
     K range every product stays within 15 and a lane's sum within 60, far from fp16's range,
     whatever the activations' size; the lanes' fp16 rounding (11 bits) is the one difference
     from the float32 path (<= ~5e-4 relative). CUDA only (inline PTX)."""
-    x_0 = tl.load(x_row + rows).to(tl.float32)  # [R]
-    x_1 = tl.load(x_row + rows + 1 * (SPAN // 8)).to(tl.float32)
-    x_2 = tl.load(x_row + rows + 2 * (SPAN // 8)).to(tl.float32)
-    x_3 = tl.load(x_row + rows + 3 * (SPAN // 8)).to(tl.float32)
-    x_4 = tl.load(x_row + rows + 4 * (SPAN // 8)).to(tl.float32)
-    x_5 = tl.load(x_row + rows + 5 * (SPAN // 8)).to(tl.float32)
-    x_6 = tl.load(x_row + rows + 6 * (SPAN // 8)).to(tl.float32)
-    x_7 = tl.load(x_row + rows + 7 * (SPAN // 8)).to(tl.float32)
+    x_0 = _load_x(x_row, rows + 0 * (SPAN // 8), K, GATED)  # [R]
+    x_1 = _load_x(x_row, rows + 1 * (SPAN // 8), K, GATED)
+    x_2 = _load_x(x_row, rows + 2 * (SPAN // 8), K, GATED)
+    x_3 = _load_x(x_row, rows + 3 * (SPAN // 8), K, GATED)
+    x_4 = _load_x(x_row, rows + 4 * (SPAN // 8), K, GATED)
+    x_5 = _load_x(x_row, rows + 5 * (SPAN // 8), K, GATED)
+    x_6 = _load_x(x_row, rows + 6 * (SPAN // 8), K, GATED)
+    x_7 = _load_x(x_row, rows + 7 * (SPAN // 8), K, GATED)
     inv16 = x_inv * 0.0625
     x_a = _f16_pair(x_0 * x_inv, x_4 * x_inv)  # nibbles 0, 4: bits 0-3 of each half
     x_b = _f16_pair(x_1 * inv16, x_5 * inv16)  # nibbles 1, 5: bits 4-7 (16 q)
@@ -592,9 +611,12 @@ def int4_gemm(
     zeros: torch.Tensor,  # [K / group_size, N] integers 0..16
     group_size: int,
     split_k_counters: torch.Tensor | None = None,
+    gated: bool = False,
     **overrides,
 ) -> torch.Tensor:  # [M, N] x's dtype
-    """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias).
+    """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias); with `gated`, x is an
+    MLP's `[M, 2K]` gate | up and the product is `silu_and_mul(x) @ ...`, the activation
+    computed as the GEMV loads x (GEMV launches only: `takes_gated_input`).
 
     Args:
         split_k_counters: int32 zeros, one per output tile (`split_k_counter_slots`), owned by
@@ -606,10 +628,15 @@ def int4_gemm(
     Raises:
         ValueError naming the argument on bad shapes, dtypes, strides, group size or config.
     """
-    check_int4_inputs(x, qweight, scales, zeros, group_size)
-    m, k = x.shape
+    k = qweight.shape[0] * 8
+    if gated and (x.dim() != 2 or x.shape[1] != 2 * k):
+        raise ValueError(f"gated x must be [M, 2K] = [M, {2 * k}], got {tuple(x.shape)}")
+    check_int4_inputs(x[:, :k] if gated else x, qweight, scales, zeros, group_size)
+    m, k = x.shape[0], k
     n = qweight.shape[1]
     config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
+    if gated and not config.gemv:
+        raise ValueError("gated x takes the GEMV launch (int4_takes_gated_input)")
     block_k = config.block_k
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
@@ -639,7 +666,7 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
             PACKED_F16=config.packed_f16 and x.is_cuda and x.dtype in _PACKED_DTYPES,
-            **pdl_launch_options(x.device),
+            GATED=gated, **pdl_launch_options(x.device),
         )  # fmt: skip
     elif nibble_gemm:
         packed = x.is_cuda and x.dtype in _PACKED_DTYPES
@@ -658,6 +685,15 @@ def int4_gemm(
         )  # fmt: skip
     # A few outputs per reduce program: N / 256 programs read the partials.
     return finish_splits(split_mode, partial, out, block=256)
+
+
+def int4_takes_gated_input(m: int, qweight: torch.Tensor, group_size: int) -> bool:
+    """Whether `int4_gemm(..., gated=True)` runs at m tokens on this weight: where its launch
+    is the GEMV (decode batch 1 on the tuned table)."""
+    if not qweight.is_cuda or m >= DEQUANTIZE_M_MIN:
+        return False
+    k, n = qweight.shape[0] * 8, qweight.shape[1]
+    return default_int4_config(m, n, k, group_size, qweight.device).gemv
 
 
 def dequantize_int4(

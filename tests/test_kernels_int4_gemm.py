@@ -109,6 +109,32 @@ def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides, co
         assert not split_k_counters.any()
 
 
+def gated_activation(gate_up):
+    """`silu(gate) * up` of `[M, 2K]` gate | up, rounded as `silu_and_mul` rounds it."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    silu = (gate * torch.sigmoid(gate)).to(gate_up.dtype).float()
+    return (silu * up).to(gate_up.dtype)
+
+
+@pytest.mark.parametrize("group_size", [128, 64])
+def test_gated_gemv_applies_the_activation_as_it_loads_x(group_size):
+    """`gated`: x is an MLP's gate | up and the GEMV multiplies `silu(gate) * up` (the down
+    projection without the activation kernel), as the two kernels would; only GEMV launches."""
+    generator = torch.Generator().manual_seed(group_size)
+    m, n, k = 1, 72, 256
+    weights = random_int4(n, k, group_size, torch.float16, generator)
+    gate_up = torch.randn(m, 2 * k, generator=generator).to(torch.float16)
+    split_k_counters = torch.zeros(split_k_counter_slots(n), dtype=torch.int32)
+    gated = int4_gemm(gate_up, *weights, group_size, split_k_counters, gated=True, **GEMV)
+    expected = int4_gemm(gated_activation(gate_up), *weights, group_size, **GEMV)
+    torch.testing.assert_close(gated, expected, atol=1e-3, rtol=1e-3)
+    assert not split_k_counters.any()
+    with pytest.raises(ValueError, match=r"gated x must be \[M, 2K\]"):
+        int4_gemm(gate_up[:, :k], *weights, group_size, gated=True, **GEMV)
+    with pytest.raises(ValueError, match="GEMV launch"):
+        int4_gemm(gate_up, *weights, group_size, gated=True, gemv=False)
+
+
 def test_reference_is_dequantize_then_matmul():
     generator = torch.Generator().manual_seed(5)
     qweight, scales, zeros = random_int4(16, 64, 32, torch.float32, generator)
@@ -235,6 +261,27 @@ def test_packed_f16_gemv_is_as_exact_as_the_float32_one_on_cuda(dtype):
                 assert relative_error(packed, reference) < error + 5e-4, (group_size, scale)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gated_gemv_equals_the_activation_kernel_then_the_gemv_on_cuda():
+    """The down projection's GEMV computing silu(gate) * up as it loads x gives the bits of
+    `silu_and_mul` then the GEMV, float32 and packed fp16 alike (the packed path's amax over
+    the gated values)."""
+    from radixgen.kernels.activation import silu_and_mul
+
+    generator = torch.Generator().manual_seed(1)
+    weights = random_int4(4096, 14336, 128, torch.bfloat16, generator, device="cuda")
+    gate_up = torch.randn(1, 2 * 14336, generator=generator).to(torch.bfloat16).cuda()
+    counters = torch.zeros(split_k_counter_slots(4096), dtype=torch.int32, device="cuda")
+    gemv = {"gemv": True, "block_m": 1, "num_stages": 1, "num_warps": 4, "block_k": 32}
+    for packed in (False, True):
+        config = {**gemv, "block_n": 128, "split_k": 8, "packed_f16": packed}
+        expected = int4_gemm(silu_and_mul(gate_up), *weights, 128, counters, **config)
+        gated = int4_gemm(gate_up, *weights, 128, counters, gated=True, **config)
+        assert torch.equal(gated, expected), packed
+    assert not counters.any()
+
+
 _INT4 = "radixgen.kernels.int4_gemm"
 _POINTERS = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
              "out_ptr": "*bf16", "partial_ptr": "*fp32", "counters_ptr": "*i32"}  # fmt: skip
@@ -278,6 +325,9 @@ def test_kernels_compile_for_sm90_without_spills():
         + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **c, "PACKED_F16": True}, w,
             {"require_ptx": ["fma.rn.f16x2", "lop3.b32"]})
            for c, w in zip(gemv, (1, 4), strict=True)]
+        # gated (silu(gate) * up as x loads), float32 and packed fp16, with PDL
+        + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **gemv[0], "USE_PDL": True,
+            "GATED": True, "PACKED_F16": packed}, 1, PDL_PTX) for packed in (False, True)]
         + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
             {"GROUP_SIZE": 128, **nibble_gemm[1], "USE_PDL": True}, 4, PDL_PTX)]
         # The chunk's packed tiles in one dot (chunk_dot), swapped and not.

@@ -24,7 +24,9 @@ import torch
 from torch import nn
 
 from radixgen.kernels.int4_gemm import (
+    int4_gemm,
     int4_linear,
+    int4_takes_gated_input,
     pack_int4_rows,
     runtime_span,
     split_k_counter_slots,
@@ -112,6 +114,19 @@ class Int4LinearMethod(LinearMethod):
             x, layer.qweight, layer.scales, layer.zeros, layer.group_size, layer.bias,
             layer.split_k_counters,
         )  # fmt: skip
+
+    def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
+        # An act-order input permutation would need the gate and up halves permuted alike.
+        return layer.input_perm is None and int4_takes_gated_input(
+            num_tokens, layer.qweight, layer.group_size
+        )
+
+    def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
+        out = int4_gemm(
+            gate_up, layer.qweight, layer.scales, layer.zeros, layer.group_size,
+            layer.split_k_counters, gated=True,
+        )  # fmt: skip
+        return out if layer.bias is None else out + layer.bias
 
 
 def _frozen(tensor: torch.Tensor) -> nn.Parameter:

@@ -1,0 +1,30 @@
+"""The MLP activation `silu(gate) * up` as one jit function, rounded once per step as the
+model's dtype would round it, shared by the activation kernel (`activation.py`) and the GEMVs
+that compute it as they load their input (`gemv.py`, `int4_gemm.py`: `gated`), so the fused and
+unfused paths give the same bits."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu_times_up(gate, up, DTYPE: tl.constexpr):
+    """float32 `silu(gate) * up` of float32 `gate` and `up`: silu rounded to DTYPE first (as
+    storing it would), then the product rounded to DTYPE (returned as float32)."""
+    silu = (gate * tl.sigmoid(gate)).to(DTYPE).to(tl.float32)
+    return (silu * up).to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def load_gated_x(x_row, cols, mask, K):
+    """`silu_times_up` float32 at `cols` of one `[2K]` gate | up row (gate first) in x's dtype:
+    what the activation kernel would have stored there (0 where `mask`, or None: none)."""
+    if mask is None:  # every column in range
+        gate = tl.load(x_row + cols).to(tl.float32)
+        up = tl.load(x_row + K + cols).to(tl.float32)
+    else:
+        gate = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
+    return silu_times_up(gate, up, x_row.dtype.element_ty)
