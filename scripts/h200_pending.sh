@@ -9,8 +9,8 @@
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
 #   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it), and
 #                the packed GEMVs' first GPU tests
-#   gated        [7/14] batch 1 bf16: the MLP's activation inside the down projection's GEMV
-#                (built after the last call): bench latency, `.base` vs this tree
+#   gated        [7/14] / [9/14] batch 1 bf16 and int4: the MLP's activation inside the down
+#                projection's GEMV (built after the last call): bench latency, `.base` vs tree
 #   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
 #                wait (built after the last call): bench latency --quantization fp8, `.base` vs
 #                this tree
@@ -231,7 +231,8 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
     gated)
       # [7/14] batch 1 bf16: the down projection's GEMV computes silu(gate) * up as it loads it
       # (no activation kernel); `.base` (c1441b9, before it) then this tree; same greedy digest
-      ab_latency gated --batch-sizes 1 ;;
+      ab_latency gated --batch-sizes 1
+      ab_latency gated_awq --batch-sizes 1 --quantization awq ;;
     int4-pdl)
       # [9/14] batch 64 with PDL in the int4 GEMMs: `.base` (c1441b9, before it) then this tree
       ab_latency int4_pdl --batch-sizes 64 --quantization awq ;;
