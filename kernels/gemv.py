@@ -76,6 +76,11 @@ class GemvConfig:
     # FP8 weights: the launch takes the layer's 16-bit activations as they are (W8A16), so
     # `fp8_linear` and the kernels before it skip the activations' quantization
     a16: bool = False
+    # A down projection's row: the layer takes the MLP's gate | up and this launch computes
+    # silu(gate) * up as it loads x (`gated`), the activation kernel skipped. Opt-in per row:
+    # x's values are recomputed by every thread that reads them (the GEMV broadcasts x over
+    # its rows), which costs more than the launch saved unless the sweep or an A/B says not.
+    gated: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -88,6 +93,8 @@ class GemvConfig:
             raise ValueError(f"block_k must be >= 16, got {self.block_k}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.gated and self.packed_f16:
+            raise ValueError("gated takes 16-bit activations: not with packed_f16 (e4m3 ones)")
         if self.a16 and self.packed_f16:
             raise ValueError(
                 "a16 (16-bit activations) and packed_f16 (e4m3 ones) exclude each other"

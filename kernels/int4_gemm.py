@@ -688,12 +688,13 @@ def int4_gemm(
 
 
 def int4_takes_gated_input(m: int, qweight: torch.Tensor, group_size: int) -> bool:
-    """Whether `int4_gemm(..., gated=True)` runs at m tokens on this weight: where its launch
-    is the GEMV (decode batch 1 on the tuned table)."""
+    """Whether the layer passes `gated=True` at m tokens on this weight: where the tuned table's
+    launch is a GEMV row marked `gated`."""
     if not qweight.is_cuda or m >= DEQUANTIZE_M_MIN:
         return False
     k, n = qweight.shape[0] * 8, qweight.shape[1]
-    return default_int4_config(m, n, k, group_size, qweight.device).gemv
+    config = default_int4_config(m, n, k, group_size, qweight.device)
+    return config.gemv and config.gated
 
 
 def dequantize_int4(

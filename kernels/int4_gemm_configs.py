@@ -59,8 +59,14 @@ class Int4GemmConfig:
     # Nibble GEMM: the chunk's 8 unpacked tiles multiplied in one dot (its wgmma steps back to
     # back) rather than one dot a nibble (each waited for before the next).
     chunk_dot: bool = False
+    # GEMV of a down projection: the layer takes the MLP's gate | up and the launch computes
+    # silu(gate) * up as it loads x (`int4_gemm(..., gated=True)`). Opt-in per row: every
+    # thread recomputes the step's x values it broadcasts over its columns.
+    gated: bool = False
 
     def __post_init__(self) -> None:
+        if self.gated and not self.gemv:
+            raise ValueError("gated is a GEMV option (gemv=True)")
         if self.chunk_dot and (self.gemv or not self.per_nibble):
             raise ValueError("chunk_dot is a nibble-GEMM option (gemv=False, per_nibble=True)")
         if self.packed_f16 and not self.gemv:

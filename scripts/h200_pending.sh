@@ -10,7 +10,8 @@
 #   gpu-tests    the whole GPU suite with PDL on (only the kernels' GPU tests ran with it), and
 #                the packed GEMVs' first GPU tests
 #   gated        [7/14] / [9/14] batch 1 bf16 and int4: the MLP's activation inside the down
-#                projection's GEMV (built after the last call): bench latency, `.base` vs tree
+#                projection's GEMV (built after the last call; opt-in per table row): bench
+#                latency with the shipped tables, then with the down rows marked `gated`
 #   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
 #                wait (built after the last call): bench latency --quantization fp8, `.base` vs
 #                this tree
@@ -231,8 +232,19 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
     gated)
       # [7/14] batch 1 bf16: the down projection's GEMV computes silu(gate) * up as it loads it
       # (no activation kernel); `.base` (c1441b9, before it) then this tree; same greedy digest
-      ab_latency gated --batch-sizes 1
-      ab_latency gated_awq --batch-sizes 1 --quantization awq ;;
+      # (opt-in per table row: bf16 and int4 latency with the shipped tables, then with the
+      # down projection's batch-1 rows marked `gated`)
+      mkdir -p "$OUT/gated"
+      lat() {  # $1: name, the rest: flags
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 "${@:2}" \
+          --output-json "$OUT/gated/latency_$1.json" 2>&1 | tail -2
+      }
+      cp kernels/gemv_configs.json kernels/int4_gemm_configs.json "$OUT/gated/"
+      lat bf16_before; lat awq_before --quantization awq
+      python3 scripts/mark_gated_rows.py
+      lat bf16_after; lat awq_after --quantization awq
+      cp "$OUT/gated/gemv_configs.json" "$OUT/gated/int4_gemm_configs.json" kernels/ ;;
     int4-pdl)
       # [9/14] batch 64 with PDL in the int4 GEMMs: `.base` (c1441b9, before it) then this tree
       ab_latency int4_pdl --batch-sizes 64 --quantization awq ;;

@@ -190,9 +190,15 @@ def test_gpu_linear_layer_takes_the_gemv_from_the_table(monkeypatch):
     # A down projection's GEMV with the MLP's activation inside: as the two kernels.
     from radixgen.kernels.activation import silu_and_mul
 
+    assert not layer.takes_gated_input(1)  # opt-in per table row
+    table = parse_gemv_table({"shapes": {"4096x1024": [{**row, "gated": True}]}})
+    monkeypatch.setattr(gemv_module, "load_gemv_table", lambda: table)
+    gated_layer = RowLinear(4096, 1024, bias=False)
+    gated_layer.load_weight("weight", weight)
     gate_up = torch.randn(8, 8192, device="cuda", dtype=torch.bfloat16)
-    assert layer.takes_gated_input(1) and not layer.takes_gated_input(8)
-    assert torch.equal(layer(gate_up[:1], gated=True), layer(silu_and_mul(gate_up[:1])))
+    assert gated_layer.takes_gated_input(1) and not gated_layer.takes_gated_input(8)
+    activated = silu_and_mul(gate_up[:1])
+    assert torch.equal(gated_layer(gate_up[:1], gated=True), layer(activated))
     static = x[:1].clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -289,6 +295,8 @@ def test_w8a16_gemv_takes_the_activations_unquantized(dtype):
         gemv(x, wq, config, weight_scale=w_scale, out_dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="weight_scale"):
         gemv(x, wq, config)
+    with pytest.raises(ValueError, match="not with packed_f16"):
+        GemvConfig(block_n=16, block_k=32, split_k=1, num_warps=1, gated=True, packed_f16=True)
     with pytest.raises(ValueError, match="exclude each other"):
         GemvConfig(block_n=16, block_k=32, split_k=1, num_warps=1, a16=True, packed_f16=True)
 
@@ -351,6 +359,7 @@ def test_gpu_fp8_layer_takes_the_fp8_gemv_from_its_table(monkeypatch):
     layer = RowLinear(4096, 1024, bias=False, method=Fp8LinearMethod(FP8_FROM_HIGH_PRECISION))
     layer.load_weight("weight", weight)
     assert not layer.takes_fp8_activations(1) and layer.takes_fp8_activations(8)
+    assert not layer.takes_gated_input(1)  # a16 without gated
     dequantized = (x[:1].float() @ layer.weight.float().t()) * layer.weight_scale[None, :]
     torch.testing.assert_close(layer(x[:1]).float(), dequantized, atol=2e-2, rtol=2e-2)
     assert torch.equal(layer(x), skinny)

@@ -133,6 +133,11 @@ def test_gated_gemv_applies_the_activation_as_it_loads_x(group_size):
         int4_gemm(gate_up[:, :k], *weights, group_size, gated=True, **GEMV)
     with pytest.raises(ValueError, match="GEMV launch"):
         int4_gemm(gate_up, *weights, group_size, gated=True, gemv=False)
+    # The layer opts in per table row (GEMV rows only).
+    config = default_int4_config(m, n, k, group_size, gate_up.device)
+    assert not config.gated and config.with_overrides(gated=True).gated
+    with pytest.raises(ValueError, match="gated is a GEMV option"):
+        config.with_overrides(gemv=False, block_m=16, gated=True)
 
 
 def test_reference_is_dequantize_then_matmul():

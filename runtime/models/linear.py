@@ -170,7 +170,8 @@ class UnquantizedLinearMethod(LinearMethod):
         return out if layer.bias is None else out + layer.bias
 
     def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
-        return num_tokens in layer.gemv_configs
+        config = layer.gemv_configs.get(num_tokens)
+        return config is not None and config.gated
 
     def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
         config = layer.gemv_configs[gate_up.shape[0]]
@@ -296,7 +297,7 @@ class Fp8LinearMethod(LinearMethod):
 
     def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
         config = layer.fp8_gemv_configs.get(num_tokens)
-        return config is not None and config.a16  # W8A16: x in its own dtype
+        return config is not None and config.a16 and config.gated  # W8A16: x in its own dtype
 
     def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
         config = layer.fp8_gemv_configs[gate_up.shape[0]]
