@@ -12,6 +12,9 @@
 #   gated        [7/14] / [9/14] batch 1 bf16 and int4: the MLP's activation inside the down
 #                projection's GEMV (built after the last call; opt-in per table row): bench
 #                latency with the shipped tables, then with the down rows marked `gated`
+#   gemv-gated   [7/14] batch 1 bf16: the GEMV table re-swept with the down projection's gated
+#                launches (against the activation kernel + the best plain launch), installed,
+#                bench latency before / after
 #   fp8-l2       [8/14] batch 1: the FP8 GEMM's first weight rows prefetched to L2 before its PDL
 #                wait (built after the last call): bench latency --quantization fp8, `.base` vs
 #                this tree
@@ -208,21 +211,23 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       fi
       timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_gemm.py \
         tests/test_kernels_pdl.py 2>&1 | tail -3 ;;
-    gemv-pdl)
+    gemv-pdl | gemv-gated)
       # [7/14] batch 1 in bf16: the split-K GEMV, which now loads its first weight tile while
-      # the previous kernel finishes (PDL), swept against cuBLAS (`F.linear`); the table of the
-      # shapes it wins installed; bench latency before and after
-      mkdir -p "$OUT/gemv_pdl"
+      # the previous kernel finishes (PDL), swept against cuBLAS (`F.linear`) (gemv-gated: the
+      # down projection's gated launches too, against the activation kernel + the best plain
+      # one); the table of the shapes it wins installed; bench latency before and after
+      dir="$OUT/${stage//-/_}"
+      mkdir -p "$dir"
       lat() {  # $1: name
         timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
           --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
-          --output-json "$OUT/gemv_pdl/latency_$1.json" 2>&1 | tail -2
+          --output-json "$dir/latency_$1.json" 2>&1 | tail -2
       }
       lat before
-      (cd scripts && timeout 200 python3 bench_gemv.py --sweep --budget-s 110 \
-        --out "$OUT/gemv_pdl" 2>&1 | grep -v -i warn | tail -6)
-      if grep -q '"max_tokens"' "$OUT/gemv_pdl/gemv_configs.json" 2>/dev/null; then
-        cp "$OUT/gemv_pdl/gemv_configs.json" kernels/
+      (cd scripts && timeout 230 python3 bench_gemv.py --sweep --budget-s 150 \
+        --out "$dir" 2>&1 | grep -v -i warn | tail -6)
+      if grep -q '"max_tokens"' "$dir/gemv_configs.json" 2>/dev/null; then
+        cp "$dir/gemv_configs.json" kernels/
         lat after
       fi ;;
     fp8-l2)
