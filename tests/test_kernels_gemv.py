@@ -328,10 +328,12 @@ def test_fp8_gemv_rejects_bad_scales():
         gemv(x, weight, config, x_scale=x_scale)
 
 
-def test_fp8_gemv_table_ships_empty():
+def test_fp8_gemv_table_ships_the_h200_packed_rows():
     from radixgen.kernels.gemv import FP8_TABLE_PATH
 
-    assert load_gemv_table(FP8_TABLE_PATH) == {}  # every shape: the skinny GEMM until swept
+    table = load_gemv_table(FP8_TABLE_PATH)  # the eighteenth session's H200 sweep
+    assert set(table) == {(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)}
+    assert all(config.packed_f16 for rows in table.values() for _, config in rows)
 
 
 @pytest.mark.gpu
