@@ -25,12 +25,14 @@ in registers, the per-token and per-channel scales applied once to each split's 
 rows. Or, with `packed_f16`, in packed fp16 (`_gemv_e4m3_packed_kernel`): x's values times 2^-9
 keep every product exact and below 448 (two e4m3 values' products reach 2e5, past fp16's
 range), half the instructions. Its own table, `gemv_fp8_configs.json` (`bench_gemv.py --sweep
---fp8`, against the model's FP8 path), empty until swept.
+--fp8`, against the model's FP8 path): since the eighteenth session's H200 sweep, packed rows
+for all four 8B projections at 1 token.
 
 Gated (`gemv(gate_up, ..., gated=True)`): x is an MLP's `[M, 2K]` gate | up and the GEMV
 multiplies `silu(gate) * up`, computed (and rounded as `silu_and_mul` rounds it) as it loads x:
-the down projection at the token counts its table lists runs without the activation kernel
-before it (`LinearBase.takes_gated_input`; a launch fewer a layer at batch 1).
+the down projection runs without the activation kernel before it at the table rows marked
+`gated` (`LinearBase.takes_gated_input`). Opt-in: measured slower on the H200 (every thread
+recomputes the x values it broadcasts), so no shipped row has it.
 
 W8A16 (a table row's `a16`): e4m3 weights with the layer's bf16/fp16 activations as they are.
 At one token the W8A8 path pays for its activations' quantization in the kernels before the
@@ -344,9 +346,9 @@ def gemv(
             f"x must be [M, {'2K' if gated else 'K'}] and weight [N, K], got {tuple(x.shape)} "
             f"and {tuple(weight.shape)}"
         )
-    if gated and (x.dtype == torch.float8_e4m3fn or config.packed_f16):
-        raise ValueError("gated takes a 16-bit or fp32 gate | up x, not e4m3 activations")
     e4m3 = torch.float8_e4m3fn
+    if gated and (x.dtype == e4m3 or config.packed_f16):
+        raise ValueError("gated takes a 16-bit or fp32 gate | up x, not e4m3 activations")
     # W8A16: e4m3 weights, x in a float type (its own scale: none).
     w8a16 = weight.dtype == e4m3 and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
     if x.dtype != weight.dtype and not w8a16:

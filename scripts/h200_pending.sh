@@ -4,6 +4,10 @@
 # 128-byte rows gather at ~4.2 TB/s: not its limit), pdl (programmatic dependent launch: batch 1
 # overlapped bf16 4.58 -> 4.53, FP8 3.22 -> 3.09, int4 3.19 -> 3.08 ms), fp8-swap (FP8 batch 1
 # 3.43 -> 3.23 ms synced) and gemv-pdl (bf16 batch 1 4.92 -> 4.73 ms); docs/benchmarks.md.
+# The eighteenth session (2026-12-03) ran gpu-tests (121 passed with PDL), gated (slower: left
+# off), fp8-gemv (packed table: FP8 batch 1 3.17 -> 2.94 ms), int4-gemv (int4 batch 1 3.55 ->
+# 3.12 ms), int4-pdl (noise) and fp8-l2 (3.32 -> 3.18 ms). Still pending: int4-sweep,
+# fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, an A/B of `a16` FP8 rows in the step.
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):

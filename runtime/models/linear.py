@@ -132,6 +132,11 @@ class LinearMethod(abc.ABC):
         `(apply(...), None)`."""
         return self.apply(layer, x), None
 
+    def takes_fp8_activations(self, layer: LinearBase, num_tokens: int) -> bool:
+        """Whether `apply` wants `Fp8Activations` at `num_tokens` tokens (quantized by the
+        kernel before the layer). Default: never."""
+        return False
+
     def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
         """Whether `apply_gated` runs at `num_tokens` tokens (a GEMV that computes an MLP's
         activation as it loads its input). Default: never."""
@@ -295,6 +300,11 @@ class Fp8LinearMethod(LinearMethod):
             x, layer.weight, layer.weight_scale, layer.bias, counters, layer.fp8_gemv_configs
         )
 
+    def takes_fp8_activations(self, layer: LinearBase, num_tokens: int) -> bool:
+        # Not where the GEMV launch takes 16-bit activations (W8A16, `a16`).
+        config = layer.fp8_gemv_configs.get(num_tokens)
+        return config is None or not config.a16
+
     def takes_gated_input(self, layer: LinearBase, num_tokens: int) -> bool:
         config = layer.fp8_gemv_configs.get(num_tokens)
         return config is not None and config.a16 and config.gated  # W8A16: x in its own dtype
@@ -356,10 +366,7 @@ class LinearBase(nn.Module):
         """Whether `forward` wants `Fp8Activations` at `num_tokens` tokens (an FP8 layer: the
         kernel before it then quantizes its output in its own pass instead of the layer doing
         it), False where the layer's FP8 GEMV launch takes 16-bit activations (W8A16, `a16`)."""
-        if not isinstance(self.method, Fp8LinearMethod):
-            return False
-        config = self.fp8_gemv_configs.get(num_tokens)
-        return config is None or not config.a16
+        return self.method.takes_fp8_activations(self, num_tokens)
 
     def takes_gated_input(self, num_tokens: int) -> bool:
         """Whether `forward(gate_up, gated=True)` runs at `num_tokens` tokens: the MLP's
