@@ -73,7 +73,8 @@ class GemvConfig:
     block_k: int  # K columns per loop step
     split_k: int  # programs sharing one output block's K range
     num_warps: int
-    # e4m3 operands on CUDA: products summed in packed fp16 (`_gemv_e4m3_packed_kernel`)
+    # FP8 weights on CUDA: products summed in packed fp16 (`_gemv_e4m3_packed_kernel`), e4m3
+    # x or, with `a16`, 16-bit x
     packed_f16: bool = False
     # FP8 weights: the launch takes the layer's 16-bit activations as they are (W8A16), so
     # `fp8_linear` and the kernels before it skip the activations' quantization
@@ -96,11 +97,7 @@ class GemvConfig:
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if self.gated and self.packed_f16:
-            raise ValueError("gated takes 16-bit activations: not with packed_f16 (e4m3 ones)")
-        if self.a16 and self.packed_f16:
-            raise ValueError(
-                "a16 (16-bit activations) and packed_f16 (e4m3 ones) exclude each other"
-            )
+            raise ValueError("gated launches run the float32 path: not with packed_f16")
 
 
 # {(in_features K, out_features N): ((max_tokens or None, config), ...)}, max_tokens ascending.
@@ -252,33 +249,120 @@ def _e4m3_quad_dot(w0, w1, w2, w3, x0, x1, x2, x3):
 
 
 @triton.jit
+def _x16_pair(words, x_inv, X_BF16: tl.constexpr):
+    """`[..]` int32 words of two bf16 (`X_BF16`) or fp16 values, first in the low half, as one
+    fp16 pair of the values times `x_inv` (each product in float32, rounded to fp16 once)."""
+    if X_BF16:  # bf16 -> float32: the bits at the top of the word
+        pair = tl.inline_asm_elementwise(
+            "{ .reg .b32 lo, hi; .reg .f32 a, b; shl.b32 lo, $1, 16; "
+            "and.b32 hi, $1, 0xFFFF0000; mul.rn.f32 a, lo, $2; mul.rn.f32 b, hi, $2; "
+            "cvt.rn.f16x2.f32 $0, b, a; }",
+            "=r,r,f", [words, x_inv], dtype=tl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        pair = tl.inline_asm_elementwise(
+            "{ .reg .f16 l, h; .reg .f32 a, b; mov.b32 {l, h}, $1; cvt.f32.f16 a, l; "
+            "cvt.f32.f16 b, h; mul.rn.f32 a, a, $2; mul.rn.f32 b, b, $2; "
+            "cvt.rn.f16x2.f32 $0, b, a; }",
+            "=r,r,f", [words, x_inv], dtype=tl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    return pair
+
+
+@triton.jit
+def _split_octets(octets):
+    """`[G, 2, 2, 2]` (groups of 8 words, word 4 a + 2 b + c at [g, a, b, c]) -> the eight
+    `[G]` of words 8 g + 0, ..., 7."""
+    even, odd = tl.split(octets)  # c = 0, 1: [G, 2, 2]
+    even_0, even_2 = tl.split(even)  # words 4 a + 0, 4 a + 2: [G, 2]
+    odd_1, odd_3 = tl.split(odd)  # words 4 a + 1, 4 a + 3
+    w0, w4 = tl.split(even_0)
+    w2, w6 = tl.split(even_2)
+    w1, w5 = tl.split(odd_1)
+    w3, w7 = tl.split(odd_3)
+    return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+@triton.jit
+def _abs_max_16(x_row, start, end, BLOCK: tl.constexpr):
+    """The largest |x| of x[start:end] as float32 (at least 1e-30), BLOCK values a step."""
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(start, end, BLOCK):
+        offs = k + tl.arange(0, BLOCK)
+        x = tl.load(x_row + offs, mask=offs < end, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+    return tl.maximum(tl.max(amax), 1e-30)
+
+
+@triton.jit
+def _x_step_pairs(x_words, k, k_end, x_inv, BLOCK_K: tl.constexpr, X_KIND: tl.constexpr):
+    """x's values of inputs `k..k+BLOCK_K` as the eight `[BLOCK_K / 16]` fp16 pairs the quad
+    dots take: pairs 2 i, 2 i + 1 are inputs 4 i .. 4 i + 3 of each group of 16 (e4m3 x times
+    2^-9, `_e4m3_pairs`; 16-bit x times `x_inv`, `_x16_pair`)."""
+    if X_KIND == 0:  # 4 e4m3 values a word
+        cols = k // 4 + tl.arange(0, BLOCK_K // 4)
+        x = tl.load(x_words + cols, mask=cols < k_end // 4, other=0)  # [BLOCK_K / 4]
+        x0, x1, x2, x3 = _split_quads(tl.reshape(x, [BLOCK_K // 16, 2, 2]))
+        p0, p1 = _e4m3_pairs(x0)
+        p2, p3 = _e4m3_pairs(x1)
+        p4, p5 = _e4m3_pairs(x2)
+        p6, p7 = _e4m3_pairs(x3)
+    else:  # 2 bf16 / fp16 values a word
+        cols = k // 2 + tl.arange(0, BLOCK_K // 2)
+        x = tl.load(x_words + cols, mask=cols < k_end // 2, other=0)  # [BLOCK_K / 2]
+        w0, w1, w2, w3, w4, w5, w6, w7 = _split_octets(tl.reshape(x, [BLOCK_K // 16, 2, 2, 2]))
+        p0 = _x16_pair(w0, x_inv, X_KIND == 1)
+        p1 = _x16_pair(w1, x_inv, X_KIND == 1)
+        p2 = _x16_pair(w2, x_inv, X_KIND == 1)
+        p3 = _x16_pair(w3, x_inv, X_KIND == 1)
+        p4 = _x16_pair(w4, x_inv, X_KIND == 1)
+        p5 = _x16_pair(w5, x_inv, X_KIND == 1)
+        p6 = _x16_pair(w6, x_inv, X_KIND == 1)
+        p7 = _x16_pair(w7, x_inv, X_KIND == 1)
+    return p0, p1, p2, p3, p4, p5, p6, p7
+
+
+@triton.jit
 def _gemv_e4m3_packed_kernel(
-    x_ptr,  # [M, K] e4m3, read as int32 words
+    x_ptr,  # [M, K] e4m3 (X_KIND 0) or bf16 / fp16 (1 / 2), read as int32 words
     w_ptr,  # [N, K] e4m3, rows contiguous, read as int32 words
     out_ptr,  # [M, N] the output dtype
     partial_ptr,  # [num_splits, M, N] fp32 (SPLIT_MODE > 0)
     counters_ptr,  # [>= M * cdiv(N, BLOCK_N)] int32 zeros (SPLIT_MODE == 2)
-    x_scale_ptr,  # [M] fp32
+    x_scale_ptr,  # [M] fp32 (X_KIND 0)
     w_scale_ptr,  # [N] fp32
     N,
     K,
     k_per_split,  # a multiple of BLOCK_K
-    stride_xm,  # elements (bytes), a multiple of 4
+    stride_xm,  # elements, a multiple of 4
     stride_wn,  # elements (bytes), a multiple of 4
     stride_split,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,  # a multiple of 16
     SPLIT_MODE: tl.constexpr,  # see split_k.store_split
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
+    X_KIND: tl.constexpr = 0,  # x: 0 e4m3 with its per-token scale (W8A8), 1 bf16, 2 fp16
+    AMAX_BLOCK: tl.constexpr = 1024,  # 16-bit x: values a step of the split's |x| maximum
 ):
-    """`_gemv_kernel` for e4m3 operands in packed fp16 arithmetic (`_e4m3_quad_dot`): about
-    half the instructions a weight of the float32 path. CUDA only (inline PTX)."""
+    """`_gemv_kernel` for e4m3 weights in packed fp16 arithmetic (`_e4m3_quad_dot`): about half
+    the instructions a weight of the float32 path. CUDA only (inline PTX).
+
+    W8A8 (e4m3 x): x's values times 2^-9 (`_X_SCALE_INVERSE`). W8A16 (16-bit x, the layer's
+    activations as they are: no quantization pass before the layer): x times 1 / its largest
+    |value| over the split's K range, so every |x'| <= 1, a product with an e4m3 weight below
+    448 and a lane's 8 below fp16's 65504 whatever the activations' size; bf16's 8-bit
+    mantissa fits fp16's 11, so x' is x to within the scaling's rounding, each product is
+    rounded once to 11 bits (~5e-4 relative; W8A8's e4m3 activations keep 3), and the sums are
+    scaled back by that maximum."""
     row = tl.program_id(0).to(tl.int64)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_k = tl.program_id(2)
     mask_n = offs_n < N
-    offs_w = tl.arange(0, BLOCK_K // 4)  # words of a step
-    x_words = x_ptr.to(tl.pointer_type(tl.int32)) + row * (stride_xm // 4)
+    offs_w = tl.arange(0, BLOCK_K // 4)  # weight words of a step
+    if X_KIND == 0:
+        x_words = x_ptr.to(tl.pointer_type(tl.int32)) + row * (stride_xm // 4)
+    else:
+        x_words = x_ptr.to(tl.pointer_type(tl.int32)) + row * (stride_xm // 2)
     w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + offs_n.to(tl.int64)[:, None] * (stride_wn // 4)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
@@ -286,23 +370,28 @@ def _gemv_e4m3_packed_kernel(
     ws = k_start // 4 + offs_w
     w = tl.load(w_rows + ws[None, :], mask=mask_n[:, None] & (ws < k_end // 4)[None, :], other=0)
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    if X_KIND == 0:
+        x_inv = 1.0  # unused: the e4m3 pairs carry their fixed 2^-9
+    else:
+        x_amax = _abs_max_16(x_ptr + row * stride_xm, k_start, k_end, AMAX_BLOCK)
+        x_inv = 1.0 / x_amax
     for k in range(k_start, k_end, BLOCK_K):
         next_ws = (k + BLOCK_K) // 4 + offs_w
         next_w = tl.load(
             w_rows + next_ws[None, :], mask=mask_n[:, None] & (next_ws < k_end // 4)[None, :],
             other=0,
         )  # fmt: skip
-        cols = k // 4 + offs_w
-        x = tl.load(x_words + cols, mask=cols < k_end // 4, other=0)  # [BLOCK_K / 4]
-        x0, x1, x2, x3 = _split_quads(tl.reshape(x, [BLOCK_K // 16, 2, 2]))
+        p0, p1, p2, p3, p4, p5, p6, p7 = _x_step_pairs(x_words, k, k_end, x_inv, BLOCK_K, X_KIND)
         w0, w1, w2, w3 = _split_quads(tl.reshape(w, [BLOCK_N, BLOCK_K // 16, 2, 2]))
-        acc += _e4m3_quad_dot(
-            w0, w1, w2, w3, _e4m3_pairs(x0), _e4m3_pairs(x1), _e4m3_pairs(x2), _e4m3_pairs(x3)
-        )
+        acc += _e4m3_quad_dot(w0, w1, w2, w3, (p0, p1), (p2, p3), (p4, p5), (p6, p7))
         w = next_w
     sums = tl.sum(acc, axis=1)  # [BLOCK_N]
+    if X_KIND == 0:
+        x_scale = tl.load(x_scale_ptr + row) * _X_SCALE_INVERSE
+    else:
+        x_scale = x_amax
     w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
-    sums = sums * (tl.load(x_scale_ptr + row) * _X_SCALE_INVERSE * w_scale)
+    sums = sums * (x_scale * w_scale)
     tile = row * tl.num_programs(1) + tl.program_id(1)
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
@@ -382,12 +471,17 @@ def gemv(
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
     words_fit = words_fit and k % 4 == 0
-    if config.packed_f16 and x_scaled and x.is_cuda and words_fit:
+    x16 = x.dtype in (torch.bfloat16, torch.float16)
+    if config.packed_f16 and (x_scaled or w8a16 and x16) and x.is_cuda and words_fit:
+        # 16-bit x: the split's |x| maximum in at most 4,096-value steps (one for the 8B
+        # model's 4,096-wide inputs, two for a split of the 14,336-wide down projection's).
+        x_kind = 0 if x_scaled else 1 if x.dtype == torch.bfloat16 else 2
         _gemv_e4m3_packed_kernel[grid](
-            x, weight, out, partial, counters, x_scale, weight_scale, n, k, k_per_split,
-            x.stride(0), weight.stride(0), m * n, BLOCK_N=config.block_n,
-            BLOCK_K=config.block_k, SPLIT_MODE=split_mode, num_warps=config.num_warps,
-            **pdl_launch_options(x.device),
+            x, weight, out, partial, counters, x_scale if x_scaled else weight_scale,
+            weight_scale, n, k, k_per_split, x.stride(0), weight.stride(0), m * n,
+            BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
+            X_KIND=x_kind, AMAX_BLOCK=min(triton.next_power_of_2(k_per_split), 4096),
+            num_warps=config.num_warps, **pdl_launch_options(x.device),
         )  # fmt: skip
         return finish_splits(split_mode, partial, out)
     _gemv_kernel[grid](

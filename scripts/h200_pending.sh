@@ -8,6 +8,7 @@
 # off), fp8-gemv (packed table: FP8 batch 1 3.17 -> 2.94 ms), int4-gemv (int4 batch 1 3.55 ->
 # 3.12 ms), int4-pdl (noise) and fp8-l2 (3.32 -> 3.18 ms). Still pending: int4-sweep,
 # fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, an A/B of `a16` FP8 rows in the step.
+# The nineteenth session (2026-12-03) built fp8-a16 (W8A16 GEMV launches in packed fp16).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
@@ -321,6 +322,49 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
         lat after
       fi ;;
+    fp8-a16)
+      # [8/14] batch 1 with FP8 weights: W8A16 GEMV launches in packed fp16 (`a16` +
+      # `packed_f16`, built in the nineteenth session: the bf16 activations enter unquantized,
+      # so the SiLU's and o_proj's quantization passes go); its GPU tests, the a16 launches
+      # swept, then bench latency with the shipped table, with every shape a16, with o and down
+      # a16, and the shipped table again (the noise)
+      dir="$OUT/fp8_a16"
+      mkdir -p "$dir"
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemv.py \
+        2>&1 | tail -2
+      cp kernels/gemv_fp8_configs.json "$dir/shipped_gemv_fp8_configs.json"
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --quantization fp8 --output-json "$dir/latency_$1.json" 2>&1 | tail -1
+      }
+      lat before
+      timeout 150 python3 scripts/bench_gemv.py --sweep --fp8 --paths a16 --budget-s 100 \
+        --out "$dir" 2>&1 | grep -v -i warn | tail -4
+      if [ -s "$dir/gemv_fp8_a16_configs.json" ]; then
+        cp "$dir/gemv_fp8_a16_configs.json" kernels/gemv_fp8_configs.json
+        lat a16_all
+        python3 - "$dir" <<'PY'
+import json, sys
+from radixgen.kernels.launch_tables import format_shape_table
+shipped = json.load(open(f"{sys.argv[1]}/shipped_gemv_fp8_configs.json"))
+a16 = json.load(open(f"{sys.argv[1]}/gemv_fp8_a16_configs.json"))["shapes"]
+for shape in ("4096x4096", "14336x4096"):  # o and down: their quantization passes go
+    if shape in a16:
+        shipped["shapes"][shape] = a16[shape]
+open("kernels/gemv_fp8_configs.json", "w").write(format_shape_table(shipped))
+open(f"{sys.argv[1]}/gemv_fp8_o_down_a16_configs.json", "w").write(format_shape_table(shipped))
+PY
+        lat a16_o_down
+        cp "$dir/shipped_gemv_fp8_configs.json" kernels/gemv_fp8_configs.json
+        lat before_again
+      fi
+      python3 -c "
+import json, glob
+for path in sorted(glob.glob('$dir/latency_*.json')):
+    row = json.load(open(path))['results'][0]
+    print(path.split('/')[-1], {k: round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median')})
+" ;;
     tree-gsp)
       # [6/14] generated-shared-prefix in-process with tree attention off, on, off, on (third
       # session: 31.81 / 26.87 s; target 18 s), then one decode step of that batch (1,024

@@ -167,6 +167,18 @@ def test_gemv_compiles_for_sm90_without_spills():
          {"divisible": ["N", "K", "k_per_split"],
           "require_ptx": ["cvt.rn.f16x2.e4m3x2", "fma.rn.f16x2", *PDL_PTX["require_ptx"]]})
         for block_n, block_k in ((16, 512), (8, 1024), (32, 256))
+    ] + [  # W8A16 in packed fp16 arithmetic (a16 + packed_f16), bf16 and fp16 x, with PDL
+        ("radixgen.kernels.gemv", "_gemv_e4m3_packed_kernel",
+         signature | {"x_ptr": x_type, "w_ptr": "*fp8e4nv", "out_ptr": x_type},
+         {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_MODE": 2, "USE_PDL": True,
+          "X_KIND": 1 if x_type == "*bf16" else 2, "AMAX_BLOCK": 4096}, warps,
+         {"divisible": ["N", "K", "k_per_split"],
+          "require_ptx": ["cvt.rn.f16x2.e4m3x2", "fma.rn.f16x2", "cvt.rn.f16x2.f32",
+                          *PDL_PTX["require_ptx"]]})
+        for block_n, block_k, warps, x_type in (
+            (16, 512, 4, "*bf16"), (8, 1024, 8, "*bf16"), (32, 512, 4, "*bf16"),
+            (16, 1024, 4, "*fp16"),
+        )
     ])  # fmt: skip
 
 
@@ -297,8 +309,36 @@ def test_w8a16_gemv_takes_the_activations_unquantized(dtype):
         gemv(x, wq, config)
     with pytest.raises(ValueError, match="not with packed_f16"):
         GemvConfig(block_n=16, block_k=32, split_k=1, num_warps=1, gated=True, packed_f16=True)
-    with pytest.raises(ValueError, match="exclude each other"):
-        GemvConfig(block_n=16, block_k=32, split_k=1, num_warps=1, a16=True, packed_f16=True)
+    # Packed W8A16 is CUDA's (inline PTX): elsewhere the same launch runs the float32 path.
+    packed = GemvConfig(block_n=16, block_k=32, split_k=3, num_warps=1, a16=True, packed_f16=True)
+    assert torch.equal(gemv(x, wq, packed, weight_scale=w_scale), out)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_packed_w8a16_gemv_is_within_fp16_rounding_of_the_float32_one(dtype):
+    """e4m3 weights times 16-bit x in packed fp16 (x scaled by 1 / its split's largest |value|):
+    within 1e-3 relative (beyond the output's rounding) of the exact product at the 8B
+    projections' widths and every split mode, whatever the activations' size (x at 1e4 and at
+    1e-3 alike: no overflow, no lost precision), with the splits' counters left at zero."""
+    for n, k in ((1024, 4096), (512, 14336)):
+        _, _, wq, w_scale, _ = (t.cuda() for t in fp8_operands(1, n, k, seed=k))
+        counters = torch.zeros(gemv_counter_slots(n), dtype=torch.int32, device="cuda")
+        for size in (1.0, 1e4, 1e-3):
+            x = (torch.randn(2, k, device="cuda") * size).to(dtype)
+            x[:, ::11] *= 30  # outliers, as real activations have
+            expected = (x.double() @ wq.double().t()) * w_scale.double()[None, :]
+            # The output's own rounding to x's dtype (bf16: ~2e-3 relative).
+            rounding = ((expected.to(dtype).double() - expected).norm() / expected.norm()).item()
+            for block_n, block_k, split_k in ((16, 512, 4), (8, 1024, 1), (32, 256, 8)):
+                packed = GemvConfig(block_n, block_k, split_k, 4, a16=True, packed_f16=True)
+                for use_counters in (counters, None):
+                    out = gemv(x, wq, packed, use_counters, weight_scale=w_scale)
+                    assert out.dtype == dtype and torch.isfinite(out).all()
+                    error = ((out.double() - expected).norm() / expected.norm()).item()
+                    assert error < rounding + 1e-3, (n, k, size, block_n, block_k, split_k)
+                assert not counters.any()
 
 
 def test_fp8_layer_wants_quantized_activations_except_where_its_gemv_is_a16():
