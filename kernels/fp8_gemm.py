@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.gated_silu import silu_times_up_ref
 from radixgen.kernels.gemv import GemvConfig, gemv
 from radixgen.kernels.launch_tables import (
     BucketRows,
@@ -470,6 +471,7 @@ def fp8_linear(
     bias: torch.Tensor | None = None,  # [N]
     split_k_counters: torch.Tensor | None = None,  # int32 zeros (`fp8_gemm`, `gemv`)
     gemv_configs: dict[int, GemvConfig] | None = None,  # tokens -> the FP8 GEMV's launch
+    silu_out: bool = False,  # gate | up weight: silu(gate) * up, [..., N / 2] (GEMV only)
 ) -> torch.Tensor:  # [..., N], x.dtype
     """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
 
@@ -478,20 +480,28 @@ def fp8_linear(
     M <= SMALL_M_MAX tokens, `torch._scaled_mm` above (the Triton GEMM too where cuBLASLt's
     rules fail: fp16/fp32 output, K or N not a multiple of 16). Elsewhere: `fp8_linear_ref`.
     `Fp8Activations` skip the quantization; so do 16-bit activations whose GEMV launch is
-    `a16` (W8A16: e4m3 weights times x as it is, `gemv.py`).
+    `a16` (W8A16: e4m3 weights times x as it is, `gemv.py`). `silu_out` (no bias; only at the
+    token counts `gemv_configs` lists): the GEMV writes `silu_and_mul` of the product.
     """
     if not weight.is_cuda:
-        return fp8_linear_ref(x, weight, weight_scale, bias)
+        out = fp8_linear_ref(x, weight, weight_scale, bias)
+        return silu_times_up_ref(out) if silu_out else out
     quantized = isinstance(x, Fp8Activations)
     tokens = x.shape[0] if quantized else x.numel() // max(1, x.shape[-1])
     gemv_config = gemv_configs.get(tokens) if gemv_configs else None
+    if silu_out and (gemv_config is None or bias is not None):
+        raise ValueError("silu_out takes a GEMV launch (gemv_configs at these tokens), no bias")
+    n_out = weight.shape[0] // 2 if silu_out else weight.shape[0]
     if gemv_config is not None and gemv_config.a16 and not quantized:
         # W8A16 GEMV: the activations as they are, no quantization pass.
         x2d = x.reshape(-1, x.shape[-1])
         x2d = x2d if x2d.stride(1) == 1 else x2d.contiguous()
-        out = gemv(x2d, weight, gemv_config, split_k_counters, weight_scale=weight_scale)
+        out = gemv(
+            x2d, weight, gemv_config, split_k_counters, weight_scale=weight_scale,
+            silu_out=silu_out,
+        )  # fmt: skip
         out = out if bias is None else out + bias
-        return out.reshape(*x.shape[:-1], weight.shape[0])
+        return out.reshape(*x.shape[:-1], n_out)
     if quantized:
         xq, x_scale, dtype = x.values, x.scales, x.dtype
         leading = xq.shape[:-1]
@@ -508,7 +518,7 @@ def fp8_linear(
     if gemv_config is not None:  # W8A8 (an `a16` launch takes e4m3 x too, with its scales)
         out = gemv(
             xq, weight, gemv_config, split_k_counters, x_scale=x_scale,
-            weight_scale=weight_scale, out_dtype=dtype,
+            weight_scale=weight_scale, out_dtype=dtype, silu_out=silu_out,
         )  # fmt: skip
     elif use_cublas:
         out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, dtype)
@@ -516,7 +526,7 @@ def fp8_linear(
         out = fp8_gemm(xq, x_scale, weight, weight_scale, dtype, split_k_counters=split_k_counters)
     if bias is not None:
         out = out + bias
-    return out.reshape(*leading, n)
+    return out.reshape(*leading, n_out)
 
 
 def fp8_linear_ref(

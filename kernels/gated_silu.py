@@ -5,8 +5,17 @@ unfused paths give the same bits."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+
+
+def silu_times_up_ref(gate_up: torch.Tensor) -> torch.Tensor:  # [..., 2n] -> [..., n]
+    """`silu_times_up` in torch over the two halves of the last dimension (gate first),
+    rounded as the kernels round: silu to gate_up's dtype, then the product."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    silu = (gate * torch.sigmoid(gate)).to(gate_up.dtype).float()
+    return (silu * up).to(gate_up.dtype)
 
 
 @triton.jit

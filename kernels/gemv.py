@@ -59,7 +59,13 @@ from radixgen.kernels.launch_tables import (
     select_bounded_bucket,
 )
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
-from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
+from radixgen.kernels.split_k import (
+    finish_splits,
+    silu_columns,
+    split_buffers,
+    store_split,
+    tile_rows,
+)
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("gemv_configs.json")
 FP8_TABLE_PATH = Path(__file__).with_name("gemv_fp8_configs.json")
@@ -84,6 +90,10 @@ class GemvConfig:
     # x's values are recomputed by every thread that reads them (the GEMV broadcasts x over
     # its rows), which costs more than the launch saved unless the sweep or an A/B says not.
     gated: bool = False
+    # A merged gate | up projection's row: the launch writes silu(gate) * up, each tile holding
+    # block_n / 2 gate rows and their up rows (`gemv(..., silu_out=True)`), so the activation
+    # kernel after the layer goes. Opt-in per row (an A/B in the decode step decides).
+    silu_out: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -96,6 +106,8 @@ class GemvConfig:
             raise ValueError(f"block_k must be >= 16, got {self.block_k}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.silu_out and (self.gated or self.block_n < 2):
+            raise ValueError("silu_out needs block_n >= 2 and is not gated")
         if self.gated and self.packed_f16:
             raise ValueError("gated launches run the float32 path: not with packed_f16")
 
@@ -152,11 +164,11 @@ def _gemv_kernel(
     X_SCALED: tl.constexpr = True,  # e4m3 x with its per-token scale; False: W8A16
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
     GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up
+    SILU_OUT: tl.constexpr = False,  # w: gate | up; out: [M, N / 2] silu(gate) * up
 ):
     row = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
     pid_k = tl.program_id(2)
-    mask_n = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
@@ -187,9 +199,11 @@ def _gemv_kernel(
             w_scale = w_scale * tl.load(x_scale_ptr + row)
         sums = sums * w_scale
     tile = row * tl.num_programs(1) + tl.program_id(1)
+    silu_offsets, silu_mask = silu_columns(row, tl.program_id(1), N, BLOCK_N, SILU_OUT)
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
     )  # fmt: skip
 
 
@@ -343,6 +357,7 @@ def _gemv_e4m3_packed_kernel(
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
     X_KIND: tl.constexpr = 0,  # x: 0 e4m3 with its per-token scale (W8A8), 1 bf16, 2 fp16
     AMAX_BLOCK: tl.constexpr = 1024,  # 16-bit x: values a step of the split's |x| maximum
+    SILU_OUT: tl.constexpr = False,  # w: gate | up; out: [M, N / 2] silu(gate) * up
 ):
     """`_gemv_kernel` for e4m3 weights in packed fp16 arithmetic (`_e4m3_quad_dot`): about half
     the instructions a weight of the float32 path. CUDA only (inline PTX).
@@ -355,9 +370,8 @@ def _gemv_e4m3_packed_kernel(
     rounded once to 11 bits (~5e-4 relative; W8A8's e4m3 activations keep 3), and the sums are
     scaled back by that maximum."""
     row = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
     pid_k = tl.program_id(2)
-    mask_n = offs_n < N
     offs_w = tl.arange(0, BLOCK_K // 4)  # weight words of a step
     if X_KIND == 0:
         x_words = x_ptr.to(tl.pointer_type(tl.int32)) + row * (stride_xm // 4)
@@ -393,9 +407,11 @@ def _gemv_e4m3_packed_kernel(
     w_scale = tl.load(w_scale_ptr + offs_n, mask=mask_n, other=0.0)
     sums = sums * (x_scale * w_scale)
     tile = row * tl.num_programs(1) + tl.program_id(1)
+    silu_offsets, silu_mask = silu_columns(row, tl.program_id(1), N, BLOCK_N, SILU_OUT)
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
     )  # fmt: skip
 
 
@@ -416,7 +432,8 @@ def gemv(
     weight_scale: torch.Tensor | None = None,  # [N] fp32: e4m3 weights only
     out_dtype: torch.dtype | None = None,  # e4m3 x: required; else x's dtype
     gated: bool = False,  # x is [M, 2K] gate | up: multiplies silu(gate) * up
-) -> torch.Tensor:  # [M, N] out_dtype
+    silu_out: bool = False,  # weight is gate | up: returns silu(gate) * up, [M, N / 2]
+) -> torch.Tensor:  # [M, N] out_dtype ([M, N / 2] with silu_out)
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
     FP8 (e4m3 x and weight, `fp8_gemm`'s W8A8): `(x @ weight.T) * x_scale[:, None] *
@@ -424,11 +441,18 @@ def gemv(
     weight.T) * weight_scale[None, :]` in x's dtype, x as it is (no quantization).
     `gated` (16-bit or fp32 x): `silu_and_mul(x) @ weight.T`, the activation computed as the
     GEMV loads x (an MLP's down projection without the activation kernel before it), equal to
-    the two kernels' result.
+    the two kernels' result. `silu_out` (the weight an MLP's merged gate | up projection):
+    `silu_and_mul(x @ weight.T)`, the activation computed in the epilogue of the tile that
+    holds both its gate and up sums (one launch instead of the GEMV and the activation kernel;
+    the same bits); with K splits it needs `split_k_counters`.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
     """
+    if silu_out and (gated or weight.shape[0] % 2 or config.block_n < 2):
+        raise ValueError(
+            "silu_out needs an even number of weight rows (gate | up), block_n >= 2 and no gated"
+        )
     x_width = 2 * weight.shape[-1] if gated else weight.shape[-1]
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != x_width:
         raise ValueError(
@@ -461,13 +485,20 @@ def gemv(
             raise TypeError(f"out_dtype must be bf16/fp16/fp32 for FP8 operands, got {out_dtype}")
     elif x_scale is not None or weight_scale is not None:
         raise ValueError("x_scale and weight_scale are for e4m3 operands only")
-    out = torch.empty((m, n), dtype=out_dtype if x_scaled else x.dtype, device=x.device)
+    out_dtype = out_dtype if x_scaled else x.dtype
+    out = torch.empty((m, n // 2 if silu_out else n), dtype=out_dtype, device=x.device)
     if m == 0:
         return out
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
-    grid = (m, triton.cdiv(n, config.block_n), splits)
-    split_mode, partial, counters = split_buffers(out, splits, m * grid[1], split_k_counters)
+    # silu_out: a tile holds block_n / 2 gate rows and their up rows (`split_k.tile_rows`).
+    tiles_n = (
+        triton.cdiv(n // 2, config.block_n // 2) if silu_out else triton.cdiv(n, config.block_n)
+    )
+    grid = (m, tiles_n, splits)
+    split_mode, partial, counters = split_buffers(
+        out, splits, m * tiles_n, split_k_counters, silu_out
+    )
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
     words_fit = words_fit and k % 4 == 0
@@ -481,14 +512,14 @@ def gemv(
             weight_scale, n, k, k_per_split, x.stride(0), weight.stride(0), m * n,
             BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
             X_KIND=x_kind, AMAX_BLOCK=min(triton.next_power_of_2(k_per_split), 4096),
-            num_warps=config.num_warps, **pdl_launch_options(x.device),
+            SILU_OUT=silu_out, num_warps=config.num_warps, **pdl_launch_options(x.device),
         )  # fmt: skip
         return finish_splits(split_mode, partial, out)
     _gemv_kernel[grid](
         x, weight, out, partial, counters, x_scale if x_scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
-        SCALED=scaled, X_SCALED=x_scaled, GATED=gated, num_warps=config.num_warps,
-        **pdl_launch_options(x.device),
+        SCALED=scaled, X_SCALED=x_scaled, GATED=gated, SILU_OUT=silu_out,
+        num_warps=config.num_warps, **pdl_launch_options(x.device),
     )  # fmt: skip
     return finish_splits(split_mode, partial, out)

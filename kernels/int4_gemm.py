@@ -85,7 +85,13 @@ from radixgen.kernels.int4_reference import (
 
 # The split-K epilogues and buffers shared with the FP8 GEMM and the bf16 GEMV.
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
-from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
+from radixgen.kernels.split_k import (
+    finish_splits,
+    silu_columns,
+    split_buffers,
+    store_split,
+    tile_rows,
+)
 
 __all__ = [
     "DEQUANTIZE_M_MIN",
@@ -98,6 +104,7 @@ __all__ = [
     "int4_linear",
     "int4_linear_ref",
     "int4_takes_gated_input",
+    "int4_takes_silu_output",
     "pack_int4_rows",
     "runtime_span",
     "unpack_int4_rows",
@@ -180,11 +187,11 @@ def _int4_gemv_kernel(
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight words load before the wait
     PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
     GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`_load_x`)
+    SILU_OUT: tl.constexpr = False,  # columns gate | up; out: [M, N / 2] silu(gate) * up
 ):
     row = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
     pid_k = tl.program_id(2)
-    mask_n = offs_n < N
     x_row = x_ptr + row * stride_xm
     # A run-time value: the compiler cannot fold it into the ANDs of _nibble_minus_zero, which
     # it otherwise turns back into two-constant LOP3s with a constant re-created before each.
@@ -243,9 +250,11 @@ def _int4_gemv_kernel(
         else:
             words, scale, zero = next_words, next_scale, next_zero
     tile = row * tl.num_programs(1) + tl.program_id(1)
+    silu_offsets, silu_mask = silu_columns(row, tl.program_id(1), N, BLOCK_N, SILU_OUT)
     store_split(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
     )  # fmt: skip
 
 
@@ -612,11 +621,15 @@ def int4_gemm(
     group_size: int,
     split_k_counters: torch.Tensor | None = None,
     gated: bool = False,
+    silu_out: bool = False,
     **overrides,
-) -> torch.Tensor:  # [M, N] x's dtype
+) -> torch.Tensor:  # [M, N] x's dtype ([M, N / 2] with silu_out)
     """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias); with `gated`, x is an
     MLP's `[M, 2K]` gate | up and the product is `silu_and_mul(x) @ ...`, the activation
-    computed as the GEMV loads x (GEMV launches only: `takes_gated_input`).
+    computed as the GEMV loads x (GEMV launches only: `takes_gated_input`); with `silu_out`,
+    the weight's columns are an MLP's gate | up and the result is `silu_and_mul` of the
+    product, computed in the GEMV's epilogue (GEMV launches only: `int4_takes_silu_output`;
+    with K splits it needs `split_k_counters`).
 
     Args:
         split_k_counters: int32 zeros, one per output tile (`split_k_counter_slots`), owned by
@@ -637,6 +650,11 @@ def int4_gemm(
     config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
     if gated and not config.gemv:
         raise ValueError("gated x takes the GEMV launch (int4_takes_gated_input)")
+    if silu_out and (not config.gemv or gated or n % 2 or config.block_n < 2):
+        raise ValueError(
+            "silu_out takes the GEMV launch, an even number of columns (gate | up), "
+            "block_n >= 2 and no gated x"
+        )
     block_k = config.block_k
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
@@ -646,17 +664,20 @@ def int4_gemm(
     nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN and config.per_nibble
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    out = torch.empty((m, n // 2 if silu_out else n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
     grid = (
         m if config.gemv else triton.cdiv(m, config.block_m),
-        triton.cdiv(n, config.block_n),
+        # silu_out: a tile holds block_n / 2 gate columns and their up ones (`tile_rows`).
+        triton.cdiv(n // 2, config.block_n // 2) if silu_out else triton.cdiv(n, config.block_n),
         splits,
     )
     if not config.gemv and m * n >= 2**31:  # the GEMMs' int32 output offsets
         raise ValueError(f"the int4 GEMM takes fewer than 2^31 outputs, got {m} x {n}")
-    split_mode, partial, counters = split_buffers(out, splits, grid[0] * grid[1], split_k_counters)
+    split_mode, partial, counters = split_buffers(
+        out, splits, grid[0] * grid[1], split_k_counters, silu_out
+    )
     common = dict(
         GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
     )
@@ -666,7 +687,7 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
             PACKED_F16=config.packed_f16 and x.is_cuda and x.dtype in _PACKED_DTYPES,
-            GATED=gated, **pdl_launch_options(x.device),
+            GATED=gated, SILU_OUT=silu_out, **pdl_launch_options(x.device),
         )  # fmt: skip
     elif nibble_gemm:
         packed = x.is_cuda and x.dtype in _PACKED_DTYPES
@@ -695,6 +716,16 @@ def int4_takes_gated_input(m: int, qweight: torch.Tensor, group_size: int) -> bo
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     config = default_int4_config(m, n, k, group_size, qweight.device)
     return config.gemv and config.gated
+
+
+def int4_takes_silu_output(m: int, qweight: torch.Tensor, group_size: int) -> bool:
+    """Whether the layer passes `silu_out=True` at m tokens on this (merged gate | up) weight:
+    where the tuned table's launch is a GEMV row marked `silu_out`."""
+    if not qweight.is_cuda or m >= DEQUANTIZE_M_MIN:
+        return False
+    k, n = qweight.shape[0] * 8, qweight.shape[1]
+    config = default_int4_config(m, n, k, group_size, qweight.device)
+    return config.gemv and config.silu_out
 
 
 def dequantize_int4(

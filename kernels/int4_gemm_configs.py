@@ -63,10 +63,16 @@ class Int4GemmConfig:
     # silu(gate) * up as it loads x (`int4_gemm(..., gated=True)`). Opt-in per row: every
     # thread recomputes the step's x values it broadcasts over its columns.
     gated: bool = False
+    # GEMV of a merged gate | up projection: the launch writes silu(gate) * up, each tile
+    # holding block_n / 2 gate columns and their up columns (`int4_gemm(..., silu_out=True)`;
+    # the activation kernel after the layer goes). Opt-in per row.
+    silu_out: bool = False
 
     def __post_init__(self) -> None:
         if self.gated and not self.gemv:
             raise ValueError("gated is a GEMV option (gemv=True)")
+        if self.silu_out and (not self.gemv or self.gated):
+            raise ValueError("silu_out is a GEMV option (gemv=True), not with gated")
         if self.chunk_dot and (self.gemv or not self.per_nibble):
             raise ValueError("chunk_dot is a nibble-GEMM option (gemv=False, per_nibble=True)")
         if self.packed_f16 and not self.gemv:

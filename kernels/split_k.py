@@ -16,6 +16,54 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.gated_silu import silu_times_up
+
+
+@triton.jit
+def tile_rows(pid_n, N, BLOCK_N: tl.constexpr, SILU_OUT: tl.constexpr = False):
+    """`(rows, mask)` `[BLOCK_N]`: the weight rows (output columns) of output tile `pid_n`.
+    With SILU_OUT (a merged gate | up weight, N = 2 I, whose launch writes silu(gate) * up):
+    gate rows `pid_n B/2 ..` in the first half, then the same up rows, `I + pid_n B/2 ..`, so
+    the tile's epilogue holds both halves of its `B/2` activations (`store_split`)."""
+    r = tl.arange(0, BLOCK_N)
+    if SILU_OUT:
+        column = pid_n * (BLOCK_N // 2) + r % (BLOCK_N // 2)
+        rows = column + (r // (BLOCK_N // 2)) * (N // 2)
+        mask = column < N // 2
+    else:
+        rows = pid_n * BLOCK_N + r
+        mask = rows < N
+    return rows, mask
+
+
+@triton.jit
+def silu_columns(row, pid_n, N, BLOCK_N: tl.constexpr, SILU_OUT: tl.constexpr = False):
+    """`(offsets, mask)` `[BLOCK_N / 2]` in the `[M, N / 2]` activation output of row `row`'s
+    tile `pid_n` (`tile_rows`); without SILU_OUT two unused scalars (compiled away)."""
+    if SILU_OUT:
+        columns = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        offsets = row * (N // 2) + columns
+        mask = columns < N // 2
+    else:
+        offsets = row
+        mask = row < 0
+    return offsets, mask
+
+
+@triton.jit
+def _store_output(total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT: tl.constexpr):
+    """Stores a tile's summed fp32 outputs at `offsets`, or with SILU_OUT its `B/2`
+    activations `silu(gate) * up` at `silu_offsets` (`silu_columns`): gate and up each rounded
+    to out's dtype first, as the GEMV's output would be, then as `silu_and_mul` rounds."""
+    dtype = out_ptr.dtype.element_ty
+    if SILU_OUT:
+        halves = tl.permute(tl.reshape(total, [2, total.shape[0] // 2]), [1, 0])
+        gate, up = tl.split(halves)  # [B/2] each (`tile_rows`' order)
+        act = silu_times_up(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
+        tl.store(out_ptr + silu_offsets, act.to(dtype), mask=silu_mask)
+    else:
+        tl.store(out_ptr + offsets, total.to(dtype), mask=mask)
+
 
 @triton.jit
 def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, num_splits):
@@ -43,17 +91,22 @@ def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, n
 @triton.jit
 def store_split(
     acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
-    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr,
+    SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr, silu_offsets=None, silu_mask=None,
+    SILU_OUT: tl.constexpr = False,
 ):  # fmt: skip
-    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output.
+    """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output (with SILU_OUT,
+    the tile's activations at `silu_offsets` of the `[M, N / 2]` one: `_store_output`; the
+    partials stay at `offsets`).
 
     SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
-    `partial_ptr` (a reduce launch follows). 2: store the partial, then count the tile's arrived
-    splits on `counter_ptr`; the last one sums the partials in split order (deterministic),
-    writes out and resets the counter to 0 for the next call (no second launch).
+    `partial_ptr` (a reduce launch follows; not with SILU_OUT). 2: store the partial, then count
+    the tile's arrived splits on `counter_ptr`; the last one sums the partials in split order
+    (deterministic), writes out and resets the counter to 0 for the next call (no second
+    launch).
     """
+    tl.static_assert(not (SILU_OUT and SPLIT_MODE == 1), "SILU_OUT sums its splits in-kernel")
     if SPLIT_MODE == 0:
-        tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        _store_output(acc, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT)
     else:
         tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
         if SPLIT_MODE == 2:
@@ -79,7 +132,7 @@ def store_split(
                             other=0.0,
                             cache_modifier=".cg",  # from L2: other SMs wrote them
                         )
-                tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
+                _store_output(total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT)
                 tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -100,27 +153,34 @@ def reduce_splits_kernel(
 
 
 def split_buffers(
-    out: torch.Tensor,  # [M, N], the GEMM's output
+    out: torch.Tensor,  # [M, N], the GEMM's output ([M, N / 2] with silu_out)
     splits: int,
     tiles: int,  # output tiles of the launch grid (its first two axes)
     split_k_counters: torch.Tensor | None,
+    silu_out: bool = False,
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """(SPLIT_MODE, partials, counters) of a launch with `splits` K splits: 0 with one split
     (`out` stands in for both buffers), 2 when the caller's counters cover the tiles, else 1
     (`finish_splits` then sums the partials).
 
     Raises:
-        ValueError: counters that are not int32 on out's device.
+        ValueError: counters that are not int32 on out's device; a `silu_out` launch (whose
+            activations are computed from the summed tile) with splits but too few counters.
     """
     if splits == 1:
         return 0, out, out
     m, n = out.shape
+    n = 2 * n if silu_out else n  # the weight's rows: partials of both gate and up
     partial = torch.empty((splits, m, n), dtype=torch.float32, device=out.device)
     counters = split_k_counters
     if counters is not None and (counters.dtype != torch.int32 or counters.device != out.device):
         raise ValueError(f"split_k_counters must be int32 on {out.device}")
     if counters is not None and counters.numel() >= tiles:
         return 2, partial, counters
+    if silu_out:
+        raise ValueError(
+            f"silu_out with {splits} K splits needs split_k_counters for {tiles} tiles"
+        )
     return 1, partial, out
 
 

@@ -8,7 +8,9 @@
 # off), fp8-gemv (packed table: FP8 batch 1 3.17 -> 2.94 ms), int4-gemv (int4 batch 1 3.55 ->
 # 3.12 ms), int4-pdl (noise) and fp8-l2 (3.32 -> 3.18 ms). Still pending: int4-sweep,
 # fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, an A/B of `a16` FP8 rows in the step.
-# The nineteenth session (2026-12-03) built fp8-a16 (W8A16 GEMV launches in packed fp16).
+# The nineteenth session (2026-12-03) ran fp8-a16 (W8A16 GEMV launches in packed fp16: o and
+# down rows installed, 2.87 -> 2.86 ms) and built silu-out (the gate | up GEMV's activation
+# epilogue).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
@@ -252,7 +254,7 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       }
       cp kernels/gemv_configs.json kernels/int4_gemm_configs.json "$OUT/gated/"
       lat bf16_before; lat awq_before --quantization awq
-      python3 scripts/mark_gated_rows.py
+      python3 scripts/mark_fusion_rows.py gated
       lat bf16_after; lat awq_after --quantization awq
       cp "$OUT/gated/gemv_configs.json" "$OUT/gated/int4_gemm_configs.json" kernels/ ;;
     int4-pdl)
@@ -322,6 +324,35 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
         lat after
       fi ;;
+    silu-out)
+      # [7/14] / [8/14] / [9/14] batch 1: the gate | up GEMV writes silu(gate) * up in its
+      # epilogue (`silu_out` rows, built in the nineteenth session: no activation kernel, and
+      # for FP8 no SiLU-quantize pass). Its GPU tests, then bench latency in bf16, FP8 and int4
+      # with the shipped tables, with the gate | up rows marked (`mark_fusion_rows.py
+      # silu_out`; bf16 gets the GEMV's gate | up launch, cuBLAS's tie), the greedy digests
+      # compared, the tables restored
+      dir="$OUT/silu_out"
+      mkdir -p "$dir"
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemv.py \
+        tests/test_kernels_int4_gemm.py -k "silu or packed" 2>&1 | tail -2
+      cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
+        "$dir/"
+      lat() {  # $1: name, the rest: flags
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 "${@:2}" \
+          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
+      }
+      lat bf16_before; lat fp8_before --quantization fp8; lat awq_before --quantization awq
+      python3 scripts/mark_fusion_rows.py silu_out
+      lat bf16_after; lat fp8_after --quantization fp8; lat awq_after --quantization awq
+      cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
+        kernels/
+      python3 -c "
+import json, glob
+for path in sorted(glob.glob('$dir/latency_*.json')):
+    row = json.load(open(path))['results'][0]
+    print(path.split('/')[-1], {k: row[k] if isinstance(row[k], str) else round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
+" ;;
     fp8-a16)
       # [8/14] batch 1 with FP8 weights: W8A16 GEMV launches in packed fp16 (`a16` +
       # `packed_f16`, built in the nineteenth session: the bf16 activations enter unquantized,

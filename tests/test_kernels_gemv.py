@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radixgen.kernels.gated_silu import silu_times_up_ref as gated_activation
 from radixgen.kernels.gemv import (
     GemvConfig,
     gemv,
@@ -57,11 +58,39 @@ def test_gemv_matches_linear(m, n, k, config, dtype, monkeypatch):
     assert modes == ([1, 2, 2, 2] if split else [0, 0, 0, 0])
 
 
-def gated_activation(gate_up):
-    """`silu(gate) * up` of a `[M, 2K]` gate | up tensor, rounded as `silu_and_mul` rounds."""
-    gate, up = gate_up.float().chunk(2, dim=-1)
-    silu = (gate * torch.sigmoid(gate)).to(gate_up.dtype).float()
-    return (silu * up).to(gate_up.dtype)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "m,config",
+    [
+        (1, GemvConfig(block_n=8, block_k=32, split_k=1, num_warps=1)),
+        (2, GemvConfig(block_n=16, block_k=64, split_k=3, num_warps=2)),
+    ],
+)
+def test_silu_out_gemv_writes_the_activation_of_its_gate_and_up_sums(m, config, dtype):
+    """`silu_out`: a merged gate | up weight's GEMV writes `silu(gate) * up` from its tiles'
+    sums (each tile holds block_n / 2 gate rows and their up rows), as the plain launch followed
+    by the activation kernel would, ragged halves and in-kernel K splits included (the counters
+    left zero); W8A16 alike. Bad requests are refused."""
+    intermediate, k = 70, 300  # 70 is no multiple of block_n / 2: masked tiles
+    x, weight = operands(m, 2 * intermediate, k, dtype, seed=m)
+    counters = torch.zeros(gemv_counter_slots(2 * intermediate, m), dtype=torch.int32)
+    plain = gemv(x, weight, config, counters)  # [m, 2 * intermediate]
+    out = gemv(x, weight, config, counters, silu_out=True)
+    assert out.shape == (m, intermediate) and out.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-3
+    torch.testing.assert_close(out, gated_activation(plain), atol=tol, rtol=tol)
+    assert not counters.any()
+    _, _, wq, w_scale, _ = fp8_operands(m, 2 * intermediate, k, seed=k)
+    plain = gemv(x, wq, config, counters, weight_scale=w_scale)
+    out = gemv(x, wq, config, counters, weight_scale=w_scale, silu_out=True)
+    torch.testing.assert_close(out, gated_activation(plain), atol=tol, rtol=tol)
+    with pytest.raises(ValueError, match="even number of weight rows"):
+        gemv(x, weight[1:], config, counters, silu_out=True)
+    if config.split_k > 1:  # the activation needs the tile's whole sums: in-kernel splits
+        with pytest.raises(ValueError, match="needs split_k_counters"):
+            gemv(x, weight, config, silu_out=True)
+    with pytest.raises(ValueError, match="silu_out needs block_n >= 2"):
+        GemvConfig(block_n=1, block_k=32, split_k=1, num_warps=1, silu_out=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -179,6 +208,13 @@ def test_gemv_compiles_for_sm90_without_spills():
             (16, 512, 4, "*bf16"), (8, 1024, 8, "*bf16"), (32, 512, 4, "*bf16"),
             (16, 1024, 4, "*fp16"),
         )
+    ] + [  # silu_out (a gate | up weight's activation in the epilogue): bf16, packed W8A8
+        ("radixgen.kernels.gemv", "_gemv_kernel", signature,
+         {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_MODE": 2, "SCALED": False, "USE_PDL": True,
+          "SILU_OUT": True}, 4, {"divisible": ["N", "K", "k_per_split"]}),
+        ("radixgen.kernels.gemv", "_gemv_e4m3_packed_kernel", signature | fp8,
+         {"BLOCK_N": 32, "BLOCK_K": 512, "SPLIT_MODE": 0, "USE_PDL": True, "SILU_OUT": True}, 4,
+         {"divisible": ["N", "K", "k_per_split"]}),
     ])  # fmt: skip
 
 
@@ -285,6 +321,35 @@ def test_gpu_packed_fp16_fp8_gemv_is_as_exact_as_the_float32_one():
             assert not counters.any()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_silu_out_gemv_equals_the_gemv_then_the_activation_kernel():
+    """At the 8B gate | up shape, the GEMV writing silu(gate) * up gives the bits of the plain
+    launch followed by `silu_and_mul`: bf16, packed W8A8 and packed W8A16, one split and
+    in-kernel splits."""
+    from radixgen.kernels.activation import silu_and_mul
+    from radixgen.kernels.fp8_gemm import quantize_fp8_per_token
+
+    n, k = 2 * 14336, 4096
+    x, weight = operands(1, n, k, torch.bfloat16, seed=5, device="cuda")
+    _, _, wq, w_scale, _ = (t.cuda() for t in fp8_operands(1, n, k, seed=6))
+    xq, x_scale = quantize_fp8_per_token(x)
+    counters = torch.zeros(gemv_counter_slots(n), dtype=torch.int32, device="cuda")
+    cases = [  # (x, weight, packed_f16, scales)
+        (x, weight, False, {}),
+        (xq, wq, True, {"x_scale": x_scale, "weight_scale": w_scale, "out_dtype": x.dtype}),
+        (x, wq, True, {"weight_scale": w_scale}),
+    ]
+    for operand, w, packed, scales in cases:
+        for split_k in (1, 4):
+            a16 = packed and "x_scale" not in scales
+            config = GemvConfig(16, 512, split_k, 4, packed_f16=packed, a16=a16)
+            expected = silu_and_mul(gemv(operand, w, config, counters, **scales))
+            out = gemv(operand, w, config, counters, silu_out=True, **scales)
+            assert torch.equal(out, expected), (operand.dtype, packed, split_k)
+    assert not counters.any()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_w8a16_gemv_takes_the_activations_unquantized(dtype):
     """e4m3 weights with 16-bit (or fp32) x as it is (`a16` launches): `x @ dequant(W).T`
@@ -355,6 +420,40 @@ def test_fp8_layer_wants_quantized_activations_except_where_its_gemv_is_a16():
     assert not RowLinear(64, 32, bias=False).takes_fp8_activations(1)
 
 
+def test_gate_up_layer_writes_the_activation_where_its_gemv_row_says_silu_out():
+    """A merged gate | up layer whose GEMV row at 1 token is marked `silu_out` writes the
+    MLP's activation itself (the activation kernel after it goes), in the unquantized and the
+    FP8 method alike; other token counts, a bias, or a qkv-like layer keep the plain output."""
+    from radixgen.runtime.models.linear import (
+        FP8_FROM_HIGH_PRECISION,
+        Fp8LinearMethod,
+        MergedLinear,
+    )
+
+    x = torch.randn(1, 64)
+    for method in (None, Fp8LinearMethod(FP8_FROM_HIGH_PRECISION)):
+        layer = MergedLinear(64, (40, 40), bias=False, method=method)
+        for shard in (0, 1):
+            layer.load_weight("weight", torch.randn(40, 64), shard)
+        plain_row, silu_row = GemvConfig(16, 32, 2, 1), GemvConfig(16, 32, 2, 1, silu_out=True)
+        configs = {1: silu_row, 2: plain_row}
+        if method is None:
+            layer.gemv_configs = configs
+        else:
+            layer.fp8_gemv_configs = configs
+        counters = torch.zeros(gemv_counter_slots(80), dtype=torch.int32)
+        layer.register_buffer("split_k_counters", counters, persistent=False)
+        assert [layer.takes_silu_output(n) for n in (1, 2)] == [True, False]
+        expected = gated_activation(layer(x))  # the plain launch at 1 token, then the activation
+        torch.testing.assert_close(layer(x, silu_out=True), expected, atol=1e-6, rtol=1e-6)
+        assert not counters.any()
+    layer.bias = torch.nn.Parameter(torch.zeros(80), requires_grad=False)
+    assert not layer.takes_silu_output(1)  # the activation would need the biased sums
+    qkv = MergedLinear(64, (32, 16, 16), bias=False)
+    qkv.gemv_configs = {1: silu_row}
+    assert not qkv.takes_silu_output(1)
+
+
 def test_fp8_gemv_rejects_bad_scales():
     xq, x_scale, wq, w_scale, _ = fp8_operands(1, 8, 32)
     config = GemvConfig(block_n=8, block_k=16, split_k=1, num_warps=1)
@@ -377,7 +476,8 @@ def test_fp8_gemv_table_ships_the_h200_packed_rows():
     assert all(config.packed_f16 for rows in table.values() for _, config in rows)
     # W8A16 for o and down (no quantization pass before them), W8A8 for qkv and gate_up.
     assert {shape for shape, rows in table.items() if rows[0][1].a16} == {
-        (4096, 4096), (14336, 4096)
+        (4096, 4096),
+        (14336, 4096),
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radixgen.kernels.gated_silu import silu_times_up_ref as gated_activation
 from radixgen.kernels.int4_gemm import (
     GEMV_M_MAX,
     default_int4_config,
@@ -109,13 +110,6 @@ def test_triton_int4_matches_reference(m, n, k, group_size, dtype, overrides, co
         assert not split_k_counters.any()
 
 
-def gated_activation(gate_up):
-    """`silu(gate) * up` of `[M, 2K]` gate | up, rounded as `silu_and_mul` rounds it."""
-    gate, up = gate_up.float().chunk(2, dim=-1)
-    silu = (gate * torch.sigmoid(gate)).to(gate_up.dtype).float()
-    return (silu * up).to(gate_up.dtype)
-
-
 @pytest.mark.parametrize("group_size", [128, 64])
 def test_gated_gemv_applies_the_activation_as_it_loads_x(group_size):
     """`gated`: x is an MLP's gate | up and the GEMV multiplies `silu(gate) * up` (the down
@@ -138,6 +132,33 @@ def test_gated_gemv_applies_the_activation_as_it_loads_x(group_size):
     assert not config.gated and config.with_overrides(gated=True).gated
     with pytest.raises(ValueError, match="gated is a GEMV option"):
         config.with_overrides(gemv=False, block_m=16, gated=True)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_silu_out_gemv_writes_the_activation_of_its_gate_and_up_sums(split_k):
+    """`silu_out`: the weight's columns are an MLP's gate | up and the GEMV writes
+    `silu(gate) * up` from its tiles' sums (block_n / 2 gate columns and their up columns a
+    tile), as the plain launch then the activation kernel would, ragged halves and in-kernel
+    splits included; only GEMV launches, and K splits need the counters."""
+    generator = torch.Generator().manual_seed(split_k)
+    intermediate, k, group_size = 36, 256, 64  # 36 is no multiple of block_n / 2
+    weights = random_int4(2 * intermediate, k, group_size, torch.float16, generator)
+    x = torch.randn(1, k, generator=generator).to(torch.float16)
+    counters = torch.zeros(split_k_counter_slots(2 * intermediate), dtype=torch.int32)
+    launch = {**GEMV, "block_n": 16, "split_k": split_k}
+    plain = int4_gemm(x, *weights, group_size, counters, **launch)
+    out = int4_gemm(x, *weights, group_size, counters, silu_out=True, **launch)
+    assert out.shape == (1, intermediate)
+    torch.testing.assert_close(out, gated_activation(plain), atol=1e-3, rtol=1e-3)
+    assert not counters.any()
+    with pytest.raises(ValueError, match="silu_out takes the GEMV launch"):
+        int4_gemm(x, *weights, group_size, counters, silu_out=True, gemv=False)
+    if split_k > 1:
+        with pytest.raises(ValueError, match="needs split_k_counters"):
+            int4_gemm(x, *weights, group_size, silu_out=True, **launch)
+    config = default_int4_config(1, 2 * intermediate, k, group_size, x.device)
+    with pytest.raises(ValueError, match="silu_out is a GEMV option"):
+        config.with_overrides(gemv=False, block_m=16, silu_out=True)
 
 
 def test_reference_is_dequantize_then_matmul():
@@ -287,6 +308,26 @@ def test_gated_gemv_equals_the_activation_kernel_then_the_gemv_on_cuda():
     assert not counters.any()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_silu_out_gemv_equals_the_gemv_then_the_activation_kernel_on_cuda():
+    """The gate | up GEMV writing silu(gate) * up gives the bits of the plain GEMV followed by
+    `silu_and_mul`, float32 and packed fp16, one split and in-kernel splits."""
+    from radixgen.kernels.activation import silu_and_mul
+
+    generator = torch.Generator().manual_seed(2)
+    weights = random_int4(2 * 14336, 4096, 128, torch.bfloat16, generator, device="cuda")
+    x = torch.randn(1, 4096, generator=generator).to(torch.bfloat16).cuda()
+    counters = torch.zeros(split_k_counter_slots(2 * 14336), dtype=torch.int32, device="cuda")
+    gemv = {"gemv": True, "block_m": 1, "num_stages": 1, "num_warps": 1, "block_k": 64}
+    for packed, split_k in ((False, 1), (True, 8), (True, 1)):
+        config = {**gemv, "block_n": 64, "split_k": split_k, "packed_f16": packed}
+        expected = silu_and_mul(int4_gemm(x, *weights, 128, counters, **config))
+        out = int4_gemm(x, *weights, 128, counters, silu_out=True, **config)
+        assert torch.equal(out, expected), (packed, split_k)
+    assert not counters.any()
+
+
 _INT4 = "radixgen.kernels.int4_gemm"
 _POINTERS = {"x_ptr": "*bf16", "qweight_ptr": "*i32", "scales_ptr": "*bf16", "zeros_ptr": "*bf16",
              "out_ptr": "*bf16", "partial_ptr": "*fp32", "counters_ptr": "*i32"}  # fmt: skip
@@ -333,6 +374,14 @@ def test_kernels_compile_for_sm90_without_spills():
         # gated (silu(gate) * up as x loads), float32 and packed fp16, with PDL
         + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, **gemv[0], "USE_PDL": True,
             "GATED": True, "PACKED_F16": packed}, 1, PDL_PTX) for packed in (False, True)]
+        # silu_out (the gate | up columns' activation in the epilogue), packed fp16, with PDL:
+        # the two column halves still load as 16-byte vectors
+        + [(_INT4, "_int4_gemv_kernel", _GEMV, {"GROUP_SIZE": 128, "BLOCK_N": 64, "BLOCK_K": 64,
+            "SPLIT_MODE": split_mode, "PREFETCH": 2, "SPAN": 128, "USE_PDL": True,
+            "SILU_OUT": True, "PACKED_F16": True}, 1,
+            {"divisible": ["N", "K", "k_per_split"],
+             "require_ptx": ["ld.global.L1::evict_first.L2::cache_hint.v4", *PDL_PTX["require_ptx"]]})
+           for split_mode in (0, 2)]
         + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
             {"GROUP_SIZE": 128, **nibble_gemm[1], "USE_PDL": True}, 4, PDL_PTX)]
         # The chunk's packed tiles in one dot (chunk_dot), swapped and not.

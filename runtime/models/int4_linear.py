@@ -27,6 +27,7 @@ from radixgen.kernels.int4_gemm import (
     int4_gemm,
     int4_linear,
     int4_takes_gated_input,
+    int4_takes_silu_output,
     pack_int4_rows,
     runtime_span,
     split_k_counter_slots,
@@ -127,6 +128,21 @@ class Int4LinearMethod(LinearMethod):
             layer.split_k_counters, gated=True,
         )  # fmt: skip
         return out if layer.bias is None else out + layer.bias
+
+    def takes_silu_output(self, layer: LinearBase, num_tokens: int) -> bool:
+        # A merged gate | up layer of two equal halves, no bias (the activation needs the
+        # biased sums), no act-order permutation (int4_gemm takes x as it is).
+        halves = len(layer.output_sizes) == 2 and layer.output_sizes[0] == layer.output_sizes[1]
+        return (
+            halves and layer.bias is None and layer.input_perm is None
+            and int4_takes_silu_output(num_tokens, layer.qweight, layer.group_size)
+        )  # fmt: skip
+
+    def apply_silu_output(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        return int4_gemm(
+            x, layer.qweight, layer.scales, layer.zeros, layer.group_size,
+            layer.split_k_counters, silu_out=True,
+        )  # fmt: skip
 
 
 def _frozen(tensor: torch.Tensor) -> nn.Parameter:

@@ -147,6 +147,16 @@ class LinearMethod(abc.ABC):
         activation rounded as `silu_and_mul` rounds it, where `takes_gated_input` says so."""
         raise NotImplementedError(f"{type(self).__name__} takes no gated input")
 
+    def takes_silu_output(self, layer: LinearBase, num_tokens: int) -> bool:
+        """Whether `apply_silu_output` runs at `num_tokens` tokens (a merged gate | up
+        projection whose GEMV writes the MLP's activation). Default: never."""
+        return False
+
+    def apply_silu_output(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        """`silu_and_mul(apply(x))` (gate | up halves), in one launch, where
+        `takes_silu_output` says so."""
+        raise NotImplementedError(f"{type(self).__name__} writes no activation")
+
 
 class UnquantizedLinearMethod(LinearMethod):
     """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
@@ -183,9 +193,23 @@ class UnquantizedLinearMethod(LinearMethod):
         out = gemv(gate_up, layer.weight, config, layer.split_k_counters, gated=True)
         return out if layer.bias is None else out + layer.bias
 
+    def takes_silu_output(self, layer: LinearBase, num_tokens: int) -> bool:
+        return _gemv_writes_silu(layer, layer.gemv_configs.get(num_tokens))
+
+    def apply_silu_output(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        config = layer.gemv_configs[x.shape[0]]
+        return gemv(x, layer.weight, config, layer.split_k_counters, silu_out=True)
+
 
 # The most tokens a linear layer's GEMV takes (decode at small batch; the table decides).
 GEMV_MAX_TOKENS = 4
+
+
+def _gemv_writes_silu(layer: LinearBase, config: GemvConfig | None) -> bool:
+    """A table row marked `silu_out` on a merged gate | up layer (two equal halves, no bias:
+    the activation needs the biased sums)."""
+    halves = len(layer.output_sizes) == 2 and layer.output_sizes[0] == layer.output_sizes[1]
+    return config is not None and config.silu_out and halves and layer.bias is None
 
 
 def resolve_gemv_configs(
@@ -309,6 +333,17 @@ class Fp8LinearMethod(LinearMethod):
         config = layer.fp8_gemv_configs.get(num_tokens)
         return config is not None and config.a16 and config.gated  # W8A16: x in its own dtype
 
+    def takes_silu_output(self, layer: LinearBase, num_tokens: int) -> bool:
+        return _gemv_writes_silu(layer, layer.fp8_gemv_configs.get(num_tokens))
+
+    def apply_silu_output(
+        self, layer: LinearBase, x: torch.Tensor | Fp8Activations
+    ) -> torch.Tensor:
+        return fp8_linear(
+            x, layer.weight, layer.weight_scale, None, layer.split_k_counters,
+            layer.fp8_gemv_configs, silu_out=True,
+        )  # fmt: skip
+
     def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
         config = layer.fp8_gemv_configs[gate_up.shape[0]]
         out = gemv(
@@ -373,6 +408,11 @@ class LinearBase(nn.Module):
         activation computed inside this (down) projection's GEMV, no activation kernel."""
         return self.method.takes_gated_input(self, num_tokens)
 
+    def takes_silu_output(self, num_tokens: int) -> bool:
+        """Whether `forward(x, silu_out=True)` runs at `num_tokens` tokens: this merged gate | up
+        projection's GEMV writes the MLP's activation, no activation kernel after it."""
+        return self.method.takes_silu_output(self, num_tokens)
+
     def forward(
         self,
         x: torch.Tensor | Fp8Activations,  # [..., input_size]; gated: [M, 2 * input_size]
@@ -380,9 +420,12 @@ class LinearBase(nn.Module):
         *,
         with_delta: bool = False,
         gated: bool = False,
+        silu_out: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:  # [..., output_size]
         """The output; `(y, delta)` with `with_delta`; with `gated` (where
-        `takes_gated_input`), the output for `silu(gate) * up` of x = gate | up.
+        `takes_gated_input`), the output for `silu(gate) * up` of x = gate | up; with
+        `silu_out` (where `takes_silu_output`), `silu(gate) * up` of the output's gate | up
+        halves, `[M, output_size / 2]`.
 
         Args:
             add_to: the tensor (a residual stream) the caller adds the output into next; the
@@ -395,6 +438,8 @@ class LinearBase(nn.Module):
         """
         if gated:
             return self.method.apply_gated(self, x)
+        if silu_out:
+            return self.method.apply_silu_output(self, x)
         if with_delta:
             return self.method.apply_with_delta(self, x)
         if add_to is None:

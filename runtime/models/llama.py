@@ -176,25 +176,30 @@ class LlamaMLP(nn.Module):
         x: torch.Tensor | Fp8Activations,
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        # [num_tokens, 2 * intermediate] each; a LoRA delta (computed beside the GEMM) is
-        # added by the activation kernel.
-        gate_up, delta = self.gate_up_proj(x, with_delta=True)
-        if delta is None and self.down_proj.takes_gated_input(gate_up.shape[0]):
-            # The down projection's GEMV computes silu(gate) * up as it loads it: one launch
-            # fewer a layer at decode batch 1.
-            out = self.down_proj(gate_up, gated=True)
-            return self.parallel.all_reduce(out) if self.parallel.size > 1 else out
-        # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
-        quantize = self.down_proj.takes_fp8_activations(gate_up.shape[0])
-        if delta is not None and (quantize or not gate_up.is_cuda):
-            gate_up, delta = add_float_delta(gate_up, delta), None
-        if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
-            activated = silu_and_mul(gate_up, quantize, delta)
+        if self.gate_up_proj.takes_silu_output(x.shape[0]):
+            # The gate | up GEMV writes silu(gate) * up in its epilogue (the same bits): no
+            # activation kernel at decode batch 1 where its table row says so.
+            activated = self.gate_up_proj(x, silu_out=True)  # [num_tokens, intermediate]
         else:
-            gate, up = gate_up.split(self.intermediate_size, dim=-1)
-            activated = F.silu(gate) * up
-            if quantize:
-                activated = quantize_fp8_activations(activated)
+            # [num_tokens, 2 * intermediate] each; a LoRA delta (computed beside the GEMM) is
+            # added by the activation kernel.
+            gate_up, delta = self.gate_up_proj(x, with_delta=True)
+            if delta is None and self.down_proj.takes_gated_input(gate_up.shape[0]):
+                # The down projection's GEMV computes silu(gate) * up as it loads it: one
+                # launch fewer a layer at decode batch 1.
+                out = self.down_proj(gate_up, gated=True)
+                return self.parallel.all_reduce(out) if self.parallel.size > 1 else out
+            # An FP8 down_proj takes its input quantized by the activation kernel (one pass).
+            quantize = self.down_proj.takes_fp8_activations(gate_up.shape[0])
+            if delta is not None and (quantize or not gate_up.is_cuda):
+                gate_up, delta = add_float_delta(gate_up, delta), None
+            if gate_up.is_cuda:  # fused silu(gate) * up: one Triton kernel, same rounding
+                activated = silu_and_mul(gate_up, quantize, delta)
+            else:
+                gate, up = gate_up.split(self.intermediate_size, dim=-1)
+                activated = F.silu(gate) * up
+                if quantize:
+                    activated = quantize_fp8_activations(activated)
         if self.parallel.size > 1:  # row parallel: summed over the ranks
             return self.parallel.all_reduce(self.down_proj(activated))
         return self.down_proj(activated, add_to=residual)
