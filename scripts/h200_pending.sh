@@ -324,6 +324,16 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
         lat after
       fi ;;
+    bs64)
+      # [9/14] batch 64: int4 (AWQ-format random weights) and bf16 in the same lease
+      mkdir -p "$OUT/bs64"
+      for quant in bf16 awq; do
+        flags=""
+        [ "$quant" != bf16 ] && flags="--quantization $quant"
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 $flags \
+          --output-json "$OUT/bs64/latency_$quant.json" 2>&1 | tail -1
+      done ;;
     silu-out)
       # [7/14] / [8/14] / [9/14] batch 1: the gate | up GEMV writes silu(gate) * up in its
       # epilogue (`silu_out` rows, built in the nineteenth session: no activation kernel, and
