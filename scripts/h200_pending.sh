@@ -324,6 +324,11 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
         cp "$OUT/fp8_gemv/gemv_fp8_configs.json" kernels/
         lat after
       fi ;;
+    rotary-split)
+      # [7/14] batch 1: the rotary + KV-store kernel splits a token's heads over programs at
+      # up to 8 tokens (built in the nineteenth session); `.base` (9752124, before it) then
+      # this tree, bf16 (the kernel is the same for every weight format)
+      ab_latency rotary_split --batch-sizes 1 ;;
     bs64)
       # [9/14] batch 64: int4 (AWQ-format random weights) and bf16 in the same lease
       mkdir -p "$OUT/bs64"

@@ -226,8 +226,8 @@ def rope_tables(max_positions, head_dim):
 
 @pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(8, 4, 32), (4, 1, 128), (3, 3, 96)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, dtype):
-    num_tokens = 7
+@pytest.mark.parametrize("num_tokens", [7, 12])  # a few tokens split their heads over programs
+def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, dtype, num_tokens):
     qkv = randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_dim, dtype=dtype)
     q, k, _ = qkv.split(
         [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], -1
@@ -235,7 +235,7 @@ def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, d
     q = q.reshape(num_tokens, num_heads, head_dim)  # strided views, as in the model
     k = k.reshape(num_tokens, num_kv_heads, head_dim)
     cos, sin = rope_tables(64, head_dim)
-    positions = torch.tensor([0, 5, 63, 1, 1, 30, 2])
+    positions = torch.tensor([0, 5, 63, 1, 1, 30, 2, 9, 40, 41, 3, 62])[:num_tokens]
     q_out, k_out = rotary_embedding(positions, q, k, cos, sin)
     q_ref, k_ref = rotary_embedding_ref(positions, q, k, cos, sin)
     torch.testing.assert_close(q_out, q_ref)
@@ -247,10 +247,11 @@ def test_rotary_embedding_matches_reference(num_heads, num_kv_heads, head_dim, d
 @pytest.mark.parametrize("dtype,cache_dtype", [(torch.float32, torch.float32),
                                                (torch.float16, torch.float16),
                                                (torch.float32, torch.float16)])  # fmt: skip
+@pytest.mark.parametrize("num_tokens", [5, 10])  # a few tokens split their heads over programs
 def test_rotary_embedding_and_store_kv_matches_reference(
-    num_heads, num_kv_heads, head_dim, dtype, cache_dtype
+    num_heads, num_kv_heads, head_dim, dtype, cache_dtype, num_tokens
 ):
-    num_tokens, num_slots = 5, 16
+    num_slots = 16
     qkv = randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_dim, dtype=dtype)
     q, k, v = qkv.split(
         [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], -1
@@ -259,8 +260,9 @@ def test_rotary_embedding_and_store_kv_matches_reference(
     k = k.reshape(num_tokens, num_kv_heads, head_dim)
     v = v.reshape(num_tokens, num_kv_heads, head_dim)
     cos, sin = rope_tables(64, head_dim)
-    positions = torch.tensor([3, 0, 63, 17, 4])
-    slots = torch.tensor([9, 2, 15, 1, 7])  # scattered, as the allocator hands them out
+    positions = torch.tensor([3, 0, 63, 17, 4, 8, 50, 51, 2, 33])[:num_tokens]
+    # scattered, as the allocator hands them out
+    slots = torch.tensor([9, 2, 15, 1, 7, 0, 12, 4, 11, 6])[:num_tokens]
     caches = [randn(num_slots, num_kv_heads, head_dim, dtype=cache_dtype, seed=s) for s in (5, 6)]
     ref_caches = [cache.clone() for cache in caches]
     q_out, k_out = rotary_embedding_and_store_kv(positions, q, k, v, cos, sin, *caches, slots)
@@ -356,6 +358,11 @@ def test_lora_delta_consumers_compile_for_sm90_without_spills():
         ("radixgen.kernels.rotary", "_rotary_kernel", rotary,
          {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE_KV": True,
           "HAS_DELTA": False, "FP8_MAX": 0.0, "USE_PDL": True}, 4, PDL_PTX),
+        # A token's heads split over programs (batch 1): bf16 and e4m3 pools, with PDL.
+        *(("radixgen.kernels.rotary", "_rotary_kernel", rotary | caches,
+           {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 2, "BLOCK_HK": 2, "STORE_KV": True,
+            "HAS_DELTA": False, "FP8_MAX": fp8_max, "USE_PDL": True, "HEADS_PER_PROGRAM": 2},
+           4, PDL_PTX) for caches, fp8_max in (({}, 0.0), (fp8_caches, 448.0))),
     ])  # fmt: skip
 
 
