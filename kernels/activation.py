@@ -17,14 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.fp8_gemm import (
-    FP8_DTYPE,
-    FP8_MAX,
-    FP8_MIN_AMAX,
-    Fp8Activations,
-    store_fp8_row,
-)
+from radixgen.kernels.fp8_gemm import FP8_DTYPE, FP8_MAX, FP8_MIN_AMAX, Fp8Activations
 from radixgen.kernels.gated_silu import silu_times_up
+from radixgen.kernels.norm_rows import store_fp8_row
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 

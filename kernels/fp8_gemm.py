@@ -47,6 +47,7 @@ from radixgen.kernels.launch_tables import (
     parse_shape_rows,
     select_bounded_bucket,
 )
+from radixgen.kernels.norm_rows import store_fp8_row
 from radixgen.kernels.pdl import pdl_launch_options, prefetch_to_l2, wait_for_prior_grids
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
@@ -72,17 +73,6 @@ class Fp8Activations:
     @property
     def shape(self) -> torch.Size:
         return self.values.shape
-
-
-@triton.jit
-def store_fp8_row(y, mask, out_row_ptr, scale_ptr, offs, FP8_MAX_VALUE, MIN_AMAX):
-    """Stores the fp32 row `y` ([BLOCK], zero where masked) as e4m3 with its per-row scale
-    `amax / FP8_MAX_VALUE` (the one per-token quantization of every kernel here)."""
-    amax = tl.maximum(tl.max(tl.abs(y), 0), MIN_AMAX)
-    scale = amax / FP8_MAX_VALUE
-    yq = tl.clamp(y / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
-    tl.store(out_row_ptr + offs, yq.to(out_row_ptr.dtype.element_ty), mask=mask)
-    tl.store(scale_ptr, scale)
 
 
 @triton.jit

@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import triton
@@ -94,6 +95,10 @@ class GemvConfig:
     # block_n / 2 gate rows and their up rows (`gemv(..., silu_out=True)`), so the activation
     # kernel after the layer goes. Opt-in per row (an A/B in the decode step decides).
     silu_out: bool = False
+    # An o or down projection's row: the launch also adds the residual and writes the next
+    # RMSNorm of the row (`gemv(..., add_norm=)`), so the norm kernel after the layer goes.
+    # Opt-in per row (an A/B in the decode step decides).
+    add_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -106,10 +111,22 @@ class GemvConfig:
             raise ValueError(f"block_k must be >= 16, got {self.block_k}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.add_norm and (self.gated or self.silu_out or self.packed_f16 or self.a16):
+            raise ValueError("add_norm is a 16-bit GEMV option, not with gated/silu_out/packed")
         if self.silu_out and (self.gated or self.block_n < 2):
             raise ValueError("silu_out needs block_n >= 2 and is not gated")
         if self.gated and self.packed_f16:
             raise ValueError("gated launches run the float32 path: not with packed_f16")
+
+
+class AddNorm(NamedTuple):
+    """A GEMV epilogue's residual add and RMSNorm (`gemv(..., add_norm=)`): the decoder
+    layer's `fused_add_rms_norm` after its o or down projection, done by the GEMV's tiles."""
+
+    residual: torch.Tensor  # [M, N] in x's dtype: the residual stream before the add
+    weight: torch.Tensor  # [N] the norm's weight
+    eps: float
+    counters: torch.Tensor  # [>= M] int32 zeros (the launch leaves them zero)
 
 
 # {(in_features K, out_features N): ((max_tokens or None, config), ...)}, max_tokens ascending.
@@ -165,6 +182,12 @@ def _gemv_kernel(
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight tile loads before the wait
     GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up
     SILU_OUT: tl.constexpr = False,  # w: gate | up; out: [M, N / 2] silu(gate) * up
+    norm_residual_ptr=None,  # [M, N] (NORM_BLOCK > 0: out = x @ w.T + residual, normalized)
+    norm_weight_ptr=None,  # [N]
+    normed_ptr=None,  # [M, N]: out's rows RMS-normalized, times the weight
+    norm_counters_ptr=None,  # [>= M] int32 zeros: the row's tiles arrived
+    norm_eps=1e-6,
+    NORM_BLOCK: tl.constexpr = 0,  # > 0 (next_power_of_2(N)): `split_k.store_split`'s ADD_NORM
 ):
     row = tl.program_id(0).to(tl.int64)
     offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
@@ -200,10 +223,17 @@ def _gemv_kernel(
         sums = sums * w_scale
     tile = row * tl.num_programs(1) + tl.program_id(1)
     silu_offsets, silu_mask = silu_columns(row, tl.program_id(1), N, BLOCK_N, SILU_OUT)
+    norm = None
+    if NORM_BLOCK > 0:
+        norm = (
+            norm_residual_ptr, norm_weight_ptr, normed_ptr + row * N, norm_counters_ptr + row,
+            row * N, tl.num_programs(1), N, norm_eps,
+        )  # fmt: skip
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
-        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT, norm=norm,
+        NORM_BLOCK=NORM_BLOCK,
     )  # fmt: skip
 
 
@@ -433,7 +463,8 @@ def gemv(
     out_dtype: torch.dtype | None = None,  # e4m3 x: required; else x's dtype
     gated: bool = False,  # x is [M, 2K] gate | up: multiplies silu(gate) * up
     silu_out: bool = False,  # weight is gate | up: returns silu(gate) * up, [M, N / 2]
-) -> torch.Tensor:  # [M, N] out_dtype ([M, N / 2] with silu_out)
+    add_norm: AddNorm | None = None,  # returns (rms_norm(out + residual), out + residual)
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [M, N] out_dtype (silu: [M, N / 2])
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
     FP8 (e4m3 x and weight, `fp8_gemm`'s W8A8): `(x @ weight.T) * x_scale[:, None] *
@@ -444,11 +475,18 @@ def gemv(
     the two kernels' result. `silu_out` (the weight an MLP's merged gate | up projection):
     `silu_and_mul(x @ weight.T)`, the activation computed in the epilogue of the tile that
     holds both its gate and up sums (one launch instead of the GEMV and the activation kernel;
-    the same bits); with K splits it needs `split_k_counters`.
+    the same bits); with K splits it needs `split_k_counters`. `add_norm` (16-bit or fp32 x
+    and weight, the float32 path): `fused_add_rms_norm(x @ weight.T, add_norm.residual,
+    add_norm.weight, add_norm.eps)` as `(normed, h)`, each tile storing its part of `h = out +
+    residual` and the row's last tile normalizing the row (one launch instead of the GEMV and
+    the norm kernel; `h` the same bits, `normed` within the norm kernel's rounding: its sum of
+    squares runs in another order); with K splits it needs `split_k_counters`.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
     """
+    if add_norm is not None:
+        _check_add_norm(add_norm, x, weight, config, gated or silu_out)
     if silu_out and (gated or weight.shape[0] % 2 or config.block_n < 2):
         raise ValueError(
             "silu_out needs an even number of weight rows (gate | up), block_n >= 2 and no gated"
@@ -497,7 +535,7 @@ def gemv(
     )
     grid = (m, tiles_n, splits)
     split_mode, partial, counters = split_buffers(
-        out, splits, m * tiles_n, split_k_counters, silu_out
+        out, splits, m * tiles_n, split_k_counters, silu_out, in_kernel=add_norm is not None
     )
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
@@ -515,11 +553,40 @@ def gemv(
             SILU_OUT=silu_out, num_warps=config.num_warps, **pdl_launch_options(x.device),
         )  # fmt: skip
         return finish_splits(split_mode, partial, out)
+    norm_args, normed = {}, None
+    if add_norm is not None:
+        normed = torch.empty_like(out)
+        norm_args = dict(
+            norm_residual_ptr=add_norm.residual, norm_weight_ptr=add_norm.weight,
+            normed_ptr=normed, norm_counters_ptr=add_norm.counters, norm_eps=add_norm.eps,
+            NORM_BLOCK=triton.next_power_of_2(n),
+        )  # fmt: skip
     _gemv_kernel[grid](
         x, weight, out, partial, counters, x_scale if x_scaled else out,
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
         SCALED=scaled, X_SCALED=x_scaled, GATED=gated, SILU_OUT=silu_out,
-        num_warps=config.num_warps, **pdl_launch_options(x.device),
+        num_warps=config.num_warps, **norm_args, **pdl_launch_options(x.device),
     )  # fmt: skip
-    return finish_splits(split_mode, partial, out)
+    out = finish_splits(split_mode, partial, out)
+    return out if add_norm is None else (normed, out)
+
+
+def _check_add_norm(
+    add_norm: AddNorm, x: torch.Tensor, weight: torch.Tensor, config: GemvConfig, fused: bool
+) -> None:
+    """Raises ValueError/TypeError naming the field of a GEMV's `add_norm` that does not fit."""
+    m, n = x.shape[0], weight.shape[0]
+    if fused or config.packed_f16 or x.dtype == torch.float8_e4m3fn:
+        raise ValueError(
+            "add_norm takes the float32 path with 16-bit or fp32 x, not gated/silu_out"
+        )
+    if weight.dtype != x.dtype:
+        raise TypeError(f"add_norm takes the weight in x's dtype {x.dtype}, got {weight.dtype}")
+    residual, norm_weight, _, counters = add_norm
+    if residual.shape != (m, n) or residual.dtype != x.dtype or not residual.is_contiguous():
+        raise ValueError(f"add_norm.residual must be a contiguous [{m}, {n}] {x.dtype} tensor")
+    if norm_weight.shape != (n,) or norm_weight.dtype != x.dtype:
+        raise ValueError(f"add_norm.weight must be a [{n}] {x.dtype} tensor")
+    if counters.dtype != torch.int32 or counters.numel() < m:
+        raise ValueError(f"add_norm.counters must be int32 zeros, at least {m}")

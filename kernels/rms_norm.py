@@ -23,43 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.fp8_gemm import (
-    FP8_DTYPE,
-    FP8_MAX,
-    FP8_MIN_AMAX,
-    Fp8Activations,
-    store_fp8_row,
-)
+from radixgen.kernels.fp8_gemm import FP8_DTYPE, FP8_MAX, FP8_MIN_AMAX, Fp8Activations
+from radixgen.kernels.norm_rows import store_normed
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
-
-
-@triton.jit
-def _store_normed(
-    h,
-    weight_ptr,
-    out_row_ptr,
-    scale_ptr,
-    rounding_ptr,
-    offs,
-    mask,
-    hidden,
-    eps,
-    QUANT: tl.constexpr,
-    FP8_MAX_VALUE: tl.constexpr,
-    MIN_AMAX: tl.constexpr,
-):
-    """Stores `h * rsqrt(mean(h^2) + eps) * weight` (h: [BLOCK] fp32 row), the normalised row
-    rounded to `rounding_ptr`'s dtype before the weight multiplies it, as torch's RMSNorm.
-    QUANT: the product rounded to that dtype too (the unfused output), then e4m3 values into
-    `out_row_ptr` and the row's scale into `scale_ptr`."""
-    rstd = tl.math.rsqrt(tl.sum(h * h, 0) / hidden + eps)
-    normed = (h * rstd).to(rounding_ptr.dtype.element_ty).to(tl.float32)
-    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    if QUANT:
-        y = (normed * weight).to(rounding_ptr.dtype.element_ty).to(tl.float32)
-        store_fp8_row(y, mask, out_row_ptr, scale_ptr, offs, FP8_MAX_VALUE, MIN_AMAX)
-    else:
-        tl.store(out_row_ptr + offs, (normed * weight).to(out_row_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -84,7 +50,7 @@ def _rms_norm_kernel(
     wait_for_prior_grids(USE_PDL)
     x = tl.load(x_ptr + row * stride_x_row + offs, mask=mask, other=0.0).to(tl.float32)
     out_row = out_ptr + row * stride_out_row
-    _store_normed(
+    store_normed(
         x, weight_ptr, out_row, scale_ptr + row, x_ptr, offs, mask, hidden, eps,
         QUANT, FP8_MAX_VALUE, MIN_AMAX,
     )  # fmt: skip
@@ -121,7 +87,7 @@ def _fused_add_rms_norm_kernel(
     tl.store(sum_ptr + row * stride_sum_row + offs, summed, mask=mask)
     h = summed.to(tl.float32)
     out_row = out_ptr + row * stride_out_row
-    _store_normed(
+    store_normed(
         h, weight_ptr, out_row, scale_ptr + row, sum_ptr, offs, mask, hidden, eps,
         QUANT, FP8_MAX_VALUE, MIN_AMAX,
     )  # fmt: skip

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.gated_silu import silu_times_up
+from radixgen.kernels.norm_rows import store_normed
 
 
 @triton.jit
@@ -51,12 +52,44 @@ def silu_columns(row, pid_n, N, BLOCK_N: tl.constexpr, SILU_OUT: tl.constexpr = 
 
 
 @triton.jit
-def _store_output(total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT: tl.constexpr):
+def _store_added_and_norm(total, out_ptr, offsets, mask, norm, NORM_BLOCK: tl.constexpr):
+    """The ADD_NORM epilogue (`norm`: a tuple, `gemv`'s `add_norm`): stores the tile's `h =
+    output + residual` (the output rounded to out's dtype, the sum rounded again, as
+    `fused_add_rms_norm` rounds it) into out (the new residual), counts the tile on its row's
+    counter (acquire-release), and the row's last tile normalizes the whole row from L2 into
+    `normed` (`store_normed`: the norm kernel's math) and resets the counter to 0."""
+    residual_ptr, weight_ptr, normed_row_ptr, counter_ptr, row_start, tiles, hidden, eps = norm
+    dtype = out_ptr.dtype.element_ty
+    residual = tl.load(residual_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    h = (total.to(dtype).to(tl.float32) + residual).to(dtype)
+    tl.store(out_ptr + offsets, h, mask=mask)
+    tl.debug_barrier()  # every thread's h before the release of the (one-thread) atomic
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if arrived == tiles - 1:
+        tl.debug_barrier()  # the acquire above orders every thread's loads below
+        offs = tl.arange(0, NORM_BLOCK)
+        row_mask = offs < hidden
+        row = tl.load(out_ptr + row_start + offs, mask=row_mask, other=0.0, cache_modifier=".cg")
+        store_normed(
+            row.to(tl.float32), weight_ptr, normed_row_ptr, counter_ptr, out_ptr, offs, row_mask,
+            hidden, eps, False, 0.0, 0.0,
+        )  # fmt: skip
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _store_output(
+    total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT: tl.constexpr,
+    norm=None, NORM_BLOCK: tl.constexpr = 0,
+):  # fmt: skip
     """Stores a tile's summed fp32 outputs at `offsets`, or with SILU_OUT its `B/2`
     activations `silu(gate) * up` at `silu_offsets` (`silu_columns`): gate and up each rounded
-    to out's dtype first, as the GEMV's output would be, then as `silu_and_mul` rounds."""
+    to out's dtype first, as the GEMV's output would be, then as `silu_and_mul` rounds; with
+    NORM_BLOCK > 0, `_store_added_and_norm`."""
     dtype = out_ptr.dtype.element_ty
-    if SILU_OUT:
+    if NORM_BLOCK > 0:
+        _store_added_and_norm(total, out_ptr, offsets, mask, norm, NORM_BLOCK)
+    elif SILU_OUT:
         halves = tl.permute(tl.reshape(total, [2, total.shape[0] // 2]), [1, 0])
         gate, up = tl.split(halves)  # [B/2] each (`tile_rows`' order)
         act = silu_times_up(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
@@ -92,11 +125,11 @@ def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, n
 def store_split(
     acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
     SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr, silu_offsets=None, silu_mask=None,
-    SILU_OUT: tl.constexpr = False,
+    SILU_OUT: tl.constexpr = False, norm=None, NORM_BLOCK: tl.constexpr = 0,
 ):  # fmt: skip
     """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output (with SILU_OUT,
-    the tile's activations at `silu_offsets` of the `[M, N / 2]` one: `_store_output`; the
-    partials stay at `offsets`).
+    the tile's activations at `silu_offsets` of the `[M, N / 2]` one; with NORM_BLOCK > 0, the
+    residual add and the row's RMSNorm: `_store_output`; the partials stay at `offsets`).
 
     SPLIT_MODE 0: no split-K, store into out. 1: store the partial into its split's slice of
     `partial_ptr` (a reduce launch follows; not with SILU_OUT). 2: store the partial, then count
@@ -104,9 +137,14 @@ def store_split(
     (deterministic), writes out and resets the counter to 0 for the next call (no second
     launch).
     """
-    tl.static_assert(not (SILU_OUT and SPLIT_MODE == 1), "SILU_OUT sums its splits in-kernel")
+    tl.static_assert(
+        not ((SILU_OUT or NORM_BLOCK > 0) and SPLIT_MODE == 1),
+        "SILU_OUT and NORM_BLOCK sum their splits in-kernel",
+    )
     if SPLIT_MODE == 0:
-        _store_output(acc, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT)
+        _store_output(
+            acc, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT, norm, NORM_BLOCK
+        )
     else:
         tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
         if SPLIT_MODE == 2:
@@ -132,7 +170,10 @@ def store_split(
                             other=0.0,
                             cache_modifier=".cg",  # from L2: other SMs wrote them
                         )
-                _store_output(total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT)
+                _store_output(
+                    total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT, norm,
+                    NORM_BLOCK,
+                )  # fmt: skip
                 tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -158,14 +199,15 @@ def split_buffers(
     tiles: int,  # output tiles of the launch grid (its first two axes)
     split_k_counters: torch.Tensor | None,
     silu_out: bool = False,
+    in_kernel: bool = False,
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """(SPLIT_MODE, partials, counters) of a launch with `splits` K splits: 0 with one split
     (`out` stands in for both buffers), 2 when the caller's counters cover the tiles, else 1
     (`finish_splits` then sums the partials).
 
     Raises:
-        ValueError: counters that are not int32 on out's device; a `silu_out` launch (whose
-            activations are computed from the summed tile) with splits but too few counters.
+        ValueError: counters that are not int32 on out's device; a `silu_out` or `in_kernel`
+            launch (whose epilogue needs the summed tile) with splits but too few counters.
     """
     if splits == 1:
         return 0, out, out
@@ -177,9 +219,9 @@ def split_buffers(
         raise ValueError(f"split_k_counters must be int32 on {out.device}")
     if counters is not None and counters.numel() >= tiles:
         return 2, partial, counters
-    if silu_out:
+    if silu_out or in_kernel:
         raise ValueError(
-            f"silu_out with {splits} K splits needs split_k_counters for {tiles} tiles"
+            f"this epilogue with {splits} K splits needs split_k_counters for {tiles} tiles"
         )
     return 1, partial, out
 

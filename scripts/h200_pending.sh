@@ -339,6 +339,33 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
           --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 $flags \
           --output-json "$OUT/bs64/latency_$quant.json" 2>&1 | tail -1
       done ;;
+    add-norm)
+      # [7/14] batch 1 bf16: the o and down GEMVs also add the residual and write the next
+      # RMSNorm of the row (`add_norm` rows, built in the nineteenth session: no norm kernels
+      # after layer 0's input norm). Its GPU tests; bench latency bf16 with the shipped table,
+      # with o / down marked add_norm, then with gate | up also marked silu_out; restored
+      dir="$OUT/add_norm"
+      mkdir -p "$dir"
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemv.py \
+        -k "add_norm or silu" 2>&1 | tail -2
+      mkdir -p "$dir/shipped"
+      cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
+        "$dir/shipped/"
+      lat() {  # $1: name
+        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 \
+          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
+      }
+      lat bf16_before
+      python3 scripts/mark_fusion_rows.py add_norm; lat bf16_add_norm
+      python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
+      cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
+      python3 -c "
+import json, glob
+for path in sorted(glob.glob('$dir/latency_*.json')):
+    row = json.load(open(path))['results'][0]
+    print(path.split('/')[-1], {k: row[k] if isinstance(row[k], str) else round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
+" ;;
     silu-out)
       # [7/14] / [8/14] / [9/14] batch 1: the gate | up GEMV writes silu(gate) * up in its
       # epilogue (`silu_out` rows, built in the nineteenth session: no activation kernel, and

@@ -7,9 +7,12 @@ afterwards):
   computes silu(gate) * up as it loads x;
 - `silu_out`: the merged gate | up projection's rows (those two tables and the FP8 one,
   `kernels/gemv_fp8_configs.json`): the launch writes silu(gate) * up in its epilogue. A table
-  without a gate | up row (the bf16 one keeps cuBLAS there) gets `--bf16-gate-up`'s launch.
+  without a gate | up row (the bf16 one keeps cuBLAS there) gets `BF16_GATE_UP`'s launch;
+- `add_norm`: the o and down projections' rows of the bf16 table: the launch also adds the
+  residual and writes the next RMSNorm of the row (16-bit GEMVs only).
 
-    python scripts/mark_fusion_rows.py {gated,silu_out} [--hidden 4096] [--intermediate 14336]
+    python scripts/mark_fusion_rows.py {gated,silu_out,add_norm} [--hidden 4096]
+        [--intermediate 14336]
 """
 
 from __future__ import annotations
@@ -44,10 +47,17 @@ def mark_shape_table(path: Path, shape: str, flag: str, missing: dict | None) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fusion", choices=("gated", "silu_out"))
+    parser.add_argument("fusion", choices=("gated", "silu_out", "add_norm"))
     parser.add_argument("--hidden", type=int, default=4096, help="gate_up's in_features")
     parser.add_argument("--intermediate", type=int, default=14336, help="down's in_features")
     args = parser.parse_args()
+    if args.fusion == "add_norm":  # o and down (N = hidden), bf16 only
+        marked = sum(
+            mark_shape_table(KERNELS / "gemv_configs.json", f"{k}x{args.hidden}", "add_norm", None)
+            for k in (args.hidden, args.intermediate)
+        )
+        print(f"marked {marked} rows add_norm")
+        return
     if args.fusion == "gated":  # the down projection: K = intermediate, N = hidden
         k, n, tables = args.intermediate, args.hidden, ("gemv_configs.json",)
     else:  # the gate | up projection: K = hidden, N = 2 * intermediate

@@ -30,8 +30,11 @@ for line in sys.stdin:
     for module, name, signature, constexprs, num_warps, *options in json.loads(line):
         kernel = getattr(importlib.import_module(module), name)
         # Constexprs the case leaves out take their defaults, as a launch does.
+        # So do optional arguments the signature leaves out (None: a constexpr at launch).
         constexprs = {**{param.name: param.default for param in kernel.params
-                         if param.is_constexpr and param.has_default}, **constexprs}
+                         if param.has_default and (param.is_constexpr
+                                                   or param.name not in signature)},
+                      **constexprs}
         # As Triton's launcher specializes them at the engine's shapes: pointers and strides are
         # multiples of 16 (bytes / elements). Without the hint the loads stay scalar and are not
         # pipelined: another kernel than the one the H200 runs.

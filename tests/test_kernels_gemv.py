@@ -94,6 +94,48 @@ def test_silu_out_gemv_writes_the_activation_of_its_gate_and_up_sums(m, config, 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "m,config",
+    [
+        (1, GemvConfig(block_n=8, block_k=32, split_k=1, num_warps=1)),
+        (2, GemvConfig(block_n=16, block_k=64, split_k=3, num_warps=2)),
+    ],
+)
+def test_add_norm_gemv_adds_the_residual_and_normalizes_the_row(m, config, dtype):
+    """`add_norm`: the GEMV's tiles store `h = out + residual` (the same bits as the GEMV then
+    `fused_add_rms_norm`) and the row's last tile writes its RMSNorm (within the norm kernel's
+    rounding), ragged rows and in-kernel K splits included, the counters left zero. Bad
+    requests are refused."""
+    from radixgen.kernels.gemv import AddNorm
+    from radixgen.kernels.rms_norm import fused_add_rms_norm
+
+    n, k = 70, 300
+    x, weight = operands(m, n, k, dtype, seed=m + 7)
+    residual = torch.randn(m, n).to(dtype)
+    norm_weight = (torch.rand(n) + 0.5).to(dtype)
+    counters = torch.zeros(gemv_counter_slots(n, m), dtype=torch.int32)
+    norm_counters = torch.zeros(4, dtype=torch.int32)
+    add_norm = AddNorm(residual, norm_weight, 1e-5, norm_counters)
+    normed, h = gemv(x, weight, config, counters, add_norm=add_norm)
+    expected_normed, expected_h = fused_add_rms_norm(
+        gemv(x, weight, config, counters), residual, norm_weight, 1e-5
+    )
+    assert torch.equal(h, expected_h)
+    tol = 1e-6 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(normed, expected_normed, atol=tol, rtol=tol)
+    assert not counters.any() and not norm_counters.any()
+    if config.split_k > 1:
+        with pytest.raises(ValueError, match="needs split_k_counters"):
+            gemv(x, weight, config, add_norm=add_norm)
+    with pytest.raises(ValueError, match="add_norm.residual"):
+        gemv(x, weight, config, counters, add_norm=add_norm._replace(residual=residual[:, 1:]))
+    with pytest.raises(ValueError, match="add_norm.weight"):
+        gemv(x, weight, config, counters, add_norm=add_norm._replace(weight=norm_weight[1:]))
+    with pytest.raises(ValueError, match="not gated/silu_out"):
+        gemv(x, torch.cat([weight, weight]), config, counters, add_norm=add_norm, silu_out=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_gated_gemv_applies_the_activation_as_it_loads_x(dtype):
     """`gated`: x is gate | up and the GEMV multiplies `silu(gate) * up` (an MLP's down
     projection without the activation kernel), as the two kernels would; W8A16 alike."""
@@ -208,6 +250,14 @@ def test_gemv_compiles_for_sm90_without_spills():
             (16, 512, 4, "*bf16"), (8, 1024, 8, "*bf16"), (32, 512, 4, "*bf16"),
             (16, 1024, 4, "*fp16"),
         )
+    ] + [  # add_norm (the residual add and the row's RMSNorm in the epilogue): bf16, with PDL
+        ("radixgen.kernels.gemv", "_gemv_kernel",
+         signature | {"norm_residual_ptr": "*bf16", "norm_weight_ptr": "*bf16",
+                      "normed_ptr": "*bf16", "norm_counters_ptr": "*i32", "norm_eps": "fp32"},
+         {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_MODE": split_mode, "SCALED": False,
+          "USE_PDL": True, "NORM_BLOCK": 4096}, 8,
+         {"divisible": ["N", "K", "k_per_split"], "require_ptx": PDL_PTX["require_ptx"]})
+        for split_mode in (0, 2)
     ] + [  # silu_out (a gate | up weight's activation in the epilogue): bf16, packed W8A8
         ("radixgen.kernels.gemv", "_gemv_kernel", signature,
          {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_MODE": 2, "SCALED": False, "USE_PDL": True,
@@ -348,6 +398,36 @@ def test_gpu_silu_out_gemv_equals_the_gemv_then_the_activation_kernel():
             out = gemv(operand, w, config, counters, silu_out=True, **scales)
             assert torch.equal(out, expected), (operand.dtype, packed, split_k)
     assert not counters.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_add_norm_gemv_equals_the_gemv_then_the_norm_kernel():
+    """At the 8B o and down shapes in bf16, the GEMV adding the residual and normalizing the
+    row gives the new residual's bits and the normed row within the norm kernel's rounding
+    (its sum of squares runs in another order), one split and in-kernel splits."""
+    from radixgen.kernels.gemv import AddNorm
+    from radixgen.kernels.rms_norm import fused_add_rms_norm
+
+    counters = torch.zeros(gemv_counter_slots(4096), dtype=torch.int32, device="cuda")
+    norm_counters = torch.zeros(4, dtype=torch.int32, device="cuda")
+    residual = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
+    norm_weight = (torch.rand(4096, device="cuda") + 0.5).to(torch.bfloat16)
+    for k in (4096, 14336):
+        x, weight = operands(1, 4096, k, torch.bfloat16, seed=k, device="cuda")
+        for split_k in (1, 4):
+            config = GemvConfig(8, 512, split_k, 8)
+            expected_normed, expected_h = fused_add_rms_norm(
+                gemv(x, weight, config, counters), residual, norm_weight, 1e-5
+            )
+            add_norm = AddNorm(residual, norm_weight, 1e-5, norm_counters)
+            normed, h = gemv(x, weight, config, counters, add_norm=add_norm)
+            assert torch.equal(h, expected_h), (k, split_k)
+            error = (
+                normed.float() - expected_normed.float()
+            ).norm() / expected_normed.float().norm()
+            assert error < 4e-3, (k, split_k, error.item())
+    assert not counters.any() and not norm_counters.any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

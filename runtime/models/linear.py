@@ -31,6 +31,7 @@ from radixgen.kernels.fp8_gemm import (
 )
 from radixgen.kernels.gemv import (
     FP8_TABLE_PATH,
+    AddNorm,
     GemvConfig,
     GemvTable,
     gemv,
@@ -157,6 +158,18 @@ class LinearMethod(abc.ABC):
         `takes_silu_output` says so."""
         raise NotImplementedError(f"{type(self).__name__} writes no activation")
 
+    def takes_add_norm(self, layer: LinearBase, num_tokens: int) -> bool:
+        """Whether `apply_add_norm` runs at `num_tokens` tokens (a projection before a
+        residual add and RMSNorm whose GEMV does both). Default: never."""
+        return False
+
+    def apply_add_norm(
+        self, layer: LinearBase, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`norm.add_and_norm(apply(x), residual)` (`(normed, apply(x) + residual)`) in one
+        launch, where `takes_add_norm` says so."""
+        raise NotImplementedError(f"{type(self).__name__} adds no norm")
+
 
 class UnquantizedLinearMethod(LinearMethod):
     """Weights in the model dtype: `F.linear`, or on CUDA the split-K Triton GEMV for the token
@@ -174,6 +187,9 @@ class UnquantizedLinearMethod(LinearMethod):
             slots = gemv_counter_slots(layer.output_size, GEMV_MAX_TOKENS)
             counters = torch.zeros(slots, dtype=torch.int32, device=layer.weight.device)
             layer.register_buffer("split_k_counters", counters, persistent=False)
+            # A row's arrived tiles for `add_norm` launches (zeros between calls).
+            norm_counters = torch.zeros(GEMV_MAX_TOKENS, dtype=torch.int32, device=counters.device)
+            layer.register_buffer("norm_counters", norm_counters, persistent=False)
 
     def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
         configs = layer.gemv_configs
@@ -199,6 +215,17 @@ class UnquantizedLinearMethod(LinearMethod):
     def apply_silu_output(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
         config = layer.gemv_configs[x.shape[0]]
         return gemv(x, layer.weight, config, layer.split_k_counters, silu_out=True)
+
+    def takes_add_norm(self, layer: LinearBase, num_tokens: int) -> bool:
+        config = layer.gemv_configs.get(num_tokens)
+        return config is not None and config.add_norm and layer.bias is None
+
+    def apply_add_norm(
+        self, layer: LinearBase, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        config = layer.gemv_configs[x.shape[0]]
+        add_norm = AddNorm(residual, norm.weight, norm.eps, layer.norm_counters)
+        return gemv(x, layer.weight, config, layer.split_k_counters, add_norm=add_norm)
 
 
 # The most tokens a linear layer's GEMV takes (decode at small batch; the table decides).
@@ -413,6 +440,11 @@ class LinearBase(nn.Module):
         projection's GEMV writes the MLP's activation, no activation kernel after it."""
         return self.method.takes_silu_output(self, num_tokens)
 
+    def takes_add_norm(self, num_tokens: int) -> bool:
+        """Whether `forward(x, add_norm=(residual, norm))` runs at `num_tokens` tokens: this
+        projection's GEMV also adds the residual and writes the next RMSNorm of the row."""
+        return self.method.takes_add_norm(self, num_tokens)
+
     def forward(
         self,
         x: torch.Tensor | Fp8Activations,  # [..., input_size]; gated: [M, 2 * input_size]
@@ -421,11 +453,13 @@ class LinearBase(nn.Module):
         with_delta: bool = False,
         gated: bool = False,
         silu_out: bool = False,
+        add_norm: tuple[torch.Tensor, nn.Module] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:  # [..., output_size]
         """The output; `(y, delta)` with `with_delta`; with `gated` (where
         `takes_gated_input`), the output for `silu(gate) * up` of x = gate | up; with
         `silu_out` (where `takes_silu_output`), `silu(gate) * up` of the output's gate | up
-        halves, `[M, output_size / 2]`.
+        halves, `[M, output_size / 2]`; with `add_norm = (residual, norm)` (where
+        `takes_add_norm`; `norm` an `RMSNorm`), `norm.add_and_norm(output, residual)`.
 
         Args:
             add_to: the tensor (a residual stream) the caller adds the output into next; the
@@ -440,6 +474,8 @@ class LinearBase(nn.Module):
             return self.method.apply_gated(self, x)
         if silu_out:
             return self.method.apply_silu_output(self, x)
+        if add_norm is not None:
+            return self.method.apply_add_norm(self, x, *add_norm)
         if with_delta:
             return self.method.apply_with_delta(self, x)
         if add_to is None:

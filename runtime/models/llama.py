@@ -18,6 +18,8 @@ checkpoint loads through the same names, each layer keeping only its slice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -106,7 +108,10 @@ class LlamaAttention(nn.Module):
         forward_batch: ForwardBatch,
         rotary_emb: RotaryEmbedding,
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
-    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        post_norm: RMSNorm | None = None,  # o_proj adds residual and applies it (takes_add_norm)
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [num_tokens, hidden_size]
+        """The attention output; with `post_norm`, `post_norm.add_and_norm(output, residual)`
+        from o_proj's GEMV (the caller checked `o_proj.takes_add_norm`)."""
         num_tokens = hidden_states.shape[0]
         pool = forward_batch.token_to_kv_pool
         # A LoRA delta (computed beside the GEMM) is added by the fused rotary + KV store at
@@ -133,6 +138,8 @@ class LlamaAttention(nn.Module):
             q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
         )
         attn_output = attn_output.reshape(num_tokens, self.q_size)
+        if post_norm is not None:
+            return self.o_proj(attn_output, add_norm=(residual, post_norm))
         # Row parallel: each rank's heads contribute a partial sum of the output.
         if self.parallel.size > 1:
             return self.parallel.all_reduce(self.o_proj(attn_output))
@@ -175,7 +182,10 @@ class LlamaMLP(nn.Module):
         self,
         x: torch.Tensor | Fp8Activations,
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], summed with ours next
-    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        next_norm: RMSNorm | None = None,  # the norm after our residual add (16-bit output)
+    ) -> torch.Tensor | Prenormed:  # [num_tokens, hidden_size]
+        """The MLP output; with `next_norm` where down_proj takes it (`takes_add_norm`, one
+        rank), `Prenormed`: the residual add and `next_norm` done by down_proj's GEMV."""
         if self.gate_up_proj.takes_silu_output(x.shape[0]):
             # The gate | up GEMV writes silu(gate) * up in its epilogue (the same bits): no
             # activation kernel at decode batch 1 where its table row says so.
@@ -202,7 +212,19 @@ class LlamaMLP(nn.Module):
                     activated = quantize_fp8_activations(activated)
         if self.parallel.size > 1:  # row parallel: summed over the ranks
             return self.parallel.all_reduce(self.down_proj(activated))
+        if next_norm is not None and self.down_proj.takes_add_norm(activated.shape[0]):
+            return Prenormed(*self.down_proj(activated, add_norm=(residual, next_norm)))
         return self.down_proj(activated, add_to=residual)
+
+
+@dataclass(frozen=True)
+class Prenormed:
+    """A decoder layer's output whose residual add and next RMSNorm its down projection's GEMV
+    already did (`LinearBase.takes_add_norm`): the next layer (or the final norm) takes
+    `normed` as its normed input and `residual` as the residual stream."""
+
+    normed: torch.Tensor  # [num_tokens, hidden_size]
+    residual: torch.Tensor  # [num_tokens, hidden_size]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -225,10 +247,16 @@ class LlamaDecoderLayer(nn.Module):
         residual: torch.Tensor | None,  # [num_tokens, hidden_size]; None in layer 0
         forward_batch: ForwardBatch,
         rotary_emb: RotaryEmbedding,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # (MLP output, residual), both not yet summed
+        next_norm: RMSNorm | None = None,  # the next layer's input norm, or the final one
+    ) -> tuple[torch.Tensor | Prenormed, torch.Tensor]:  # (MLP output, residual), not summed
         # Each residual add is fused into the norm that follows it; the last layer's add is
-        # done by the final norm (`LlamaModel.forward`).
+        # done by the final norm (`LlamaModel.forward`). Where the o / down projections' GEMV
+        # rows say so (batch-1 decode), their GEMVs do the add and the norm after them
+        # (`Prenormed`; `next_norm` must then take a 16-bit input).
         # FP8 qkv / gate_up projections take their input quantized by the norm's kernel.
+        if isinstance(hidden_states, Prenormed):
+            normed, residual = hidden_states.normed, hidden_states.residual
+            return self._after_input_norm(normed, residual, forward_batch, rotary_emb, next_norm)
         num_tokens = hidden_states.shape[0]
         quantize_qkv = self.self_attn.qkv_proj.takes_fp8_activations(num_tokens)
         if residual is None:
@@ -238,13 +266,35 @@ class LlamaDecoderLayer(nn.Module):
             normed, residual = self.input_layernorm.add_and_norm(
                 hidden_states, residual, quantize_qkv
             )
+        return self._after_input_norm(normed, residual, forward_batch, rotary_emb, next_norm)
+
+    def _after_input_norm(
+        self,
+        normed: torch.Tensor | Fp8Activations,  # [num_tokens, hidden_size]
+        residual: torch.Tensor,  # [num_tokens, hidden_size], the add already done
+        forward_batch: ForwardBatch,
+        rotary_emb: RotaryEmbedding,
+        next_norm: RMSNorm | None,
+    ) -> tuple[torch.Tensor | Prenormed, torch.Tensor]:
+        num_tokens = normed.shape[0]
+        quantize_gate_up = self.mlp.gate_up_proj.takes_fp8_activations(num_tokens)
         # The projections before each residual add may add part of their output (LoRA deltas)
         # to `residual` directly.
-        attn_output = self.self_attn(normed, forward_batch, rotary_emb, residual)
-        normed, residual = self.post_attention_layernorm.add_and_norm(
-            attn_output, residual, self.mlp.gate_up_proj.takes_fp8_activations(num_tokens)
-        )
-        return self.mlp(normed, residual), residual
+        if (
+            not quantize_gate_up
+            and self.self_attn.parallel.size == 1
+            and self.self_attn.o_proj.takes_add_norm(num_tokens)
+        ):
+            normed, residual = self.self_attn(
+                normed, forward_batch, rotary_emb, residual, self.post_attention_layernorm
+            )
+        else:
+            attn_output = self.self_attn(normed, forward_batch, rotary_emb, residual)
+            normed, residual = self.post_attention_layernorm.add_and_norm(
+                attn_output, residual, quantize_gate_up
+            )
+        out = self.mlp(normed, residual, next_norm)
+        return out, out.residual if isinstance(out, Prenormed) else residual
 
 
 class LlamaModel(nn.Module):
@@ -267,11 +317,27 @@ class LlamaModel(nn.Module):
     def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:  # [num_tokens, hidden]
         hidden_states = self.embed_tokens(forward_batch.input_ids)
         residual = None
-        for layer in self.layers:
-            hidden_states, residual = layer(hidden_states, residual, forward_batch, self.rotary_emb)
+        num_tokens = hidden_states.shape[0]
+        for i, layer in enumerate(self.layers):
+            hidden_states, residual = layer(
+                hidden_states, residual, forward_batch, self.rotary_emb,
+                self._norm_after(i, num_tokens),
+            )  # fmt: skip
+        if isinstance(hidden_states, Prenormed):  # the last down projection normed it
+            return hidden_states.normed
         if residual is None:  # no layers
             return self.norm(hidden_states)
         return self.norm.add_and_norm(hidden_states, residual)[0]
+
+    def _norm_after(self, layer_index: int, num_tokens: int) -> RMSNorm | None:
+        """The norm after layer `layer_index`'s residual add, where a 16-bit input suits it
+        (a down projection's GEMV may apply it: `LlamaMLP.forward`); else None."""
+        if layer_index + 1 == len(self.layers):
+            return self.norm  # the LM head takes 16-bit hidden states
+        after = self.layers[layer_index + 1]
+        if after.self_attn.qkv_proj.takes_fp8_activations(num_tokens):
+            return None
+        return after.input_layernorm
 
 
 class LlamaForCausalLM(nn.Module):
