@@ -34,6 +34,11 @@ the down projection runs without the activation kernel before it at the table ro
 `gated` (`LinearBase.takes_gated_input`). Opt-in: measured slower on the H200 (every thread
 recomputes the x values it broadcasts), so no shipped row has it.
 
+Epilogues (opt-in per table row; docs/kernels.md, "GEMV epilogues at batch 1"): `silu_out`, a
+merged gate | up weight's tiles each holding their activations' gate and up rows, writes
+`silu(gate) * up`; `add_norm` (16-bit) adds the residual and the row's last tile writes the next
+RMSNorm (`split_k.store_split`).
+
 W8A16 (a table row's `a16`): e4m3 weights with the layer's bf16/fp16 activations as they are.
 At one token the W8A8 path pays for its activations' quantization in the kernels before the
 GEMM: a SiLU kernel that must see the whole 14,336-wide row for its amax (one program at batch
