@@ -21,6 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
+from radixgen.kernels.launch_tables import format_shape_table
+
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 # The bf16 GEMV's best gate | up launch at 1 token on the H200 (seventeenth session: 54.6 us
 # against cuBLAS's 54.7, so the table kept cuBLAS there).
@@ -41,7 +43,7 @@ def mark_shape_table(path: Path, shape: str, flag: str, missing: dict | None) ->
         if row.get("max_tokens") == 1:
             row[flag] = True
             marked += 1
-    path.write_text(json.dumps(table, indent=2) + "\n")
+    path.write_text(format_shape_table(table))  # the shipped files' layout
     return marked
 
 
@@ -75,7 +77,7 @@ def main() -> None:
         if (row["k"], row["n"]) == (k, n) and row["gemv"] and row["m_bucket"] == 1:
             row[args.fusion] = True
             marked += 1
-    path.write_text(json.dumps(table, indent=2) + "\n")
+    path.write_text(json.dumps(table, indent=1) + "\n")  # as bench_int4_gemm.py writes it
     print(f"marked {marked} rows {args.fusion}")
 
 
