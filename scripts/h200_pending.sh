@@ -9,8 +9,12 @@
 # 3.12 ms), int4-pdl (noise) and fp8-l2 (3.32 -> 3.18 ms). Still pending: int4-sweep,
 # fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, an A/B of `a16` FP8 rows in the step.
 # The nineteenth session (2026-12-03) ran fp8-a16 (W8A16 GEMV launches in packed fp16: o and
-# down rows installed, 2.87 -> 2.86 ms) and built silu-out (the gate | up GEMV's activation
-# epilogue).
+# down rows installed, 2.87 -> 2.86 ms), int4-sweep (chunk_dot: int4 batch 64 7.50 -> 6.39 ms),
+# silu-out (installed: batch 1 overlapped bf16 4.28 -> 4.18, FP8 2.73 -> 2.68, int4 2.86 ->
+# 2.83), add-norm (no faster: left off), rotary-split (-0.09 ms) and bs64 (int4 / bf16 1.018x).
+# Still pending: the whole GPU suite since the sixteenth-nineteenth sessions' kernels
+# (gpu-tests), fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, and a bf16 GEMV sweep with the
+# gate | up launches swept as silu_out ones (bench_gemv sweeps them plain).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
