@@ -13,7 +13,9 @@ stream from HBM as in a decode step, replayed from a CUDA graph (`bench_fp8_gemm
 For each shape: `F.linear`, then with `--sweep` every config of `sweep_configs` (checked against
 `F.linear` first) until the budget runs out; for the down projection also the `gated` launches
 (x = the MLP's gate | up, silu(gate) * up computed as the GEMV loads it) against the activation
-kernel followed by the best plain launch, the table taking a gated row where it wins. The table (`$OUT/gemv_configs.json`; copy it over
+kernel followed by the best plain launch, the table taking a gated row where it wins; for
+gate | up likewise its `silu_out` launches (the GEMV writing silu(gate) * up) against `F.linear`
+followed by the activation kernel. The table (`$OUT/gemv_configs.json`; copy it over
 kernels/gemv_configs.json) keeps a shape only where the best config beats `F.linear` by
 `MIN_GAIN`: elsewhere the layers keep cuBLAS.
 """
@@ -169,6 +171,33 @@ def bench_shape_fp8(
     return row
 
 
+def sweep_gate_up(row, x, weights, counters, copies, linear_ms, deadline) -> dict:
+    """The gate | up projection: half the time for its plain launches, then the `silu_out` ones
+    (the GEMV writing silu(gate) * up) against `F.linear` followed by the activation kernel,
+    as the MLP runs it; the table takes a silu_out row where it wins."""
+    n, k = weights[0].shape
+    reference = F.linear(x.float(), weights[0].float())
+    start = time.monotonic()
+    row = sweep_shape(
+        row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), lambda c: reference,
+        copies, 2 * n * k, linear_ms, start + (deadline - start) / 2,
+    )  # fmt: skip
+    unfused_ms = median_ms(lambda: [silu_and_mul(F.linear(x, w)) for w in weights], copies)
+    expected = silu_and_mul(F.linear(x, weights[0])).float()
+    fused_row = sweep_shape(
+        {"shape": "gate_up silu_out"},
+        [dataclasses.replace(c, silu_out=True) for c in sweep_configs()],
+        lambda i, c: gemv(x, weights[i], c, counters, silu_out=True), lambda c: expected,
+        copies, 2 * n * k, unfused_ms, deadline,
+    )  # fmt: skip
+    row["linear_then_activation_ms"] = unfused_ms
+    if "gemv_best" in fused_row:
+        row["silu_out_best"], row["silu_out_ms"] = fused_row["gemv_best"], fused_row["gemv_ms"]
+        if row["silu_out_ms"] <= MIN_GAIN * unfused_ms:  # the table takes the fused launch
+            row["gemv_best"], row["gemv_ms"] = row["silu_out_best"], row["silu_out_ms"]
+    return row
+
+
 def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict:
     copies = max(2, min(64, -(-STREAM_BYTES // (2 * n * k))))
     weights = [
@@ -182,6 +211,8 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
     if not sweep:
         return row
     reference = F.linear(x.float(), weights[0].float())
+    if name == "gate_up":
+        return sweep_gate_up(row, x, weights, counters, copies, linear_ms, deadline)
     if name != "down":
         return sweep_shape(
             row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters),
@@ -244,9 +275,10 @@ def main() -> None:
         row = bench(name, n, k, args.sweep, share)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        # A gated row already beat the activation kernel + the best plain launch (or F.linear).
-        gated = row.get("gemv_best", {}).get("gated", False)
-        if gated or row.get("gemv_ms", float("inf")) <= MIN_GAIN * row[baseline]:
+        # A gated or silu_out row already beat the activation kernel with the plain product.
+        best = row.get("gemv_best", {})
+        fused = best.get("gated", False) or best.get("silu_out", False)
+        if fused or row.get("gemv_ms", float("inf")) <= MIN_GAIN * row[baseline]:
             shapes[f"{k}x{n}"] = [{"max_tokens": 1, **row["gemv_best"]}]
     result = {"device": torch.cuda.get_device_name(), "triton": triton.__version__,
               "date": time.strftime("%Y-%m-%d"), "rows": rows}  # fmt: skip
