@@ -13,8 +13,8 @@
 # silu-out (installed: batch 1 overlapped bf16 4.28 -> 4.18, FP8 2.73 -> 2.68, int4 2.86 ->
 # 2.83), add-norm (no faster: left off), rotary-split (-0.09 ms) and bs64 (int4 / bf16 1.018x).
 # Still pending: the whole GPU suite since the sixteenth-nineteenth sessions' kernels
-# (gpu-tests), fp8-kv-attn, gemv-gated, fp8-rows, fresh-gsp, and a bf16 GEMV sweep with the
-# gate | up launches swept as silu_out ones (bench_gemv sweeps them plain).
+# (gpu-tests), fp8-kv-attn, fp8-rows, fresh-gsp, and gemv-gated (bench_gemv now also sweeps
+# the gate | up projection's silu_out launches against F.linear + the activation kernel).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
