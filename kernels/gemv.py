@@ -58,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.gated_silu import load_gated_x
+from radixgen.kernels.gated_silu import abs_max, load_gated_x
 from radixgen.kernels.launch_tables import (
     load_json_table,
     parse_shape_rows,
@@ -333,17 +333,6 @@ def _split_octets(octets):
 
 
 @triton.jit
-def _abs_max_16(x_row, start, end, BLOCK: tl.constexpr):
-    """The largest |x| of x[start:end] as float32 (at least 1e-30), BLOCK values a step."""
-    amax = tl.zeros([BLOCK], dtype=tl.float32)
-    for k in range(start, end, BLOCK):
-        offs = k + tl.arange(0, BLOCK)
-        x = tl.load(x_row + offs, mask=offs < end, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(x))
-    return tl.maximum(tl.max(amax), 1e-30)
-
-
-@triton.jit
 def _x_step_pairs(x_words, k, k_end, x_inv, BLOCK_K: tl.constexpr, X_KIND: tl.constexpr):
     """x's values of inputs `k..k+BLOCK_K` as the eight `[BLOCK_K / 16]` fp16 pairs the quad
     dots take: pairs 2 i, 2 i + 1 are inputs 4 i .. 4 i + 3 of each group of 16 (e4m3 x times
@@ -422,7 +411,7 @@ def _gemv_e4m3_packed_kernel(
     if X_KIND == 0:
         x_inv = 1.0  # unused: the e4m3 pairs carry their fixed 2^-9
     else:
-        x_amax = _abs_max_16(x_ptr + row * stride_xm, k_start, k_end, AMAX_BLOCK)
+        x_amax = abs_max(x_ptr + row * stride_xm, k_start, k_end, K, False, AMAX_BLOCK)
         x_inv = 1.0 / x_amax
     for k in range(k_start, k_end, BLOCK_K):
         next_ws = (k + BLOCK_K) // 4 + offs_w

@@ -65,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixgen.kernels.gated_silu import load_gated_x
+from radixgen.kernels.gated_silu import abs_max, load_x
 from radixgen.kernels.int4_gemm_configs import (
     GEMV_M_LIMIT,
     GEMV_M_MAX,
@@ -186,7 +186,7 @@ def _int4_gemv_kernel(
     PREFETCH: tl.constexpr,  # K steps whose words are in flight while one computes: 1 or 2
     USE_PDL: tl.constexpr = False,  # pdl.py: the first weight words load before the wait
     PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
-    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`_load_x`)
+    GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`load_x`)
     SILU_OUT: tl.constexpr = False,  # columns gate | up; out: [M, N / 2] silu(gate) * up
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -210,7 +210,7 @@ def _int4_gemv_kernel(
         )  # fmt: skip
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
     if PACKED_F16:  # over the whole SPAN-row chunks the split's words reach into
-        x_amax = _abs_max(
+        x_amax = abs_max(
             x_row, (k_start // SPAN) * SPAN, tl.minimum(tl.cdiv(k_end, SPAN) * SPAN, K), K, GATED
         )
         x_inv = 1.0 / x_amax
@@ -236,7 +236,7 @@ def _int4_gemv_kernel(
             high = (words >> 20) | magic  # nibbles 5..7 at bits 0..11: one shift for three
             dot = tl.zeros([BLOCK_K // 8, BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(8):  # nibble j of every word
-                x_j = _load_x(x_row, rows + j * (SPAN // 8), K, GATED)  # [R]
+                x_j = load_x(x_row, rows + j * (SPAN // 8), K, GATED)  # [R]
                 if j < 5:
                     w = _nibble_minus_zero(low, zero, j)  # (q - z) 16^j
                     dot += w * (x_j * (1.0 / (1 << (4 * j))))[:, None]
@@ -268,30 +268,6 @@ def _f16_pair(lo, hi):
 
 
 @triton.jit
-def _load_x(x_row, offs, K, GATED: tl.constexpr, mask=None):
-    """x's float32 values at `offs` (0 where masked): with GATED, `silu(gate) * up` of the
-    `[2K]` gate | up row, as the activation kernel would have stored it."""
-    # One return (Triton compiles the code after a return inside a constexpr branch).
-    if GATED:
-        x = load_gated_x(x_row, offs, mask, K)
-    elif mask is None:
-        x = tl.load(x_row + offs).to(tl.float32)
-    else:
-        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
-    return x
-
-
-@triton.jit
-def _abs_max(x_row, start, end, K, GATED: tl.constexpr, BLOCK: tl.constexpr = 256):
-    """The largest |x| of x[start:end] as float32 (at least 1e-30; `_load_x`'s x)."""
-    amax = tl.zeros([BLOCK], dtype=tl.float32)
-    for k in range(start, end, BLOCK):
-        offs = k + tl.arange(0, BLOCK)
-        amax = tl.maximum(amax, tl.abs(_load_x(x_row, offs, K, GATED, offs < end)))
-    return tl.maximum(tl.max(amax), 1e-30)
-
-
-@triton.jit
 def _packed_f16_step(
     words, zero, x_row, rows, x_inv, K, SPAN: tl.constexpr, GATED: tl.constexpr = False
 ):
@@ -308,14 +284,14 @@ def _packed_f16_step(
     K range every product stays within 15 and a lane's sum within 60, far from fp16's range,
     whatever the activations' size; the lanes' fp16 rounding (11 bits) is the one difference
     from the float32 path (<= ~5e-4 relative). CUDA only (inline PTX)."""
-    x_0 = _load_x(x_row, rows + 0 * (SPAN // 8), K, GATED)  # [R]
-    x_1 = _load_x(x_row, rows + 1 * (SPAN // 8), K, GATED)
-    x_2 = _load_x(x_row, rows + 2 * (SPAN // 8), K, GATED)
-    x_3 = _load_x(x_row, rows + 3 * (SPAN // 8), K, GATED)
-    x_4 = _load_x(x_row, rows + 4 * (SPAN // 8), K, GATED)
-    x_5 = _load_x(x_row, rows + 5 * (SPAN // 8), K, GATED)
-    x_6 = _load_x(x_row, rows + 6 * (SPAN // 8), K, GATED)
-    x_7 = _load_x(x_row, rows + 7 * (SPAN // 8), K, GATED)
+    x_0 = load_x(x_row, rows + 0 * (SPAN // 8), K, GATED)  # [R]
+    x_1 = load_x(x_row, rows + 1 * (SPAN // 8), K, GATED)
+    x_2 = load_x(x_row, rows + 2 * (SPAN // 8), K, GATED)
+    x_3 = load_x(x_row, rows + 3 * (SPAN // 8), K, GATED)
+    x_4 = load_x(x_row, rows + 4 * (SPAN // 8), K, GATED)
+    x_5 = load_x(x_row, rows + 5 * (SPAN // 8), K, GATED)
+    x_6 = load_x(x_row, rows + 6 * (SPAN // 8), K, GATED)
+    x_7 = load_x(x_row, rows + 7 * (SPAN // 8), K, GATED)
     inv16 = x_inv * 0.0625
     x_a = _f16_pair(x_0 * x_inv, x_4 * x_inv)  # nibbles 0, 4: bits 0-3 of each half
     x_b = _f16_pair(x_1 * inv16, x_5 * inv16)  # nibbles 1, 5: bits 4-7 (16 q)

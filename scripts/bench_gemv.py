@@ -171,30 +171,22 @@ def bench_shape_fp8(
     return row
 
 
-def sweep_gate_up(row, x, weights, counters, copies, linear_ms, deadline) -> dict:
-    """The gate | up projection: half the time for its plain launches, then the `silu_out` ones
-    (the GEMV writing silu(gate) * up) against `F.linear` followed by the activation kernel,
-    as the MLP runs it; the table takes a silu_out row where it wins."""
-    n, k = weights[0].shape
-    reference = F.linear(x.float(), weights[0].float())
-    start = time.monotonic()
-    row = sweep_shape(
-        row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), lambda c: reference,
-        copies, 2 * n * k, linear_ms, start + (deadline - start) / 2,
-    )  # fmt: skip
-    unfused_ms = median_ms(lambda: [silu_and_mul(F.linear(x, w)) for w in weights], copies)
-    expected = silu_and_mul(F.linear(x, weights[0])).float()
+def sweep_fused(row, fusion, run_fused, unfused, copies, weight_bytes, deadline) -> dict:
+    """Adds to `row` the best launch of the fusion (`"gated"` or `"silu_out"`, a GemvConfig
+    flag) whose `run_fused(i, config)` replaces the two kernels `unfused(i)` (weight copy i) as
+    the MLP runs them, checked against `unfused(0)`; the table takes it where it wins."""
+    unfused_ms = median_ms(lambda: [unfused(i) for i in range(copies)], copies)
+    expected = unfused(0).float()
     fused_row = sweep_shape(
-        {"shape": "gate_up silu_out"},
-        [dataclasses.replace(c, silu_out=True) for c in sweep_configs()],
-        lambda i, c: gemv(x, weights[i], c, counters, silu_out=True), lambda c: expected,
-        copies, 2 * n * k, unfused_ms, deadline,
+        {"shape": f"{row['shape']} {fusion}"},
+        [dataclasses.replace(c, **{fusion: True}) for c in sweep_configs()],
+        run_fused, lambda c: expected, copies, weight_bytes, unfused_ms, deadline,
     )  # fmt: skip
-    row["linear_then_activation_ms"] = unfused_ms
+    row["unfused_ms"] = unfused_ms
     if "gemv_best" in fused_row:
-        row["silu_out_best"], row["silu_out_ms"] = fused_row["gemv_best"], fused_row["gemv_ms"]
-        if row["silu_out_ms"] <= MIN_GAIN * unfused_ms:  # the table takes the fused launch
-            row["gemv_best"], row["gemv_ms"] = row["silu_out_best"], row["silu_out_ms"]
+        row[f"{fusion}_best"], row[f"{fusion}_ms"] = fused_row["gemv_best"], fused_row["gemv_ms"]
+        if fused_row["gemv_ms"] <= MIN_GAIN * unfused_ms:  # the table takes the fused launch
+            row["gemv_best"], row["gemv_ms"] = fused_row["gemv_best"], fused_row["gemv_ms"]
     return row
 
 
@@ -211,21 +203,22 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
     if not sweep:
         return row
     reference = F.linear(x.float(), weights[0].float())
-    if name == "gate_up":
-        return sweep_gate_up(row, x, weights, counters, copies, linear_ms, deadline)
-    if name != "down":
-        return sweep_shape(
-            row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters),
-            lambda c: reference, copies, 2 * n * k, linear_ms, deadline,
-        )  # fmt: skip
-    # The down projection: half the time for its plain launches, then the gated ones (x = the
-    # MLP's gate | up, silu(gate) * up computed as it loads) against the activation kernel
-    # followed by the best plain launch (or F.linear), as the MLP runs them.
+    # down and gate_up: half the time for the plain launches, then the fused ones.
+    fused = name in ("down", "gate_up")
     start = time.monotonic()
     row = sweep_shape(
         row, sweep_configs(), lambda i, c: gemv(x, weights[i], c, counters), lambda c: reference,
-        copies, 2 * n * k, linear_ms, start + (deadline - start) / 2,
+        copies, 2 * n * k, linear_ms, start + (deadline - start) / 2 if fused else deadline,
     )  # fmt: skip
+    if name == "gate_up":  # silu_out launches against F.linear then the activation kernel
+        return sweep_fused(
+            row, "silu_out", lambda i, c: gemv(x, weights[i], c, counters, silu_out=True),
+            lambda i: silu_and_mul(F.linear(x, weights[i])), copies, 2 * n * k, deadline,
+        )  # fmt: skip
+    if name != "down":
+        return row
+    # gated launches (x = the MLP's gate | up, silu(gate) * up computed as it loads) against
+    # the activation kernel followed by the best plain launch (or F.linear).
     gate_up = torch.randn(1, 2 * k, device="cuda", dtype=torch.bfloat16)
     plain = GemvConfig(**row["gemv_best"]) if "gemv_best" in row else None
 
@@ -235,19 +228,10 @@ def bench_shape(name: str, n: int, k: int, sweep: bool, deadline: float) -> dict
             activated, weights[i], plain, counters
         )  # fmt: skip
 
-    unfused_ms = median_ms(lambda: [unfused(i) for i in range(copies)], copies)
-    gated_row = sweep_shape(
-        {"shape": "down gated"},
-        [dataclasses.replace(c, gated=True) for c in sweep_configs()],
-        lambda i, c: gemv(gate_up, weights[i], c, counters, gated=True),
-        lambda c, expected=unfused(0).float(): expected, copies, 2 * n * k, unfused_ms, deadline,
+    return sweep_fused(
+        row, "gated", lambda i, c: gemv(gate_up, weights[i], c, counters, gated=True), unfused,
+        copies, 2 * n * k, deadline,
     )  # fmt: skip
-    row["activation_then_gemv_ms"] = unfused_ms
-    if "gemv_best" in gated_row:
-        row["gated_best"], row["gated_ms"] = gated_row["gemv_best"], gated_row["gemv_ms"]
-        if row["gated_ms"] <= MIN_GAIN * unfused_ms:  # the table takes the gated launch
-            row["gemv_best"], row["gemv_ms"] = row["gated_best"], row["gated_ms"]
-    return row
 
 
 def main() -> None:

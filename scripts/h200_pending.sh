@@ -101,6 +101,18 @@ export PYTHONPATH=/tmp/site
 bash scripts/h200.sh setup >/dev/null 2>&1
 MODEL=/tmp/llama-3.1-8b
 
+latency_summary() {  # $1: a glob of bench latency JSONs: each file's step and greedy digest
+  python3 - "$1" <<'PY'
+import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1])):
+    row = json.load(open(path))["results"][0]
+    keys = ("decode_ms_per_step_median", "decode_ms_per_step_overlapped_median",
+            "greedy_tokens_digest")
+    print(path.split("/")[-1], {k: round(row[k], 3) if isinstance(row[k], float) else row[k]
+                                for k in keys})
+PY
+}
+
 ab_latency() {  # $1: folder under $OUT; the rest: bench latency flags. `.base`, then this tree.
   mkdir -p "$OUT/$1"
   local tree name
@@ -196,12 +208,7 @@ for stage in "$@"; do
             --output-json "$OUT/pdl/${quant}_${name}.json" 2>&1 | tail -2
         done
       done
-      python3 -c "
-import json, glob
-for path in sorted(glob.glob('$OUT/pdl/*.json')):
-    row = json.load(open(path))['results'][0]
-    print(path.split('/')[-1], {k: row.get(k) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
-"
+      latency_summary "$OUT/pdl/*.json"
       timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_*.py 2>&1 | tail -4 ;;
     fp8-swap)
       # [8/14] batch 1 / 64 with FP8 weights: the skinny GEMM swapped (weight rows on the
@@ -364,12 +371,7 @@ for path in sorted(glob.glob('$OUT/pdl/*.json')):
       python3 scripts/mark_fusion_rows.py add_norm; lat bf16_add_norm
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
-      python3 -c "
-import json, glob
-for path in sorted(glob.glob('$dir/latency_*.json')):
-    row = json.load(open(path))['results'][0]
-    print(path.split('/')[-1], {k: row[k] if isinstance(row[k], str) else round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
-" ;;
+      latency_summary "$dir/latency_*.json" ;;
     silu-out)
       # [7/14] / [8/14] / [9/14] batch 1: the gate | up GEMV writes silu(gate) * up in its
       # epilogue (`silu_out` rows, built in the nineteenth session: no activation kernel, and
@@ -395,12 +397,7 @@ for path in sorted(glob.glob('$dir/latency_*.json')):
         kernels/
       # The nineteenth session's device was scarce: the other epilogue's A/B rides along.
       bash scripts/h200_pending.sh add-norm
-      python3 -c "
-import json, glob
-for path in sorted(glob.glob('$dir/latency_*.json')):
-    row = json.load(open(path))['results'][0]
-    print(path.split('/')[-1], {k: row[k] if isinstance(row[k], str) else round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median', 'greedy_tokens_digest')})
-" ;;
+      latency_summary "$dir/latency_*.json" ;;
     fp8-a16)
       # [8/14] batch 1 with FP8 weights: W8A16 GEMV launches in packed fp16 (`a16` +
       # `packed_f16`, built in the nineteenth session: the bf16 activations enter unquantized,
@@ -438,12 +435,7 @@ PY
         cp "$dir/shipped_gemv_fp8_configs.json" kernels/gemv_fp8_configs.json
         lat before_again
       fi
-      python3 -c "
-import json, glob
-for path in sorted(glob.glob('$dir/latency_*.json')):
-    row = json.load(open(path))['results'][0]
-    print(path.split('/')[-1], {k: round(row[k], 3) for k in ('decode_ms_per_step_median', 'decode_ms_per_step_overlapped_median')})
-" ;;
+      latency_summary "$dir/latency_*.json" ;;
     tree-gsp)
       # [6/14] generated-shared-prefix in-process with tree attention off, on, off, on (third
       # session: 31.81 / 26.87 s; target 18 s), then one decode step of that batch (1,024

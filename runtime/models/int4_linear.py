@@ -38,7 +38,12 @@ from radixgen.runtime.models.int4_checkpoint import (
     gptq_codes,
     quantize_rtn_int4,
 )
-from radixgen.runtime.models.linear import LinearBase, LinearMethod, ParamLayout
+from radixgen.runtime.models.linear import (
+    LinearBase,
+    LinearMethod,
+    ParamLayout,
+    is_unbiased_gate_up,
+)
 
 
 class Int4LinearMethod(LinearMethod):
@@ -130,11 +135,9 @@ class Int4LinearMethod(LinearMethod):
         return out if layer.bias is None else out + layer.bias
 
     def takes_silu_output(self, layer: LinearBase, num_tokens: int) -> bool:
-        # A merged gate | up layer of two equal halves, no bias (the activation needs the
-        # biased sums), no act-order permutation (int4_gemm takes x as it is).
-        halves = len(layer.output_sizes) == 2 and layer.output_sizes[0] == layer.output_sizes[1]
+        # No act-order permutation either (int4_gemm takes x as it is).
         return (
-            halves and layer.bias is None and layer.input_perm is None
+            is_unbiased_gate_up(layer) and layer.input_perm is None
             and int4_takes_silu_output(num_tokens, layer.qweight, layer.group_size)
         )  # fmt: skip
 

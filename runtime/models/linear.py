@@ -232,11 +232,16 @@ class UnquantizedLinearMethod(LinearMethod):
 GEMV_MAX_TOKENS = 4
 
 
+def is_unbiased_gate_up(layer: LinearBase) -> bool:
+    """Whether the layer can write its MLP activation (`silu_out`): a merged gate | up layer of
+    two equal halves without a bias (the activation needs the biased sums)."""
+    sizes = layer.output_sizes
+    return len(sizes) == 2 and sizes[0] == sizes[1] and layer.bias is None
+
+
 def _gemv_writes_silu(layer: LinearBase, config: GemvConfig | None) -> bool:
-    """A table row marked `silu_out` on a merged gate | up layer (two equal halves, no bias:
-    the activation needs the biased sums)."""
-    halves = len(layer.output_sizes) == 2 and layer.output_sizes[0] == layer.output_sizes[1]
-    return config is not None and config.silu_out and halves and layer.bias is None
+    """A table row marked `silu_out` on an unbiased gate | up layer."""
+    return config is not None and config.silu_out and is_unbiased_gate_up(layer)
 
 
 def resolve_gemv_configs(
