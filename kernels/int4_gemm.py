@@ -438,6 +438,26 @@ def _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, rows, SWAP_AB: tl.cons
 
 
 @triton.jit
+def _load_chunk(
+    qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE: tl.constexpr
+):
+    """The 16 packed words `[16, BLOCK_N]` int32 of the 128-row chunk at row k (interleaved
+    span: nibble j holds rows k + 16 j + 0..15) and its group's scales and zeros `[BLOCK_N]`
+    float32. A chunk at or past k_end (a prefetch past the split's last step) loads no words
+    and re-reads the last group's scales (in L1), never past the end."""
+    rows = k // 8 + tl.arange(0, 16)
+    words = tl.load(
+        qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
+        mask=(rows * 8 < k_end)[:, None] & mask_n[None, :], other=0,
+        eviction_policy="evict_first",  # streamed once
+    )  # fmt: skip
+    group_row = (tl.minimum(k, k_end - 1) // GROUP_SIZE) * N  # the chunk lies in one group
+    scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    return words, scale, zero
+
+
+@triton.jit
 def _int4_nibble_gemm_kernel(
     x_ptr,  # [M, K]
     qweight_ptr,  # [K / 8, N] int32, span 128
@@ -460,13 +480,13 @@ def _int4_nibble_gemm_kernel(
     PACKED: tl.constexpr,  # unpack two weights per instruction (16-bit x on CUDA)
     USE_PDL: tl.constexpr = False,  # pdl.py
     CHUNK_DOT: tl.constexpr = False,  # the chunk's 8 tiles in one [128, BLOCK_N] dot
+    PREFETCH_WORDS: tl.constexpr = False,  # the next chunk's words load before this one's dot
+    SILU_OUT: tl.constexpr = False,  # columns gate | up; out: [M, N / 2] silu(gate) * up
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
     pid_k = tl.program_id(2)
-    wait_for_prior_grids(USE_PDL)
     mask_m = offs_m < M
-    mask_n = offs_n < N
     if SWAP_AB:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     else:
@@ -475,15 +495,24 @@ def _int4_nibble_gemm_kernel(
     k_start = tl.multiple_of(pid_k * k_per_split, 128)
     k_end = tl.minimum(k_start + k_per_split, K)
     sub = tl.arange(0, 16)
+    if PREFETCH_WORDS:  # the weights are no earlier kernel's output: loaded before the wait
+        words, scale, zero = _load_chunk(
+            qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE
+        )
+    wait_for_prior_grids(USE_PDL)
     # One 128-row chunk a step (16 words a column): nibble j holds rows k + 16 j + 0..15.
     for k in range(k_start, k_end, 128):
-        words = tl.load(
-            qweight_ptr + (k // 8 + sub).to(tl.int64)[:, None] * N + offs_n[None, :],
-            mask=mask_n[None, :], other=0, eviction_policy="evict_first",  # streamed once
-        )  # fmt: skip
-        group_row = (k // GROUP_SIZE) * N  # the chunk lies in one group
-        scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        if PREFETCH_WORDS:
+            # Triton pipelines only the loads feeding a tl.dot directly (x here): the words
+            # reach the dot through the unpacking, so without this each step waits out their
+            # load with only the SM's other programs to hide it.
+            next_words, next_scale, next_zero = _load_chunk(
+                qweight_ptr, scales_ptr, zeros_ptr, k + 128, k_end, offs_n, mask_n, N, GROUP_SIZE
+            )
+        else:
+            words, scale, zero = _load_chunk(
+                qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE
+            )
         if PACKED:
             dtype: tl.constexpr = x_ptr.dtype.element_ty
             magic: tl.constexpr = 128.0 if dtype == tl.bfloat16 else 1024.0
@@ -525,6 +554,8 @@ def _int4_nibble_gemm_kernel(
             for j in tl.static_range(8):
                 acc = _nibble_dot(acc, _nibble_tile(words, zero, scale, j), x_ptr, offs_m, mask_m,
                                   stride_xm, k + 16 * j + sub, SWAP_AB)  # fmt: skip
+        if PREFETCH_WORDS:
+            words, scale, zero = next_words, next_scale, next_zero
     if SWAP_AB:
         result = tl.trans(acc)
     else:
@@ -533,10 +564,16 @@ def _int4_nibble_gemm_kernel(
     # int32 (the host checks M N < 2^31): int64 offsets of a 64 x 64 tile, live across the
     # split-K epilogue's atomic, cost ~90 registers a thread (ptxas sm_90: 240 -> 148).
     offsets = offs_m[:, None] * N + offs_n[None, :]
+    if SILU_OUT:  # the tile's B/2 activation columns of its tokens in the [M, N / 2] output
+        columns = tl.program_id(1) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        silu_offsets = offs_m[:, None] * (N // 2) + columns[None, :]
+        silu_mask = mask_m[:, None] & (columns < N // 2)[None, :]
+    else:  # unused (compiled away)
+        silu_offsets, silu_mask = offs_m, mask_m
     store_split(
         result, out_ptr, partial_ptr, counters_ptr + tile, offsets,
         mask_m[:, None] & mask_n[None, :], pid_k, tl.num_programs(2), stride_split, SPLIT_MODE,
-        WIDE_REDUCE=False,
+        WIDE_REDUCE=False, silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
     )  # fmt: skip
 
 
@@ -604,7 +641,7 @@ def int4_gemm(
     MLP's `[M, 2K]` gate | up and the product is `silu_and_mul(x) @ ...`, the activation
     computed as the GEMV loads x (GEMV launches only: `takes_gated_input`); with `silu_out`,
     the weight's columns are an MLP's gate | up and the result is `silu_and_mul` of the
-    product, computed in the GEMV's epilogue (GEMV launches only: `int4_takes_silu_output`;
+    product, computed in the epilogue of the GEMV or the nibble GEMM (`int4_takes_silu_output`;
     with K splits it needs `split_k_counters`).
 
     Args:
@@ -626,18 +663,18 @@ def int4_gemm(
     config = default_int4_config(m, n, k, group_size, x.device).with_overrides(**overrides)
     if gated and not config.gemv:
         raise ValueError("gated x takes the GEMV launch (int4_takes_gated_input)")
-    if silu_out and (not config.gemv or gated or n % 2 or config.block_n < 2):
+    span = runtime_span(group_size)
+    nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN and config.per_nibble
+    if silu_out and (not (config.gemv or nibble_gemm) or gated or n % 2 or config.block_n < 2):
         raise ValueError(
-            "silu_out takes the GEMV launch, an even number of columns (gate | up), "
-            "block_n >= 2 and no gated x"
+            "silu_out takes the GEMV or nibble-GEMM launch, an even number of columns "
+            "(gate | up), block_n >= 2 and no gated x"
         )
     block_k = config.block_k
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
-    span = runtime_span(group_size)
     if not config.gemv and span == INTERLEAVED_SPAN and block_k != INTERLEAVED_SPAN:
         raise ValueError(f"block_k must be {INTERLEAVED_SPAN} for group_size={group_size}")
-    nibble_gemm = not config.gemv and span == INTERLEAVED_SPAN and config.per_nibble
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
     out = torch.empty((m, n // 2 if silu_out else n), dtype=x.dtype, device=x.device)
@@ -671,7 +708,8 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, m, n, k, k_per_split, x.stride(0),
             m * n, GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
             SPLIT_MODE=split_mode, SWAP_AB=config.swap_ab, PACKED=packed,
-            CHUNK_DOT=config.chunk_dot, **launch,
+            CHUNK_DOT=config.chunk_dot, PREFETCH_WORDS=config.prefetch_words,
+            SILU_OUT=silu_out, **launch,
             **pdl_launch_options(x.device),
         )  # fmt: skip
     else:
@@ -696,12 +734,13 @@ def int4_takes_gated_input(m: int, qweight: torch.Tensor, group_size: int) -> bo
 
 def int4_takes_silu_output(m: int, qweight: torch.Tensor, group_size: int) -> bool:
     """Whether the layer passes `silu_out=True` at m tokens on this (merged gate | up) weight:
-    where the tuned table's launch is a GEMV row marked `silu_out`."""
+    where the tuned table's launch is a GEMV or nibble-GEMM row marked `silu_out`."""
     if not qweight.is_cuda or m >= DEQUANTIZE_M_MIN:
         return False
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     config = default_int4_config(m, n, k, group_size, qweight.device)
-    return config.gemv and config.silu_out
+    nibble_gemm = config.per_nibble and runtime_span(group_size) == INTERLEAVED_SPAN
+    return config.silu_out and (config.gemv or nibble_gemm)
 
 
 def dequantize_int4(

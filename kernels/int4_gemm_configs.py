@@ -59,22 +59,30 @@ class Int4GemmConfig:
     # Nibble GEMM: the chunk's 8 unpacked tiles multiplied in one dot (its wgmma steps back to
     # back) rather than one dot a nibble (each waited for before the next).
     chunk_dot: bool = False
+    # Nibble GEMM: the next chunk's words, scales and zeros loaded into registers before this
+    # chunk is unpacked and multiplied (the GEMV's `prefetch`; ~10 registers a thread more).
+    prefetch_words: bool = False
     # GEMV of a down projection: the layer takes the MLP's gate | up and the launch computes
     # silu(gate) * up as it loads x (`int4_gemm(..., gated=True)`). Opt-in per row: every
     # thread recomputes the step's x values it broadcasts over its columns.
     gated: bool = False
-    # GEMV of a merged gate | up projection: the launch writes silu(gate) * up, each tile
-    # holding block_n / 2 gate columns and their up columns (`int4_gemm(..., silu_out=True)`;
-    # the activation kernel after the layer goes). Opt-in per row.
+    # GEMV or nibble GEMM of a merged gate | up projection: the launch writes silu(gate) * up,
+    # each tile holding block_n / 2 gate columns and their up columns (`int4_gemm(...,
+    # silu_out=True)`; the activation kernel after the layer goes). Opt-in per row.
     silu_out: bool = False
 
     def __post_init__(self) -> None:
         if self.gated and not self.gemv:
             raise ValueError("gated is a GEMV option (gemv=True)")
-        if self.silu_out and (not self.gemv or self.gated):
-            raise ValueError("silu_out is a GEMV option (gemv=True), not with gated")
+        if self.silu_out and (self.gated or not (self.gemv or self.per_nibble)):
+            raise ValueError(
+                "silu_out is a GEMV or nibble-GEMM option (gemv=True or per_nibble=True), "
+                "not with gated"
+            )
         if self.chunk_dot and (self.gemv or not self.per_nibble):
             raise ValueError("chunk_dot is a nibble-GEMM option (gemv=False, per_nibble=True)")
+        if self.prefetch_words and (self.gemv or not self.per_nibble):
+            raise ValueError("prefetch_words is a nibble-GEMM option (gemv=False, per_nibble=True)")
         if self.packed_f16 and not self.gemv:
             raise ValueError("packed_f16 is a GEMV option (gemv=True)")
         for name in ("block_m", "block_n", "block_k", "split_k"):

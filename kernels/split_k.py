@@ -83,15 +83,20 @@ def _store_output(
     norm=None, NORM_BLOCK: tl.constexpr = 0,
 ):  # fmt: skip
     """Stores a tile's summed fp32 outputs at `offsets`, or with SILU_OUT its `B/2`
-    activations `silu(gate) * up` at `silu_offsets` (`silu_columns`): gate and up each rounded
+    activations `silu(gate) * up` (a token's: `[B/2]`, or `[BLOCK_M, B/2]` of a GEMM tile) at
+    `silu_offsets` (`silu_columns`): gate and up each rounded
     to out's dtype first, as the GEMV's output would be, then as `silu_and_mul` rounds; with
     NORM_BLOCK > 0, `_store_added_and_norm`."""
     dtype = out_ptr.dtype.element_ty
     if NORM_BLOCK > 0:
         _store_added_and_norm(total, out_ptr, offsets, mask, norm, NORM_BLOCK)
     elif SILU_OUT:
-        halves = tl.permute(tl.reshape(total, [2, total.shape[0] // 2]), [1, 0])
-        gate, up = tl.split(halves)  # [B/2] each (`tile_rows`' order)
+        if len(total.shape) == 1:  # a GEMV's [B]
+            halves = tl.permute(tl.reshape(total, [2, total.shape[0] // 2]), [1, 0])
+        else:  # a GEMM's [BLOCK_M, B]: every token's row holds its gate then up columns
+            halves = tl.reshape(total, [total.shape[0], 2, total.shape[1] // 2])
+            halves = tl.permute(halves, [0, 2, 1])
+        gate, up = tl.split(halves)  # [B/2] or [BLOCK_M, B/2] each (`tile_rows`' order)
         act = silu_times_up(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
         tl.store(out_ptr + silu_offsets, act.to(dtype), mask=silu_mask)
     else:

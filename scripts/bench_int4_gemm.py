@@ -99,8 +99,13 @@ GEMM_TILES = [
 # as several 16-token tiles (the words re-read from L2, unpacked again). per_nibble False: the
 # whole chunk unpacked and reshaped into one dot (the old GEMM's way). A 7th True: the nibble
 # GEMM's packed tiles stacked into one dot (`chunk_dot`; sm_90 compile: its 8 wgmma steps back to
-# back, 182 registers swapped at 64 x 64, 103 at 64 x 128 / 8 warps), tried first.
+# back, 182 registers swapped at 64 x 64, 103 at 64 x 128 / 8 warps), tried first. An 8th True:
+# also the next chunk's words loaded ahead (`prefetch_words`).
 NIBBLE_GEMM_TILES = [
+    (0, 64, 4, 3, True, True, True, True),
+    (0, 128, 8, 3, False, True, True, True),
+    (0, 64, 4, 3, False, True, True, True),
+    (0, 128, 8, 3, True, True, True, True),
     (0, 64, 4, 3, True, True, True),
     (0, 128, 8, 3, False, True, True),
     (0, 64, 4, 3, False, True, True),
@@ -159,6 +164,7 @@ def sweep_configs(m: int, n: int, k: int, num_sms: int) -> list[Int4GemmConfig]:
                     swap_ab,
                     per_nibble=per_nibble,
                     chunk_dot=bool(chunk and chunk[0]),
+                    prefetch_words=len(chunk) > 1 and chunk[1],
                 )  # fmt: skip
             )
         return configs
@@ -247,7 +253,7 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep_budget_s: float | None)
             block_m = min(64, max(16, triton.next_power_of_2(m)))
             reshaped = dict(
                 per_nibble=False, block_m=block_m, block_n=128, num_warps=8 if block_m >= 64 else 4,
-                swap_ab=block_m == 16,
+                swap_ab=block_m == 16, chunk_dot=False, prefetch_words=False,
             )  # fmt: skip
             out = int4_gemm(x, *weights[0], GROUP_SIZE, counters, **reshaped)
             reshaped_error = ((out.float() - reference).norm() / reference.norm()).item()

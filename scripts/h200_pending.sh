@@ -372,6 +372,36 @@ for stage in "$@"; do
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
       latency_summary "$dir/latency_*.json" ;;
+    int4-gemm)
+      # [9/14] batch 64 (twentieth session): the nibble GEMM with the next chunk's words loaded
+      # ahead (`prefetch_words`) and with the gate | up activation in its epilogue (`silu_out`
+      # rows at 64 / 128 tokens). The int4 GPU tests; bench latency batch 64: bf16, int4 with
+      # the table in the tree, the 64 / 128-token rows re-swept (prefetched tiles first) and
+      # installed, then also marked silu_out, bf16 again. One tarball comes back (the tool
+      # returns few files).
+      dir="$OUT/int4_gemm"
+      mkdir -p "$dir"
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_int4_gemm.py \
+        2>&1 | tail -2
+      lat() {  # $1: name, the rest: flags
+        timeout 120 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 "${@:2}" \
+          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
+      }
+      lat bf16_before
+      lat awq_before --quantization awq
+      (cd scripts && timeout 170 python3 bench_int4_gemm.py --tokens 64 128 --sweep \
+        --sweep-budget-s 120 --out "$dir" 2>&1 | grep -v -i warn | tail -10)
+      if [ -s "$dir/int4_gemm_configs.json" ]; then
+        cp "$dir/int4_gemm_configs.json" kernels/
+        lat awq_swept --quantization awq
+        python3 scripts/mark_fusion_rows.py silu_out --int4-buckets 64 128
+        cp kernels/int4_gemm_configs.json "$dir/int4_gemm_configs_silu.json"
+        lat awq_swept_silu --quantization awq
+      fi
+      lat bf16_again
+      latency_summary "$dir/latency_*.json"
+      tar czf "$OUT/int4_gemm.tgz" -C "$OUT" int4_gemm && rm -rf "$dir" ;;
     silu-out)
       # [7/14] / [8/14] / [9/14] batch 1: the gate | up GEMV writes silu(gate) * up in its
       # epilogue (`silu_out` rows, built in the nineteenth session: no activation kernel, and

@@ -12,7 +12,10 @@ afterwards):
   residual and writes the next RMSNorm of the row (16-bit GEMVs only).
 
     python scripts/mark_fusion_rows.py {gated,silu_out,add_norm} [--hidden 4096]
-        [--intermediate 14336]
+        [--intermediate 14336] [--int4-buckets 16 32 64 128]
+
+`--int4-buckets` (silu_out): the int4 table's gate | up rows of those token buckets too, where
+they are nibble-GEMM launches (the epilogue of a `[BLOCK_M, BLOCK_N]` tile).
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def main() -> None:
     parser.add_argument("fusion", choices=("gated", "silu_out", "add_norm"))
     parser.add_argument("--hidden", type=int, default=4096, help="gate_up's in_features")
     parser.add_argument("--intermediate", type=int, default=14336, help="down's in_features")
+    parser.add_argument(
+        "--int4-buckets", type=int, nargs="*", default=[],
+        help="silu_out: also the int4 nibble-GEMM gate | up rows of these token buckets",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.fusion == "add_norm":  # o and down (N = hidden), bf16 only
         marked = sum(
@@ -73,8 +80,13 @@ def main() -> None:
         marked += mark_shape_table(KERNELS / name, f"{k}x{n}", args.fusion, missing)
     path = KERNELS / "int4_gemm_configs.json"
     table = json.loads(path.read_text())
+    gemm_buckets = set(args.int4_buckets) if args.fusion == "silu_out" else set()
     for row in table["configs"]:
-        if (row["k"], row["n"]) == (k, n) and row["gemv"] and row["m_bucket"] == 1:
+        if (row["k"], row["n"]) != (k, n):
+            continue
+        batch_1 = row["gemv"] and row["m_bucket"] == 1
+        nibble_gemm = not row["gemv"] and row.get("per_nibble", True)
+        if batch_1 or (nibble_gemm and row["m_bucket"] in gemm_buckets):
             row[args.fusion] = True
             marked += 1
     path.write_text(json.dumps(table, indent=1) + "\n")  # as bench_int4_gemm.py writes it

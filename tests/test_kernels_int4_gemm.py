@@ -85,6 +85,18 @@ GEMV = {"gemv": True, "block_m": 1, "num_stages": 1}
         # ... with the chunk's 8 nibble tiles stacked into one dot (chunk_dot)
         (33, 64, 256, 128, torch.float16, {"chunk_dot": True, "split_k": 2}, True),
         (17, 40, 384, 128, torch.float32, {"chunk_dot": True, "swap_ab": True}, False),
+        # ... with the next chunk's words loaded ahead (3 chunks a split: the last prefetch
+        # reaches past the split's end and loads nothing)
+        (
+            33,
+            64,
+            768,
+            128,
+            torch.float16,
+            {"chunk_dot": True, "prefetch_words": True, "split_k": 2},
+            True,
+        ),  # fmt: skip
+        (17, 40, 384, 128, torch.float32, {"prefetch_words": True, "swap_ab": True}, False),
         # group 128, the whole chunk unpacked, permuted to row order and reshaped into one dot
         (20, 40, 256, 128, torch.float16, {"per_nibble": False, "split_k": 2}, True),
         (9, 64, 384, 128, torch.float32, {"per_nibble": False, "swap_ab": True}, False),
@@ -151,14 +163,42 @@ def test_silu_out_gemv_writes_the_activation_of_its_gate_and_up_sums(split_k):
     assert out.shape == (1, intermediate)
     torch.testing.assert_close(out, gated_activation(plain), atol=1e-3, rtol=1e-3)
     assert not counters.any()
-    with pytest.raises(ValueError, match="silu_out takes the GEMV launch"):
+    # Group 64 keeps GPTQ's order: its GEMM is the reshaped one, which has no such epilogue.
+    with pytest.raises(ValueError, match="silu_out takes the GEMV or nibble-GEMM launch"):
         int4_gemm(x, *weights, group_size, counters, silu_out=True, gemv=False)
     if split_k > 1:
         with pytest.raises(ValueError, match="needs split_k_counters"):
             int4_gemm(x, *weights, group_size, silu_out=True, **launch)
     config = default_int4_config(1, 2 * intermediate, k, group_size, x.device)
-    with pytest.raises(ValueError, match="silu_out is a GEMV option"):
-        config.with_overrides(gemv=False, block_m=16, silu_out=True)
+    with pytest.raises(ValueError, match="silu_out is a GEMV or nibble-GEMM option"):
+        config.with_overrides(gemv=False, block_m=16, per_nibble=False, silu_out=True)
+
+
+@pytest.mark.parametrize(
+    "m,dtype,overrides",
+    [
+        (20, torch.float16, {"split_k": 1}),
+        (33, torch.float16, {"split_k": 2, "chunk_dot": True, "prefetch_words": True}),
+        (17, torch.float32, {"split_k": 2, "swap_ab": True}),
+    ],
+)
+def test_silu_out_nibble_gemm_writes_each_tokens_activation(m, dtype, overrides):
+    """`silu_out` on the nibble GEMM (group 128, 2 to 255 tokens): every token's row of a
+    `[BLOCK_M, BLOCK_N]` tile holds its gate then its up sums, and the launch writes
+    `silu(gate) * up` as the plain launch then the activation kernel would (ragged halves,
+    ragged tokens, in-kernel splits, the swapped and chunk-dot launches)."""
+    generator = torch.Generator().manual_seed(m)
+    intermediate, k = 36, 512  # 36 is no multiple of block_n / 2
+    weights = random_int4(2 * intermediate, k, 128, dtype, generator)
+    x = torch.randn(m, k, generator=generator).to(dtype)
+    counters = torch.zeros(split_k_counter_slots(2 * intermediate), dtype=torch.int32)
+    launch = {"gemv": False, "block_m": 16, "block_n": 16, **overrides}
+    plain = int4_gemm(x, *weights, 128, counters, **launch)
+    out = int4_gemm(x, *weights, 128, counters, silu_out=True, **launch)
+    assert out.shape == (m, intermediate)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-3
+    torch.testing.assert_close(out, gated_activation(plain), atol=tolerance, rtol=tolerance)
+    assert not counters.any()
 
 
 def test_reference_is_dequantize_then_matmul():
@@ -246,6 +286,13 @@ def test_int4_kernels_agree_across_configs_on_cuda():
          "chunk_dot": True},
         {"gemv": False, "block_m": 64, "block_n": 128, "split_k": 2, "num_warps": 8,
          "chunk_dot": True},
+        # ... with the next chunk's words loaded ahead
+        {"gemv": False, "block_m": 64, "block_n": 64, "split_k": 4, "swap_ab": True,
+         "chunk_dot": True, "prefetch_words": True},
+        {"gemv": False, "block_m": 128, "block_n": 64, "split_k": 1, "swap_ab": True,
+         "chunk_dot": True, "prefetch_words": True},
+        {"gemv": False, "block_m": 32, "block_n": 128, "split_k": 2, "num_warps": 8,
+         "chunk_dot": True, "prefetch_words": True},
     ):  # fmt: skip
         out = int4_gemm(x, *weights, 128, **config)
         assert relative_error(out, reference) < 1e-2, config
@@ -326,6 +373,20 @@ def test_silu_out_gemv_equals_the_gemv_then_the_activation_kernel_on_cuda():
         out = int4_gemm(x, *weights, 128, counters, silu_out=True, **config)
         assert torch.equal(out, expected), (packed, split_k)
     assert not counters.any()
+    # The nibble GEMM's epilogue at decode batches: the same bits as the plain launch + kernel.
+    # (64 and 128 tokens, 128 columns, 8 warps: the shipped rows.)
+    for m, block_n, warps, split_k, swap in (
+        (64, 128, 8, 1, True), (128, 128, 8, 1, True), (64, 64, 4, 1, True),
+        (128, 64, 4, 2, True), (32, 64, 4, 2, False),
+    ):  # fmt: skip
+        x = torch.randn(m, 4096, generator=generator).to(torch.bfloat16).cuda()
+        config = {"gemv": False, "block_m": m, "block_n": block_n, "split_k": split_k,
+                  "num_warps": warps, "swap_ab": swap, "chunk_dot": True,
+                  "prefetch_words": True}  # fmt: skip
+        expected = silu_and_mul(int4_gemm(x, *weights, 128, counters, **config))
+        out = int4_gemm(x, *weights, 128, counters, silu_out=True, **config)
+        assert torch.equal(out, expected), (m, split_k)
+    assert not counters.any()
 
 
 _INT4 = "radixgen.kernels.int4_gemm"
@@ -390,6 +451,15 @@ def test_kernels_compile_for_sm90_without_spills():
              "SWAP_AB": swap, "PACKED": True, "CHUNK_DOT": True}, warps,
             {"divisible": ["N", "K", "k_per_split"], "require_ptx": ["wgmma.mma_async"]})
            for block_n, swap, warps in ((64, True, 4), (128, False, 8))]
+        # ... with the next chunk's words loaded ahead, the first before the PDL wait, and the
+        # gate | up activation in the epilogue
+        + [(_INT4, "_int4_nibble_gemm_kernel", _GEMM,
+            {"GROUP_SIZE": 128, "BLOCK_M": 64, "BLOCK_N": 64, "SPLIT_MODE": split_mode,
+             "SWAP_AB": True, "PACKED": True, "CHUNK_DOT": True, "PREFETCH_WORDS": True,
+             "USE_PDL": True, "SILU_OUT": silu}, 4,
+            {"divisible": ["N", "K", "k_per_split"],
+             "require_ptx": ["wgmma.mma_async", *PDL_PTX["require_ptx"]]})
+           for split_mode, silu in ((2, False), (0, True), (2, True))]
         + [(_INT4, "_int4_gemm_kernel", _GEMM, {"GROUP_SIZE": 128, "SPAN": 128, "BLOCK_M": 64,
             "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_MODE": 2, "SWAP_AB": False, "USE_PDL": True},
             8, PDL_PTX)]
