@@ -49,6 +49,7 @@ from radixgen.kernels.launch_tables import (
 )
 from radixgen.kernels.norm_rows import store_fp8_row
 from radixgen.kernels.pdl import pdl_launch_options, prefetch_to_l2, wait_for_prior_grids
+from radixgen.kernels.rope_store import RopeStore, rope_store_ref
 from radixgen.kernels.split_k import finish_splits, split_buffers, store_split
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -462,6 +463,7 @@ def fp8_linear(
     split_k_counters: torch.Tensor | None = None,  # int32 zeros (`fp8_gemm`, `gemv`)
     gemv_configs: dict[int, GemvConfig] | None = None,  # tokens -> the FP8 GEMV's launch
     silu_out: bool = False,  # gate | up weight: silu(gate) * up, [..., N / 2] (GEMV only)
+    rope_store: RopeStore | None = None,  # q | k | v weight: rotated q, k / v stored (GEMV)
 ) -> torch.Tensor:  # [..., N], x.dtype
     """`x @ dequant(weight).T + bias` through FP8: activations quantized per token.
 
@@ -472,23 +474,31 @@ def fp8_linear(
     `Fp8Activations` skip the quantization; so do 16-bit activations whose GEMV launch is
     `a16` (W8A16: e4m3 weights times x as it is, `gemv.py`). `silu_out` (no bias; only at the
     token counts `gemv_configs` lists): the GEMV writes `silu_and_mul` of the product.
+    `rope_store` (no bias; GEMV token counts only): the rotated q of the q | k | v product, k
+    and v written into its caches (`kernels/rope_store.py`).
     """
     if not weight.is_cuda:
         out = fp8_linear_ref(x, weight, weight_scale, bias)
+        if rope_store is not None:
+            return rope_store_ref(out.reshape(-1, out.shape[-1]), rope_store)
         return silu_times_up_ref(out) if silu_out else out
     quantized = isinstance(x, Fp8Activations)
     tokens = x.shape[0] if quantized else x.numel() // max(1, x.shape[-1])
     gemv_config = gemv_configs.get(tokens) if gemv_configs else None
-    if silu_out and (gemv_config is None or bias is not None):
-        raise ValueError("silu_out takes a GEMV launch (gemv_configs at these tokens), no bias")
+    if (silu_out or rope_store is not None) and (gemv_config is None or bias is not None):
+        raise ValueError(
+            "silu_out and rope_store take a GEMV launch (gemv_configs at these tokens), no bias"
+        )
     n_out = weight.shape[0] // 2 if silu_out else weight.shape[0]
+    if rope_store is not None:
+        n_out = rope_store.num_heads * rope_store.head_dim
     if gemv_config is not None and gemv_config.a16 and not quantized:
         # W8A16 GEMV: the activations as they are, no quantization pass.
         x2d = x.reshape(-1, x.shape[-1])
         x2d = x2d if x2d.stride(1) == 1 else x2d.contiguous()
         out = gemv(
             x2d, weight, gemv_config, split_k_counters, weight_scale=weight_scale,
-            silu_out=silu_out,
+            silu_out=silu_out, rope_store=rope_store,
         )  # fmt: skip
         out = out if bias is None else out + bias
         return out.reshape(*x.shape[:-1], n_out)
@@ -508,7 +518,7 @@ def fp8_linear(
     if gemv_config is not None:  # W8A8 (an `a16` launch takes e4m3 x too, with its scales)
         out = gemv(
             xq, weight, gemv_config, split_k_counters, x_scale=x_scale,
-            weight_scale=weight_scale, out_dtype=dtype, silu_out=silu_out,
+            weight_scale=weight_scale, out_dtype=dtype, silu_out=silu_out, rope_store=rope_store,
         )  # fmt: skip
     elif use_cublas:
         out = fp8_scaled_mm(xq, x_scale, weight, weight_scale, dtype)

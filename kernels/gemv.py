@@ -65,8 +65,10 @@ from radixgen.kernels.launch_tables import (
     select_bounded_bucket,
 )
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
+from radixgen.kernels.rope_store import RopeStore, rope_prologue
 from radixgen.kernels.split_k import (
     finish_splits,
+    paired_tiles,
     silu_columns,
     split_buffers,
     store_split,
@@ -104,6 +106,10 @@ class GemvConfig:
     # RMSNorm of the row (`gemv(..., add_norm=)`), so the norm kernel after the layer goes.
     # Opt-in per row (an A/B in the decode step decides).
     add_norm: bool = False
+    # A merged q | k | v projection's row: the launch also rotates q and k and writes k and v
+    # into the KV cache (`gemv(..., rope_store=)`), so the rotary kernel after the layer goes.
+    # Opt-in per row (an A/B in the decode step decides).
+    rope_store: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k"):
@@ -120,6 +126,8 @@ class GemvConfig:
             raise ValueError("add_norm is a 16-bit GEMV option, not with gated/silu_out/packed")
         if self.silu_out and (self.gated or self.block_n < 2):
             raise ValueError("silu_out needs block_n >= 2 and is not gated")
+        if self.rope_store and (self.gated or self.silu_out or self.add_norm or self.block_n < 2):
+            raise ValueError("rope_store needs block_n >= 2, not with gated/silu_out/add_norm")
         if self.gated and self.packed_f16:
             raise ValueError("gated launches run the float32 path: not with packed_f16")
 
@@ -193,9 +201,12 @@ def _gemv_kernel(
     norm_counters_ptr=None,  # [>= M] int32 zeros: the row's tiles arrived
     norm_eps=1e-6,
     NORM_BLOCK: tl.constexpr = 0,  # > 0 (next_power_of_2(N)): `split_k.store_split`'s ADD_NORM
+    rope=None,  # `RopeStore.kernel_args` (ROPE_HALF > 0): w is q | k | v, out: [M, q] rotated
+    ROPE_HALF: tl.constexpr = 0,  # > 0: head_dim / 2 of the rotary + KV-store epilogue
+    KV_FP8_MAX: tl.constexpr = 0.0,  # > 0: the FP8 cache format's largest value
 ):
     row = tl.program_id(0).to(tl.int64)
-    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT, ROPE_HALF)
     pid_k = tl.program_id(2)
     offs_k = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
@@ -207,6 +218,7 @@ def _gemv_kernel(
     ks = k_start + offs_k
     w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & (ks < k_end)[None, :], other=0.0)
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    rope_epilogue = rope_prologue(rope, row, BLOCK_N, ROPE_HALF, out_ptr)
     for k in range(k_start, k_end, BLOCK_K):
         # The next step's tile is in flight while this one computes (past k_end: masked off).
         next_ks = k + BLOCK_K + offs_k
@@ -238,7 +250,7 @@ def _gemv_kernel(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
         silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT, norm=norm,
-        NORM_BLOCK=NORM_BLOCK,
+        NORM_BLOCK=NORM_BLOCK, rope=rope_epilogue, ROPE_HALF=ROPE_HALF, KV_FP8_MAX=KV_FP8_MAX,
     )  # fmt: skip
 
 
@@ -382,6 +394,9 @@ def _gemv_e4m3_packed_kernel(
     X_KIND: tl.constexpr = 0,  # x: 0 e4m3 with its per-token scale (W8A8), 1 bf16, 2 fp16
     AMAX_BLOCK: tl.constexpr = 1024,  # 16-bit x: values a step of the split's |x| maximum
     SILU_OUT: tl.constexpr = False,  # w: gate | up; out: [M, N / 2] silu(gate) * up
+    rope=None,  # as `_gemv_kernel`'s
+    ROPE_HALF: tl.constexpr = 0,
+    KV_FP8_MAX: tl.constexpr = 0.0,
 ):
     """`_gemv_kernel` for e4m3 weights in packed fp16 arithmetic (`_e4m3_quad_dot`): about half
     the instructions a weight of the float32 path. CUDA only (inline PTX).
@@ -394,7 +409,7 @@ def _gemv_e4m3_packed_kernel(
     rounded once to 11 bits (~5e-4 relative; W8A8's e4m3 activations keep 3), and the sums are
     scaled back by that maximum."""
     row = tl.program_id(0).to(tl.int64)
-    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT, ROPE_HALF)
     pid_k = tl.program_id(2)
     offs_w = tl.arange(0, BLOCK_K // 4)  # weight words of a step
     if X_KIND == 0:
@@ -408,6 +423,7 @@ def _gemv_e4m3_packed_kernel(
     ws = k_start // 4 + offs_w
     w = tl.load(w_rows + ws[None, :], mask=mask_n[:, None] & (ws < k_end // 4)[None, :], other=0)
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    rope_epilogue = rope_prologue(rope, row, BLOCK_N, ROPE_HALF, out_ptr)
     if X_KIND == 0:
         x_inv = 1.0  # unused: the e4m3 pairs carry their fixed 2^-9
     else:
@@ -435,7 +451,8 @@ def _gemv_e4m3_packed_kernel(
     store_split(
         sums, out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
-        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT, rope=rope_epilogue,
+        ROPE_HALF=ROPE_HALF, KV_FP8_MAX=KV_FP8_MAX,
     )  # fmt: skip
 
 
@@ -458,6 +475,7 @@ def gemv(
     gated: bool = False,  # x is [M, 2K] gate | up: multiplies silu(gate) * up
     silu_out: bool = False,  # weight is gate | up: returns silu(gate) * up, [M, N / 2]
     add_norm: AddNorm | None = None,  # returns (rms_norm(out + residual), out + residual)
+    rope_store: RopeStore | None = None,  # weight is q | k | v: returns rotated q, stores k, v
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [M, N] out_dtype (silu: [M, N / 2])
     """`x @ weight.T` by the split-K GEMV (any device Triton runs on: the interpreter on the
     CPU). With `split_k_counters` the splits are summed in the same launch, else by a second.
@@ -474,13 +492,19 @@ def gemv(
     add_norm.weight, add_norm.eps)` as `(normed, h)`, each tile storing its part of `h = out +
     residual` and the row's last tile normalizing the row (one launch instead of the GEMV and
     the norm kernel; `h` the same bits, `normed` within the norm kernel's rounding: its sum of
-    squares runs in another order); with K splits it needs `split_k_counters`.
+    squares runs in another order); with K splits it needs `split_k_counters`. `rope_store`
+    (the weight Llama's merged q | k | v heads, `kernels/rope_store.py`): the rotated q `[M,
+    num_heads * head_dim]`, with the rotated k and the v written into the caches at the
+    slots, as the GEMV then `rotary_embedding_and_store_kv` would; with K splits it needs
+    `split_k_counters`.
 
     Raises:
         ValueError/TypeError naming the argument on bad shapes, dtypes or strides.
     """
     if add_norm is not None:
         _check_add_norm(add_norm, x, weight, config, gated or silu_out)
+    if rope_store is not None and (gated or silu_out or add_norm is not None):
+        raise ValueError("rope_store is not with gated, silu_out or add_norm")
     if silu_out and (gated or weight.shape[0] % 2 or config.block_n < 2):
         raise ValueError(
             "silu_out needs an even number of weight rows (gate | up), block_n >= 2 and no gated"
@@ -518,19 +542,26 @@ def gemv(
     elif x_scale is not None or weight_scale is not None:
         raise ValueError("x_scale and weight_scale are for e4m3 operands only")
     out_dtype = out_dtype if x_scaled else x.dtype
-    out = torch.empty((m, n // 2 if silu_out else n), dtype=out_dtype, device=x.device)
+    out_width = n // 2 if silu_out else n
+    rope_args, rope_constexprs = (), {}
+    if rope_store is not None:
+        rope_store.check(m, n, out_dtype)
+        out_width = rope_store.num_heads * rope_store.head_dim
+        rope_args, rope_constexprs = rope_store.kernel_args()
+    out = torch.empty((m, out_width), dtype=out_dtype, device=x.device)
     if m == 0:
         return out
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
-    # silu_out: a tile holds block_n / 2 gate rows and their up rows (`split_k.tile_rows`).
-    tiles_n = (
-        triton.cdiv(n // 2, config.block_n // 2) if silu_out else triton.cdiv(n, config.block_n)
-    )
+    # silu_out / rope_store: a tile holds block_n / 2 pairs of rows (`split_k.tile_rows`).
+    paired = silu_out or rope_store is not None
+    tiles_n = paired_tiles(n, config.block_n) if paired else triton.cdiv(n, config.block_n)
     grid = (m, tiles_n, splits)
     split_mode, partial, counters = split_buffers(
-        out, splits, m * tiles_n, split_k_counters, silu_out, in_kernel=add_norm is not None
-    )
+        out, splits, m * tiles_n, split_k_counters, silu_out,
+        in_kernel=add_norm is not None or rope_store is not None, weight_rows=n,
+    )  # fmt: skip
+    rope_launch = {"rope": rope_args, **rope_constexprs} if rope_store is not None else {}
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
     words_fit = words_fit and k % 4 == 0
@@ -544,7 +575,8 @@ def gemv(
             weight_scale, n, k, k_per_split, x.stride(0), weight.stride(0), m * n,
             BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
             X_KIND=x_kind, AMAX_BLOCK=min(triton.next_power_of_2(k_per_split), 4096),
-            SILU_OUT=silu_out, num_warps=config.num_warps, **pdl_launch_options(x.device),
+            SILU_OUT=silu_out, num_warps=config.num_warps, **rope_launch,
+            **pdl_launch_options(x.device),
         )  # fmt: skip
         return finish_splits(split_mode, partial, out)
     norm_args, normed = {}, None
@@ -560,7 +592,7 @@ def gemv(
         weight_scale if scaled else out, n, k, k_per_split, x.stride(0), weight.stride(0),
         m * n, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_MODE=split_mode,
         SCALED=scaled, X_SCALED=x_scaled, GATED=gated, SILU_OUT=silu_out,
-        num_warps=config.num_warps, **norm_args, **pdl_launch_options(x.device),
+        num_warps=config.num_warps, **norm_args, **rope_launch, **pdl_launch_options(x.device),
     )  # fmt: skip
     out = finish_splits(split_mode, partial, out)
     return out if add_norm is None else (normed, out)

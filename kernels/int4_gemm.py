@@ -85,8 +85,10 @@ from radixgen.kernels.int4_reference import (
 
 # The split-K epilogues and buffers shared with the FP8 GEMM and the bf16 GEMV.
 from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
+from radixgen.kernels.rope_store import RopeStore, rope_prologue
 from radixgen.kernels.split_k import (
     finish_splits,
+    paired_tiles,
     silu_columns,
     split_buffers,
     store_split,
@@ -104,6 +106,7 @@ __all__ = [
     "int4_linear",
     "int4_linear_ref",
     "int4_takes_gated_input",
+    "int4_takes_rope_store",
     "int4_takes_silu_output",
     "pack_int4_rows",
     "runtime_span",
@@ -188,9 +191,12 @@ def _int4_gemv_kernel(
     PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
     GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`load_x`)
     SILU_OUT: tl.constexpr = False,  # columns gate | up; out: [M, N / 2] silu(gate) * up
+    rope=None,  # `RopeStore.kernel_args` (ROPE_HALF > 0): columns q | k | v, out: [M, q]
+    ROPE_HALF: tl.constexpr = 0,  # > 0: head_dim / 2 of the rotary + KV-store epilogue
+    KV_FP8_MAX: tl.constexpr = 0.0,  # > 0: the FP8 cache format's largest value
 ):
     row = tl.program_id(0).to(tl.int64)
-    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT)
+    offs_n, mask_n = tile_rows(tl.program_id(1), N, BLOCK_N, SILU_OUT, ROPE_HALF)
     pid_k = tl.program_id(2)
     x_row = x_ptr + row * stride_xm
     # A run-time value: the compiler cannot fold it into the ANDs of _nibble_minus_zero, which
@@ -209,6 +215,7 @@ def _int4_gemv_kernel(
             GROUP_SIZE, BLOCK_K,
         )  # fmt: skip
     wait_for_prior_grids(USE_PDL)  # x and the outputs are the earlier kernels'
+    rope_epilogue = rope_prologue(rope, row, BLOCK_N, ROPE_HALF, out_ptr)
     if PACKED_F16:  # over the whole SPAN-row chunks the split's words reach into
         x_amax = abs_max(
             x_row, (k_start // SPAN) * SPAN, tl.minimum(tl.cdiv(k_end, SPAN) * SPAN, K), K, GATED
@@ -254,7 +261,8 @@ def _int4_gemv_kernel(
     store_split(
         tl.sum(acc, axis=0), out_ptr, partial_ptr, counters_ptr + tile, row * N + offs_n, mask_n,
         pid_k, tl.num_programs(2), stride_split, SPLIT_MODE, WIDE_REDUCE=True,
-        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT,
+        silu_offsets=silu_offsets, silu_mask=silu_mask, SILU_OUT=SILU_OUT, rope=rope_epilogue,
+        ROPE_HALF=ROPE_HALF, KV_FP8_MAX=KV_FP8_MAX,
     )  # fmt: skip
 
 
@@ -635,14 +643,17 @@ def int4_gemm(
     split_k_counters: torch.Tensor | None = None,
     gated: bool = False,
     silu_out: bool = False,
+    rope_store: RopeStore | None = None,
     **overrides,
-) -> torch.Tensor:  # [M, N] x's dtype ([M, N / 2] with silu_out)
+) -> torch.Tensor:  # [M, N] x's dtype ([M, N / 2] with silu_out, [M, q] with rope_store)
     """The Triton int4 product `x @ dequantize_int4_ref(...)` (no bias); with `gated`, x is an
     MLP's `[M, 2K]` gate | up and the product is `silu_and_mul(x) @ ...`, the activation
     computed as the GEMV loads x (GEMV launches only: `takes_gated_input`); with `silu_out`,
     the weight's columns are an MLP's gate | up and the result is `silu_and_mul` of the
     product, computed in the epilogue of the GEMV or the nibble GEMM (`int4_takes_silu_output`;
-    with K splits it needs `split_k_counters`).
+    with K splits it needs `split_k_counters`); with `rope_store` (GEMV launches only), the
+    weight's columns are Llama's q | k | v heads and the result is the rotated q, the rotated
+    k and the v written into the caches (`kernels/rope_store.py`, as `gemv`'s).
 
     Args:
         split_k_counters: int32 zeros, one per output tile (`split_k_counter_slots`), owned by
@@ -670,6 +681,8 @@ def int4_gemm(
             "silu_out takes the GEMV or nibble-GEMM launch, an even number of columns "
             "(gate | up), block_n >= 2 and no gated x"
         )
+    if rope_store is not None and (not config.gemv or gated or silu_out or config.block_n < 2):
+        raise ValueError("rope_store takes the GEMV launch, block_n >= 2, no gated or silu_out")
     block_k = config.block_k
     if group_size % block_k:
         raise ValueError(f"block_k={block_k} must divide group_size={group_size}")
@@ -677,20 +690,29 @@ def int4_gemm(
         raise ValueError(f"block_k must be {INTERLEAVED_SPAN} for group_size={group_size}")
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # no empty splits
-    out = torch.empty((m, n // 2 if silu_out else n), dtype=x.dtype, device=x.device)
+    out_width = n // 2 if silu_out else n
+    rope_launch = {}
+    if rope_store is not None:
+        rope_store.check(m, n, x.dtype)
+        out_width = rope_store.num_heads * rope_store.head_dim
+        rope_args, rope_constexprs = rope_store.kernel_args()
+        rope_launch = {"rope": rope_args, **rope_constexprs}
+    out = torch.empty((m, out_width), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
+    # silu_out / rope_store: a tile holds block_n / 2 pairs of columns (`tile_rows`).
+    paired = silu_out or rope_store is not None
     grid = (
         m if config.gemv else triton.cdiv(m, config.block_m),
-        # silu_out: a tile holds block_n / 2 gate columns and their up ones (`tile_rows`).
-        triton.cdiv(n // 2, config.block_n // 2) if silu_out else triton.cdiv(n, config.block_n),
+        paired_tiles(n, config.block_n) if paired else triton.cdiv(n, config.block_n),
         splits,
     )
     if not config.gemv and m * n >= 2**31:  # the GEMMs' int32 output offsets
         raise ValueError(f"the int4 GEMM takes fewer than 2^31 outputs, got {m} x {n}")
     split_mode, partial, counters = split_buffers(
-        out, splits, grid[0] * grid[1], split_k_counters, silu_out
-    )
+        out, splits, grid[0] * grid[1], split_k_counters, silu_out,
+        in_kernel=rope_store is not None, weight_rows=n,
+    )  # fmt: skip
     common = dict(
         GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode
     )
@@ -700,7 +722,7 @@ def int4_gemm(
             x, qweight, scales, zeros, out, partial, counters, n, k, k_per_split, x.stride(0),
             m * n, 0x4B000000, SPAN=span, PREFETCH=config.prefetch, **common, **launch,
             PACKED_F16=config.packed_f16 and x.is_cuda and x.dtype in _PACKED_DTYPES,
-            GATED=gated, SILU_OUT=silu_out, **pdl_launch_options(x.device),
+            GATED=gated, SILU_OUT=silu_out, **rope_launch, **pdl_launch_options(x.device),
         )  # fmt: skip
     elif nibble_gemm:
         packed = x.is_cuda and x.dtype in _PACKED_DTYPES
@@ -741,6 +763,16 @@ def int4_takes_silu_output(m: int, qweight: torch.Tensor, group_size: int) -> bo
     config = default_int4_config(m, n, k, group_size, qweight.device)
     nibble_gemm = config.per_nibble and runtime_span(group_size) == INTERLEAVED_SPAN
     return config.silu_out and (config.gemv or nibble_gemm)
+
+
+def int4_takes_rope_store(m: int, qweight: torch.Tensor, group_size: int) -> bool:
+    """Whether the layer passes `rope_store=` at m tokens on this (merged q | k | v) weight:
+    where the tuned table's launch is a GEMV row marked `rope_store`."""
+    if not qweight.is_cuda or m >= DEQUANTIZE_M_MIN:
+        return False
+    k, n = qweight.shape[0] * 8, qweight.shape[1]
+    config = default_int4_config(m, n, k, group_size, qweight.device)
+    return config.gemv and config.rope_store
 
 
 def dequantize_int4(

@@ -70,6 +70,10 @@ class Int4GemmConfig:
     # each tile holding block_n / 2 gate columns and their up columns (`int4_gemm(...,
     # silu_out=True)`; the activation kernel after the layer goes). Opt-in per row.
     silu_out: bool = False
+    # GEMV of a merged q | k | v projection: the launch also rotates q and k and writes k and v
+    # into the KV cache (`int4_gemm(..., rope_store=)`; the rotary kernel after the layer
+    # goes). Opt-in per row.
+    rope_store: bool = False
 
     def __post_init__(self) -> None:
         if self.gated and not self.gemv:
@@ -81,6 +85,8 @@ class Int4GemmConfig:
             )
         if self.chunk_dot and (self.gemv or not self.per_nibble):
             raise ValueError("chunk_dot is a nibble-GEMM option (gemv=False, per_nibble=True)")
+        if self.rope_store and (not self.gemv or self.gated or self.silu_out):
+            raise ValueError("rope_store is a GEMV option (gemv=True), not with gated/silu_out")
         if self.prefetch_words and (self.gemv or not self.per_nibble):
             raise ValueError("prefetch_words is a nibble-GEMM option (gemv=False, per_nibble=True)")
         if self.packed_f16 and not self.gemv:

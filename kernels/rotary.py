@@ -37,7 +37,7 @@ def _round(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _cache_value(x, dtype: tl.constexpr, cache_dtype: tl.constexpr, scale, FP8_MAX: tl.constexpr):
+def cache_value(x, dtype: tl.constexpr, cache_dtype: tl.constexpr, scale, FP8_MAX: tl.constexpr):
     """fp32 `x` as the cache stores it: in `cache_dtype`; into an FP8 cache (FP8_MAX > 0, the
     format's largest value) first rounded to the model dtype, divided by the scale and
     clamped (`radix_cache.memory_pool.TokenToKVPool`'s quantizing store)."""
@@ -76,7 +76,7 @@ def _rotate_heads(
     HAS_DELTA: tl.constexpr, scale=1.0, FP8_MAX: tl.constexpr = 0.0,
 ):  # fmt: skip
     """Rotates `[num_heads, 2 * HALF]` (one token's heads) into `dst` (an FP8 cache with
-    FP8_MAX > 0: quantized by `scale`, `_cache_value`)."""
+    FP8_MAX > 0: quantized by `scale`, `cache_value`)."""
     dtype = src_ptr.dtype.element_ty
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
@@ -88,8 +88,8 @@ def _rotate_heads(
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
     if FP8_MAX > 0:
         cache_dtype = dst_ptr.dtype.element_ty
-        tl.store(dst, _cache_value(out1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
-        tl.store(dst + HALF, _cache_value(out2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+        tl.store(dst, cache_value(out1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+        tl.store(dst + HALF, cache_value(out2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
     else:
         tl.store(dst, out1.to(dtype), mask=mask)
         tl.store(dst + HALF, out2.to(dtype), mask=mask)
@@ -102,7 +102,7 @@ def _copy_heads(
     scale, FP8_MAX: tl.constexpr,
 ):  # fmt: skip
     """Copies `[num_heads, 2 * HALF]` (one token's values, plus the delta) into the cache's
-    dtype (`_cache_value`)."""
+    dtype (`cache_value`)."""
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
     x1, x2, mask = _load_heads(
@@ -111,8 +111,8 @@ def _copy_heads(
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
     dtype = src_ptr.dtype.element_ty
     cache_dtype = dst_ptr.dtype.element_ty
-    tl.store(dst, _cache_value(x1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
-    tl.store(dst + HALF, _cache_value(x2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+    tl.store(dst, cache_value(x1, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
+    tl.store(dst + HALF, cache_value(x2, dtype, cache_dtype, scale, FP8_MAX), mask=mask)
 
 
 @triton.jit

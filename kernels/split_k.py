@@ -18,16 +18,23 @@ import triton.language as tl
 
 from radixgen.kernels.gated_silu import silu_times_up
 from radixgen.kernels.norm_rows import store_normed
+from radixgen.kernels.rope_store import rope_tile_rows, store_rope
 
 
 @triton.jit
-def tile_rows(pid_n, N, BLOCK_N: tl.constexpr, SILU_OUT: tl.constexpr = False):
+def tile_rows(
+    pid_n, N, BLOCK_N: tl.constexpr, SILU_OUT: tl.constexpr = False, ROPE_HALF: tl.constexpr = 0
+):
     """`(rows, mask)` `[BLOCK_N]`: the weight rows (output columns) of output tile `pid_n`.
     With SILU_OUT (a merged gate | up weight, N = 2 I, whose launch writes silu(gate) * up):
     gate rows `pid_n B/2 ..` in the first half, then the same up rows, `I + pid_n B/2 ..`, so
-    the tile's epilogue holds both halves of its `B/2` activations (`store_split`)."""
+    the tile's epilogue holds both halves of its `B/2` activations (`store_split`). With
+    ROPE_HALF > 0 (a qkv weight whose launch rotates and stores, `rope_store.py`): the two
+    halves of its heads' pairs (`rope_tile_rows`)."""
     r = tl.arange(0, BLOCK_N)
-    if SILU_OUT:
+    if ROPE_HALF > 0:
+        rows, mask = rope_tile_rows(pid_n, N, BLOCK_N, ROPE_HALF)
+    elif SILU_OUT:
         column = pid_n * (BLOCK_N // 2) + r % (BLOCK_N // 2)
         rows = column + (r // (BLOCK_N // 2)) * (N // 2)
         mask = column < N // 2
@@ -80,15 +87,22 @@ def _store_added_and_norm(total, out_ptr, offsets, mask, norm, NORM_BLOCK: tl.co
 @triton.jit
 def _store_output(
     total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT: tl.constexpr,
-    norm=None, NORM_BLOCK: tl.constexpr = 0,
+    norm=None, NORM_BLOCK: tl.constexpr = 0, rope=None, ROPE_HALF: tl.constexpr = 0,
+    KV_FP8_MAX: tl.constexpr = 0.0,
 ):  # fmt: skip
     """Stores a tile's summed fp32 outputs at `offsets`, or with SILU_OUT its `B/2`
     activations `silu(gate) * up` (a token's: `[B/2]`, or `[BLOCK_M, B/2]` of a GEMM tile) at
     `silu_offsets` (`silu_columns`): gate and up each rounded
     to out's dtype first, as the GEMV's output would be, then as `silu_and_mul` rounds; with
-    NORM_BLOCK > 0, `_store_added_and_norm`."""
+    NORM_BLOCK > 0, `_store_added_and_norm`; with ROPE_HALF > 0 the rotary + KV-store epilogue
+    (`rope`: (the kernel's rope tuple, `rope_load`'s values, token row, tile), `store_rope`)."""
     dtype = out_ptr.dtype.element_ty
-    if NORM_BLOCK > 0:
+    if ROPE_HALF > 0:
+        rope_args, loaded, row, pid_n = rope[0], rope[1], rope[2], rope[3]
+        store_rope(
+            total, out_ptr, rope_args, loaded, row, pid_n, total.shape[0], ROPE_HALF, KV_FP8_MAX
+        )
+    elif NORM_BLOCK > 0:
         _store_added_and_norm(total, out_ptr, offsets, mask, norm, NORM_BLOCK)
     elif SILU_OUT:
         if len(total.shape) == 1:  # a GEMV's [B]
@@ -130,7 +144,8 @@ def _add_four_partials(total, partial_ptr, offsets, first, stride_split, mask, n
 def store_split(
     acc, out_ptr, partial_ptr, counter_ptr, offsets, mask, pid_k, num_splits, stride_split,
     SPLIT_MODE: tl.constexpr, WIDE_REDUCE: tl.constexpr, silu_offsets=None, silu_mask=None,
-    SILU_OUT: tl.constexpr = False, norm=None, NORM_BLOCK: tl.constexpr = 0,
+    SILU_OUT: tl.constexpr = False, norm=None, NORM_BLOCK: tl.constexpr = 0, rope=None,
+    ROPE_HALF: tl.constexpr = 0, KV_FP8_MAX: tl.constexpr = 0.0,
 ):  # fmt: skip
     """Stores a program's fp32 sums `acc` at `offsets` of the `[M, N]` output (with SILU_OUT,
     the tile's activations at `silu_offsets` of the `[M, N / 2]` one; with NORM_BLOCK > 0, the
@@ -143,13 +158,14 @@ def store_split(
     launch).
     """
     tl.static_assert(
-        not ((SILU_OUT or NORM_BLOCK > 0) and SPLIT_MODE == 1),
-        "SILU_OUT and NORM_BLOCK sum their splits in-kernel",
+        not ((SILU_OUT or NORM_BLOCK > 0 or ROPE_HALF > 0) and SPLIT_MODE == 1),
+        "SILU_OUT, NORM_BLOCK and ROPE_HALF sum their splits in-kernel",
     )
     if SPLIT_MODE == 0:
         _store_output(
-            acc, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT, norm, NORM_BLOCK
-        )
+            acc, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT, norm, NORM_BLOCK,
+            rope, ROPE_HALF, KV_FP8_MAX,
+        )  # fmt: skip
     else:
         tl.store(partial_ptr + pid_k.to(tl.int64) * stride_split + offsets, acc, mask=mask)
         if SPLIT_MODE == 2:
@@ -177,7 +193,7 @@ def store_split(
                         )
                 _store_output(
                     total, out_ptr, offsets, mask, silu_offsets, silu_mask, SILU_OUT, norm,
-                    NORM_BLOCK,
+                    NORM_BLOCK, rope, ROPE_HALF, KV_FP8_MAX,
                 )  # fmt: skip
                 tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
@@ -198,6 +214,12 @@ def reduce_splits_kernel(
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def paired_tiles(n: int, block_n: int) -> int:
+    """Output tiles of an `n`-row weight whose tiles pair rows (`tile_rows` with SILU_OUT or
+    ROPE_HALF): `block_n / 2` pairs a tile."""
+    return triton.cdiv(n // 2, block_n // 2)
+
+
 def split_buffers(
     out: torch.Tensor,  # [M, N], the GEMM's output ([M, N / 2] with silu_out)
     splits: int,
@@ -205,10 +227,12 @@ def split_buffers(
     split_k_counters: torch.Tensor | None,
     silu_out: bool = False,
     in_kernel: bool = False,
+    weight_rows: int | None = None,
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """(SPLIT_MODE, partials, counters) of a launch with `splits` K splits: 0 with one split
     (`out` stands in for both buffers), 2 when the caller's counters cover the tiles, else 1
-    (`finish_splits` then sums the partials).
+    (`finish_splits` then sums the partials). `weight_rows`: the partials' width where out is
+    narrower than the weight's rows otherwise (`rope_store`).
 
     Raises:
         ValueError: counters that are not int32 on out's device; a `silu_out` or `in_kernel`
@@ -218,6 +242,7 @@ def split_buffers(
         return 0, out, out
     m, n = out.shape
     n = 2 * n if silu_out else n  # the weight's rows: partials of both gate and up
+    n = n if weight_rows is None else weight_rows  # (rope_store: q | k | v, out only q)
     partial = torch.empty((splits, m, n), dtype=torch.float32, device=out.device)
     counters = split_k_counters
     if counters is not None and (counters.dtype != torch.int32 or counters.device != out.device):

@@ -372,6 +372,47 @@ for stage in "$@"; do
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
       latency_summary "$dir/latency_*.json" ;;
+    rope-store)
+      # [7/14] / [8/14] / [9/14] batch 1 (twentieth session): the qkv GEMV rotates q and k and
+      # writes k and v into the cache in its epilogue (`rope_store` rows: no rotary kernel).
+      # Its GPU tests (and the nibble GEMM's silu_out ones), then bench latency batch 1 in
+      # bf16, FP8 (weights + KV) and int4 with the shipped tables, with the qkv rows marked
+      # (`mark_fusion_rows.py rope_store`), the tables restored. One tarball comes back.
+      dir="$OUT/rope_store"
+      mkdir -p "$dir"
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_rope_store.py \
+        tests/test_kernels_int4_gemm.py -k "rope or silu" 2>&1 | tail -3
+      cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
+        "$dir/"
+      lat() {  # $1: name, the rest: flags
+        timeout 100 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 "${@:2}" \
+          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
+      }
+      fp8="--quantization fp8"  # FP8 weights, as the earlier batch-1 rows
+      lat bf16_before; lat fp8_before $fp8; lat awq_before --quantization awq
+      python3 scripts/mark_fusion_rows.py rope_store
+      lat bf16_after; lat fp8_after $fp8; lat awq_after --quantization awq
+      cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
+        kernels/
+      latency_summary "$dir/latency_*.json"
+      tar czf "$OUT/rope_store.tgz" -C "$OUT" rope_store && rm -rf "$dir" ;;
+    bs64-repeat)
+      # [9/14] batch 64: bf16 and int4 alternately, three times each, in one lease (the synced
+      # step carries 0.4-0.9 ms of host noise between runs of one tree)
+      dir="$OUT/bs64_repeat"
+      mkdir -p "$dir"
+      for run in 1 2 3; do
+        for quant in bf16 awq; do
+          flags=""
+          [ "$quant" != bf16 ] && flags="--quantization $quant"
+          timeout 100 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+            --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 $flags \
+            --output-json "$dir/latency_${quant}_$run.json" 2>&1 | tail -1
+        done
+      done
+      latency_summary "$dir/latency_*.json"
+      tar czf "$OUT/bs64_repeat.tgz" -C "$OUT" bs64_repeat && rm -rf "$dir" ;;
     int4-gemm)
       # [9/14] batch 64 (twentieth session): the nibble GEMM with the next chunk's words loaded
       # ahead (`prefetch_words`) and with the gate | up activation in its epilogue (`silu_out`

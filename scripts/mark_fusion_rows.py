@@ -9,10 +9,12 @@ afterwards):
   `kernels/gemv_fp8_configs.json`): the launch writes silu(gate) * up in its epilogue. A table
   without a gate | up row (the bf16 one keeps cuBLAS there) gets `BF16_GATE_UP`'s launch;
 - `add_norm`: the o and down projections' rows of the bf16 table: the launch also adds the
-  residual and writes the next RMSNorm of the row (16-bit GEMVs only).
+  residual and writes the next RMSNorm of the row (16-bit GEMVs only);
+- `rope_store`: the merged q | k | v projection's rows (all three tables): the launch also
+  rotates q and k and writes k and v into the KV cache (no rotary kernel after it).
 
-    python scripts/mark_fusion_rows.py {gated,silu_out,add_norm} [--hidden 4096]
-        [--intermediate 14336] [--int4-buckets 16 32 64 128]
+    python scripts/mark_fusion_rows.py {gated,silu_out,add_norm,rope_store} [--hidden 4096]
+        [--intermediate 14336] [--qkv 6144] [--int4-buckets 16 32 64 128]
 
 `--int4-buckets` (silu_out): the int4 table's gate | up rows of those token buckets too, where
 they are nibble-GEMM launches (the epilogue of a `[BLOCK_M, BLOCK_N]` tile).
@@ -52,9 +54,10 @@ def mark_shape_table(path: Path, shape: str, flag: str, missing: dict | None) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fusion", choices=("gated", "silu_out", "add_norm"))
+    parser.add_argument("fusion", choices=("gated", "silu_out", "add_norm", "rope_store"))
     parser.add_argument("--hidden", type=int, default=4096, help="gate_up's in_features")
     parser.add_argument("--intermediate", type=int, default=14336, help="down's in_features")
+    parser.add_argument("--qkv", type=int, default=6144, help="q | k | v's out_features")
     parser.add_argument(
         "--int4-buckets", type=int, nargs="*", default=[],
         help="silu_out: also the int4 nibble-GEMM gate | up rows of these token buckets",
@@ -69,6 +72,9 @@ def main() -> None:
         return
     if args.fusion == "gated":  # the down projection: K = intermediate, N = hidden
         k, n, tables = args.intermediate, args.hidden, ("gemv_configs.json",)
+    elif args.fusion == "rope_store":  # the q | k | v projection: K = hidden
+        k, n = args.hidden, args.qkv
+        tables = ("gemv_configs.json", "gemv_fp8_configs.json")
     else:  # the gate | up projection: K = hidden, N = 2 * intermediate
         k, n = args.hidden, 2 * args.intermediate
         tables = ("gemv_configs.json", "gemv_fp8_configs.json")

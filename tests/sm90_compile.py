@@ -29,6 +29,9 @@ ptxas = max(binaries, key=lambda path: "blackwell" in path)  # the one that read
 for line in sys.stdin:
     for module, name, signature, constexprs, num_warps, *options in json.loads(line):
         kernel = getattr(importlib.import_module(module), name)
+        # A tuple argument's types arrive as a JSON list (Triton takes a tuple).
+        signature = {arg: tuple(kind) if isinstance(kind, list) else kind
+                     for arg, kind in signature.items()}
         # Constexprs the case leaves out take their defaults, as a launch does.
         # So do optional arguments the signature leaves out (None: a constexpr at launch).
         constexprs = {**{param.name: param.default for param in kernel.params
@@ -42,8 +45,8 @@ for line in sys.stdin:
         # Size arguments the caller knows to be multiples of 16 at real shapes (Triton's
         # launcher specializes those too).
         divisible = options.pop("divisible", [])
-        aligned = [arg for arg, kind in signature.items()
-                   if kind.startswith("*") or arg.startswith("stride") or arg in divisible]
+        aligned = [arg for arg, kind in signature.items() if isinstance(kind, str)
+                   and (kind.startswith("*") or arg.startswith("stride") or arg in divisible)]
         attrs = {(kernel.arg_names.index(arg),): [["tt.divisibility", 16]] for arg in aligned}
         source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")},
                            constexprs, attrs)

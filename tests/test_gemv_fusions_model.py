@@ -1,6 +1,7 @@
-"""The batch-1 GEMV epilogues in the model (`silu_out` on gate | up, `add_norm` on o and down):
-a decode step on the tiny model with every layer's rows marked gives the logits of the unfused
-step, and the norms and activation kernels they replace are not called (CPU, interpreter)."""
+"""The batch-1 GEMV epilogues in the model (`rope_store` on q | k | v, `silu_out` on gate | up,
+`add_norm` on o and down): a decode step on the tiny model with every layer's rows marked gives
+the logits of the unfused step, and the rotary, norm and activation kernels they replace are
+not called (CPU, interpreter)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from radixgen.kernels.gemv import GemvConfig, gemv_counter_slots
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.models import llama
-from radixgen.runtime.models.layers import RMSNorm
+from radixgen.runtime.models.layers import RMSNorm, RotaryEmbedding
 from radixgen.runtime.server_args import ServerArgs
 
 
@@ -44,11 +45,17 @@ def test_decode_step_with_the_fused_epilogues_gives_the_unfused_logits(
 
     plain = decode()
     for layer in runner.model.model.layers:
+        _mark(layer.self_attn.qkv_proj, GemvConfig(64, 128, 2, 4, rope_store=True))
         _mark(layer.self_attn.o_proj, GemvConfig(64, 128, 1, 4, add_norm=True))
         _mark(layer.mlp.gate_up_proj, GemvConfig(128, 128, 2, 4, silu_out=True))
         _mark(layer.mlp.down_proj, GemvConfig(64, 256, 2, 4, add_norm=True))
-    calls = {"add_and_norm": 0, "silu": 0}
+    calls = {"add_and_norm": 0, "silu": 0, "rotary": 0}
     add_and_norm = RMSNorm.add_and_norm
+    rotary = RotaryEmbedding.forward_and_store_kv
+
+    def counted_rotary(self, *args, **kwargs):
+        calls["rotary"] += 1
+        return rotary(self, *args, **kwargs)
 
     def counted_add_and_norm(self, *args, **kwargs):
         calls["add_and_norm"] += 1
@@ -62,7 +69,9 @@ def test_decode_step_with_the_fused_epilogues_gives_the_unfused_logits(
 
     monkeypatch.setattr(RMSNorm, "add_and_norm", counted_add_and_norm)
     monkeypatch.setattr(llama.F, "silu", counted_silu)
+    monkeypatch.setattr(RotaryEmbedding, "forward_and_store_kv", counted_rotary)
     fused = decode()
-    assert calls == {"add_and_norm": 0, "silu": 0}  # every norm after layer 0's input one
+    # Every rotary, and every norm after layer 0's input one.
+    assert calls == {"add_and_norm": 0, "silu": 0, "rotary": 0}
     torch.testing.assert_close(fused, plain, atol=1e-4, rtol=1e-4)
     assert fused.argmax(-1).tolist() == plain.argmax(-1).tolist()

@@ -26,8 +26,8 @@ class AttentionBackend(abc.ABC):
     def forward(
         self,
         q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]; None: see kv_stored
+        v: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]
         layer_id: int,
         forward_batch: ForwardBatch,
         scaling: float,
@@ -35,4 +35,5 @@ class AttentionBackend(abc.ABC):
         kv_stored: bool = False,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
         """`kv_stored`: the caller already wrote k and v to the layer's slots
-        (`forward_batch.out_cache_loc`), e.g. with the fused rotary kernel."""
+        (`forward_batch.out_cache_loc`), e.g. with the fused rotary kernel; at decode, which
+        reads them from the cache, k and v may then be None (the qkv GEMV's `rope_store`)."""

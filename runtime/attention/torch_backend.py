@@ -71,8 +71,8 @@ class TorchAttentionBackend(AttentionBackend):
     def forward(
         self,
         q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]; None: see kv_stored
+        v: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]
         layer_id: int,
         forward_batch: ForwardBatch,
         scaling: float,
@@ -87,7 +87,7 @@ class TorchAttentionBackend(AttentionBackend):
             pool.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
         k_buffer, v_buffer = pool.get_kv_buffer(layer_id)
         k_scale, v_scale = pool.kv_scales(layer_id)
-        group_size = q.shape[1] // k.shape[1]
+        group_size = q.shape[1] // k_buffer.shape[1]
         if isinstance(self.metadata, _DecodeMetadata):
             return self._decode(q, k_buffer, v_buffer, group_size, scaling, k_scale, v_scale)
         return self._extend(

@@ -210,8 +210,8 @@ class TritonAttentionBackend(AttentionBackend):
     def forward(
         self,
         q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]; None: see kv_stored
+        v: torch.Tensor | None,  # [num_tokens, num_kv_heads, head_dim]
         layer_id: int,
         forward_batch: ForwardBatch,
         scaling: float,

@@ -27,11 +27,13 @@ from radixgen.kernels.int4_gemm import (
     int4_gemm,
     int4_linear,
     int4_takes_gated_input,
+    int4_takes_rope_store,
     int4_takes_silu_output,
     pack_int4_rows,
     runtime_span,
     split_k_counter_slots,
 )
+from radixgen.kernels.rope_store import RopeStore
 from radixgen.runtime.models.int4_checkpoint import (
     Int4Scheme,
     awq_codes,
@@ -43,6 +45,7 @@ from radixgen.runtime.models.linear import (
     LinearMethod,
     ParamLayout,
     is_unbiased_gate_up,
+    is_unbiased_qkv,
 )
 
 
@@ -145,6 +148,18 @@ class Int4LinearMethod(LinearMethod):
         return int4_gemm(
             x, layer.qweight, layer.scales, layer.zeros, layer.group_size,
             layer.split_k_counters, silu_out=True,
+        )  # fmt: skip
+
+    def takes_rope_store(self, layer: LinearBase, num_tokens: int) -> bool:
+        return (
+            is_unbiased_qkv(layer) and layer.input_perm is None
+            and int4_takes_rope_store(num_tokens, layer.qweight, layer.group_size)
+        )  # fmt: skip
+
+    def apply_rope_store(self, layer: LinearBase, x: torch.Tensor, rope: RopeStore) -> torch.Tensor:
+        return int4_gemm(
+            x, layer.qweight, layer.scales, layer.zeros, layer.group_size,
+            layer.split_k_counters, rope_store=rope,
         )  # fmt: skip
 
 

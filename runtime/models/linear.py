@@ -39,6 +39,7 @@ from radixgen.kernels.gemv import (
     load_gemv_table,
     select_gemv_config,
 )
+from radixgen.kernels.rope_store import RopeStore
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,19 @@ class LinearMethod(abc.ABC):
         residual add and RMSNorm whose GEMV does both). Default: never."""
         return False
 
+    def takes_rope_store(self, layer: LinearBase, num_tokens: int) -> bool:
+        """Whether `apply_rope_store` runs at `num_tokens` tokens (a merged q | k | v
+        projection whose GEMV also applies rotary and writes the KV cache). Default: never."""
+        return False
+
+    def apply_rope_store(
+        self, layer: LinearBase, x: torch.Tensor | Fp8Activations, rope: RopeStore
+    ) -> torch.Tensor:
+        """The rotated q `[M, num_heads * head_dim]` of `apply(x)`'s q | k | v, its rotated k
+        and v written into `rope`'s caches at its slots (`kernels/rope_store.py`), in one
+        launch, where `takes_rope_store` says so."""
+        raise NotImplementedError(f"{type(self).__name__} stores no rotary output")
+
     def apply_add_norm(
         self, layer: LinearBase, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,6 +241,13 @@ class UnquantizedLinearMethod(LinearMethod):
         add_norm = AddNorm(residual, norm.weight, norm.eps, layer.norm_counters)
         return gemv(x, layer.weight, config, layer.split_k_counters, add_norm=add_norm)
 
+    def takes_rope_store(self, layer: LinearBase, num_tokens: int) -> bool:
+        return _gemv_stores_rope(layer, layer.gemv_configs.get(num_tokens))
+
+    def apply_rope_store(self, layer: LinearBase, x: torch.Tensor, rope: RopeStore) -> torch.Tensor:
+        config = layer.gemv_configs[x.shape[0]]
+        return gemv(x, layer.weight, config, layer.split_k_counters, rope_store=rope)
+
 
 # The most tokens a linear layer's GEMV takes (decode at small batch; the table decides).
 GEMV_MAX_TOKENS = 4
@@ -242,6 +263,18 @@ def is_unbiased_gate_up(layer: LinearBase) -> bool:
 def _gemv_writes_silu(layer: LinearBase, config: GemvConfig | None) -> bool:
     """A table row marked `silu_out` on an unbiased gate | up layer."""
     return config is not None and config.silu_out and is_unbiased_gate_up(layer)
+
+
+def is_unbiased_qkv(layer: LinearBase) -> bool:
+    """Whether the layer can rotate and store its output (`rope_store`): a merged q | k | v
+    layer with equal k and v parts and no bias (the rotation needs the biased sums)."""
+    sizes = layer.output_sizes
+    return len(sizes) == 3 and sizes[1] == sizes[2] and layer.bias is None
+
+
+def _gemv_stores_rope(layer: LinearBase, config: GemvConfig | None) -> bool:
+    """A table row marked `rope_store` on an unbiased q | k | v layer."""
+    return config is not None and config.rope_store and is_unbiased_qkv(layer)
 
 
 def resolve_gemv_configs(
@@ -376,6 +409,17 @@ class Fp8LinearMethod(LinearMethod):
             layer.fp8_gemv_configs, silu_out=True,
         )  # fmt: skip
 
+    def takes_rope_store(self, layer: LinearBase, num_tokens: int) -> bool:
+        return _gemv_stores_rope(layer, layer.fp8_gemv_configs.get(num_tokens))
+
+    def apply_rope_store(
+        self, layer: LinearBase, x: torch.Tensor | Fp8Activations, rope: RopeStore
+    ) -> torch.Tensor:
+        return fp8_linear(
+            x, layer.weight, layer.weight_scale, None, layer.split_k_counters,
+            layer.fp8_gemv_configs, rope_store=rope,
+        )  # fmt: skip
+
     def apply_gated(self, layer: LinearBase, gate_up: torch.Tensor) -> torch.Tensor:
         config = layer.fp8_gemv_configs[gate_up.shape[0]]
         out = gemv(
@@ -450,6 +494,11 @@ class LinearBase(nn.Module):
         projection's GEMV also adds the residual and writes the next RMSNorm of the row."""
         return self.method.takes_add_norm(self, num_tokens)
 
+    def takes_rope_store(self, num_tokens: int) -> bool:
+        """Whether `forward(x, rope_store=...)` runs at `num_tokens` tokens: this merged
+        q | k | v projection's GEMV also rotates q and k and writes k and v into the cache."""
+        return self.method.takes_rope_store(self, num_tokens)
+
     def forward(
         self,
         x: torch.Tensor | Fp8Activations,  # [..., input_size]; gated: [M, 2 * input_size]
@@ -459,12 +508,14 @@ class LinearBase(nn.Module):
         gated: bool = False,
         silu_out: bool = False,
         add_norm: tuple[torch.Tensor, nn.Module] | None = None,
+        rope_store: RopeStore | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:  # [..., output_size]
         """The output; `(y, delta)` with `with_delta`; with `gated` (where
         `takes_gated_input`), the output for `silu(gate) * up` of x = gate | up; with
         `silu_out` (where `takes_silu_output`), `silu(gate) * up` of the output's gate | up
         halves, `[M, output_size / 2]`; with `add_norm = (residual, norm)` (where
-        `takes_add_norm`; `norm` an `RMSNorm`), `norm.add_and_norm(output, residual)`.
+        `takes_add_norm`; `norm` an `RMSNorm`), `norm.add_and_norm(output, residual)`; with
+        `rope_store` (where `takes_rope_store`), the rotated q `[M, q_size]`, k and v stored.
 
         Args:
             add_to: the tensor (a residual stream) the caller adds the output into next; the
@@ -481,6 +532,8 @@ class LinearBase(nn.Module):
             return self.method.apply_silu_output(self, x)
         if add_norm is not None:
             return self.method.apply_add_norm(self, x, *add_norm)
+        if rope_store is not None:
+            return self.method.apply_rope_store(self, x, rope_store)
         if with_delta:
             return self.method.apply_with_delta(self, x)
         if add_to is None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from radixgen.kernels.activation import silu_and_mul
 from radixgen.kernels.fp8_gemm import Fp8Activations, quantize_fp8_activations
+from radixgen.kernels.rope_store import RopeStore
 from radixgen.runtime.distributed import TensorParallel
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.model_config import ModelConfig
@@ -114,6 +115,28 @@ class LlamaAttention(nn.Module):
         from o_proj's GEMV (the caller checked `o_proj.takes_add_norm`)."""
         num_tokens = hidden_states.shape[0]
         pool = forward_batch.token_to_kv_pool
+        if (
+            forward_batch.mode == ForwardMode.DECODE
+            and self.q_norm is None
+            and self.qkv_proj.takes_rope_store(num_tokens)
+        ):
+            # The qkv GEMV rotates q and k and writes k and v into the cache in its epilogue
+            # (its table row says so: decode batch 1): no rotary kernel after it. Decode
+            # attention reads k and v from the cache.
+            k_cache, v_cache = pool.get_kv_buffer(self.layer_id)
+            rope = RopeStore(
+                forward_batch.positions, forward_batch.out_cache_loc, rotary_emb.cos_cache,
+                rotary_emb.sin_cache, k_cache, v_cache, pool.kv_scales(self.layer_id),
+                self.num_heads, self.num_kv_heads, self.head_dim,
+            )  # fmt: skip
+            q = self.qkv_proj(hidden_states, rope_store=rope)  # [num_tokens, q_size]
+            attn_output = forward_batch.attn_backend.forward(
+                q.view(num_tokens, self.num_heads, self.head_dim), None, None, self.layer_id,
+                forward_batch, self.scaling, kv_stored=True,
+            )  # fmt: skip
+            return self._project_out(
+                attn_output.reshape(num_tokens, self.q_size), residual, post_norm
+            )
         # A LoRA delta (computed beside the GEMM) is added by the fused rotary + KV store at
         # decode (where attention reads v from the cache, not from `v`); elsewhere here.
         qkv, delta = self.qkv_proj(hidden_states, with_delta=True)
@@ -137,7 +160,15 @@ class LlamaAttention(nn.Module):
         attn_output = forward_batch.attn_backend.forward(
             q, k, v, self.layer_id, forward_batch, self.scaling, kv_stored=True
         )
-        attn_output = attn_output.reshape(num_tokens, self.q_size)
+        return self._project_out(attn_output.reshape(num_tokens, self.q_size), residual, post_norm)
+
+    def _project_out(
+        self,
+        attn_output: torch.Tensor,  # [num_tokens, q_size]
+        residual: torch.Tensor | None,
+        post_norm: RMSNorm | None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [num_tokens, hidden_size]
+        """o_proj of the attention output (`forward`'s return)."""
         if post_norm is not None:
             return self.o_proj(attn_output, add_norm=(residual, post_norm))
         # Row parallel: each rank's heads contribute a partial sum of the output.
