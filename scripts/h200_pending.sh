@@ -125,6 +125,28 @@ ab_latency() {  # $1: folder under $OUT; the rest: bench latency flags. `.base`,
   done
 }
 
+fusion_ab() {  # $1: folder under $OUT, $2: a mark_fusion_rows.py fusion. Bench latency batch
+  # 1 in bf16, FP8 weights and int4 with the shipped tables, then with that fusion's rows
+  # marked; the tables restored.
+  local dir="$OUT/$1" name quant
+  mkdir -p "$dir"
+  cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
+    "$dir/"
+  for name in before after; do
+    [ "$name" = after ] && python3 scripts/mark_fusion_rows.py "$2"
+    for quant in bf16 fp8 awq; do
+      flags=""
+      [ "$quant" != bf16 ] && flags="--quantization $quant"
+      timeout 120 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+        --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 $flags \
+        --output-json "$dir/latency_${quant}_$name.json" 2>&1 | tail -1
+    done
+  done
+  cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
+    kernels/
+  latency_summary "$dir/latency_*.json"
+}
+
 for stage in "$@"; do
   case "$stage" in
     dsl-tree)
@@ -375,34 +397,18 @@ for stage in "$@"; do
     rope-store)
       # [7/14] / [8/14] / [9/14] batch 1 (twentieth session): the qkv GEMV rotates q and k and
       # writes k and v into the cache in its epilogue (`rope_store` rows: no rotary kernel).
-      # Its GPU tests (and the nibble GEMM's silu_out ones), then bench latency batch 1 in
-      # bf16, FP8 (weights + KV) and int4 with the shipped tables, with the qkv rows marked
-      # (`mark_fusion_rows.py rope_store`), the tables restored. One tarball comes back.
-      dir="$OUT/rope_store"
-      mkdir -p "$dir"
+      # Its GPU tests (and the nibble GEMM's silu_out ones), then `fusion_ab`. One tarball
+      # comes back (the tool returns few files).
       timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_rope_store.py \
         tests/test_kernels_int4_gemm.py -k "rope or silu" 2>&1 | tail -3
-      cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
-        "$dir/"
-      lat() {  # $1: name, the rest: flags
-        timeout 100 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 "${@:2}" \
-          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
-      }
-      fp8="--quantization fp8"  # FP8 weights, as the earlier batch-1 rows
-      lat bf16_before; lat fp8_before $fp8; lat awq_before --quantization awq
-      python3 scripts/mark_fusion_rows.py rope_store
-      lat bf16_after; lat fp8_after $fp8; lat awq_after --quantization awq
-      cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
-        kernels/
-      latency_summary "$dir/latency_*.json"
-      tar czf "$OUT/rope_store.tgz" -C "$OUT" rope_store && rm -rf "$dir" ;;
+      fusion_ab rope_store rope_store
+      tar czf "$OUT/rope_store.tgz" -C "$OUT" rope_store && rm -rf "$OUT/rope_store" ;;
     bs64-repeat)
-      # [9/14] batch 64: bf16 and int4 alternately, three times each, in one lease (the synced
+      # [9/14] batch 64: bf16 and int4 alternately, twice each, in one lease (the synced
       # step carries 0.4-0.9 ms of host noise between runs of one tree)
       dir="$OUT/bs64_repeat"
       mkdir -p "$dir"
-      for run in 1 2 3; do
+      for run in 1 2; do
         for quant in bf16 awq; do
           flags=""
           [ "$quant" != bf16 ] && flags="--quantization $quant"
@@ -450,25 +456,11 @@ for stage in "$@"; do
       # with the shipped tables, with the gate | up rows marked (`mark_fusion_rows.py
       # silu_out`; bf16 gets the GEMV's gate | up launch, cuBLAS's tie), the greedy digests
       # compared, the tables restored
-      dir="$OUT/silu_out"
-      mkdir -p "$dir"
       timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemv.py \
         tests/test_kernels_int4_gemm.py -k "silu or packed" 2>&1 | tail -2
-      cp kernels/gemv_configs.json kernels/gemv_fp8_configs.json kernels/int4_gemm_configs.json \
-        "$dir/"
-      lat() {  # $1: name, the rest: flags
-        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-          --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 "${@:2}" \
-          --output-json "$dir/latency_$1.json" 2>&1 | tail -1
-      }
-      lat bf16_before; lat fp8_before --quantization fp8; lat awq_before --quantization awq
-      python3 scripts/mark_fusion_rows.py silu_out
-      lat bf16_after; lat fp8_after --quantization fp8; lat awq_after --quantization awq
-      cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
-        kernels/
+      fusion_ab silu_out silu_out
       # The nineteenth session's device was scarce: the other epilogue's A/B rides along.
-      bash scripts/h200_pending.sh add-norm
-      latency_summary "$dir/latency_*.json" ;;
+      bash scripts/h200_pending.sh add-norm ;;
     fp8-a16)
       # [8/14] batch 1 with FP8 weights: W8A16 GEMV launches in packed fp16 (`a16` +
       # `packed_f16`, built in the nineteenth session: the bf16 activations enter unquantized,
