@@ -12,8 +12,10 @@
 # down rows installed, 2.87 -> 2.86 ms), int4-sweep (chunk_dot: int4 batch 64 7.50 -> 6.39 ms),
 # silu-out (installed: batch 1 overlapped bf16 4.28 -> 4.18, FP8 2.73 -> 2.68, int4 2.86 ->
 # 2.83), add-norm (no faster: left off), rotary-split (-0.09 ms) and bs64 (int4 / bf16 1.018x).
-# Still pending: the whole GPU suite since the sixteenth-nineteenth sessions' kernels
-# (gpu-tests), fp8-kv-attn, fp8-rows, fresh-gsp, and gemv-gated (bench_gemv now also sweeps
+# The twentieth session (2026-12-03) ran int4-gemm (prefetch_words + silu_out GEMM rows: int4
+# batch 64 6.13 -> 5.58 ms overlapped, bf16 5.63), rope-store (slower: left off), gpu-tests
+# (126 passed) and bs64-repeat (int4 / bf16 0.954x synced, 0.991x overlapped).
+# Still pending: fp8-kv-attn, fp8-rows, fresh-gsp, and gemv-gated (bench_gemv now also sweeps
 # the gate | up projection's silu_out launches against F.linear + the activation kernel).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
