@@ -15,8 +15,13 @@
 # The twentieth session (2026-12-03) ran int4-gemm (prefetch_words + silu_out GEMM rows: int4
 # batch 64 6.13 -> 5.58 ms overlapped, bf16 5.63), rope-store (slower: left off), gpu-tests
 # (126 passed) and bs64-repeat (int4 / bf16 0.954x synced, 0.991x overlapped).
-# Still pending: fp8-kv-attn, fp8-rows, fresh-gsp, and gemv-gated (bench_gemv now also sweeps
-# the gate | up projection's silu_out launches against F.linear + the activation kernel).
+# Still pending: no-regress against the tree before PDL ([7/14]'s "no regression on bench
+# offline": `.base` = fac3fba^, `no-regress` = latency + offline 1000 x 200/200; fp8-rows has
+# bf16's 1000 x 1000/1000), fp8-kv-attn, fp8-rows, fresh-gsp, gemv-gated (bench_gemv now also
+# sweeps the gate | up projection's silu_out launches against F.linear + the activation
+# kernel), and int4-gemm at 16 / 32 tokens (the prefetched tiles and silu_out rows swept there
+# too: `bench_int4_gemm.py --tokens 16 32 --sweep`, `mark_fusion_rows.py silu_out
+# --int4-buckets 16 32`).
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
