@@ -164,6 +164,13 @@ class LinearMethod(abc.ABC):
         residual add and RMSNorm whose GEMV does both). Default: never."""
         return False
 
+    def apply_add_norm(
+        self, layer: LinearBase, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`norm.add_and_norm(apply(x), residual)` (`(normed, apply(x) + residual)`) in one
+        launch, where `takes_add_norm` says so."""
+        raise NotImplementedError(f"{type(self).__name__} adds no norm")
+
     def takes_rope_store(self, layer: LinearBase, num_tokens: int) -> bool:
         """Whether `apply_rope_store` runs at `num_tokens` tokens (a merged q | k | v
         projection whose GEMV also applies rotary and writes the KV cache). Default: never."""
@@ -176,13 +183,6 @@ class LinearMethod(abc.ABC):
         and v written into `rope`'s caches at its slots (`kernels/rope_store.py`), in one
         launch, where `takes_rope_store` says so."""
         raise NotImplementedError(f"{type(self).__name__} stores no rotary output")
-
-    def apply_add_norm(
-        self, layer: LinearBase, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`norm.add_and_norm(apply(x), residual)` (`(normed, apply(x) + residual)`) in one
-        launch, where `takes_add_norm` says so."""
-        raise NotImplementedError(f"{type(self).__name__} adds no norm")
 
 
 class UnquantizedLinearMethod(LinearMethod):
