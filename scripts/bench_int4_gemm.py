@@ -200,7 +200,12 @@ def run_sweep(
         if time.monotonic() - start > budget_s:
             notes.append(f"budget spent: {len(configs) - index} of {len(configs)} configs skipped")
             break
-        overrides = {name: getattr(config, name) for name in config.__dataclass_fields__}
+        # The launch's fields (the epilogue flags are int4_gemm's own arguments, off here).
+        overrides = {
+            name: getattr(config, name)
+            for name in config.__dataclass_fields__
+            if name not in ("gated", "silu_out", "rope_store")
+        }
         try:
             out = int4_gemm(x, *weights[0], GROUP_SIZE, counters, **overrides)
         except Exception as error:  # noqa: BLE001 (a config that does not compile or launch)

@@ -19,9 +19,9 @@
 # offline": `.base` = fac3fba^, `no-regress` = latency + offline 1000 x 200/200; fp8-rows has
 # bf16's 1000 x 1000/1000), fp8-kv-attn, fp8-rows, fresh-gsp, gemv-gated (bench_gemv now also
 # sweeps the gate | up projection's silu_out launches against F.linear + the activation
-# kernel), and int4-gemm at 16 / 32 tokens (the prefetched tiles and silu_out rows swept there
-# too: `bench_int4_gemm.py --tokens 16 32 --sweep`, `mark_fusion_rows.py silu_out
-# --int4-buckets 16 32`).
+# kernel), and int4 at 16 / 32 tokens: a longer sweep (the twentieth session's 45 s one only
+# installed gate_up at 32 tokens), then `mark_fusion_rows.py silu_out --int4-buckets 16 32` in
+# a bench latency A/B at batch 16 / 32.
 # Pending after it, in order (one `.base` serves the two A/Bs: `git archive --prefix=.base/
 # c1441b9 | tar -x`, stripped of docs/, tests/ and runtime/tiny_assets/*.safetensors; between
 # it and the tree the FP8 path changed only by the L2 prefetch and the int4 GEMMs only by PDL):
