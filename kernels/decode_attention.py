@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
-from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
+from radixgen.kernels.pdl import pdl_launch_options, prefetch_to_l2, wait_for_prior_grids
 
 LOG2_E = 1.4426950408889634
 MAX_KV_SPLITS = 32
@@ -289,12 +289,14 @@ def decode_split_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_PDL: tl.constexpr = False,  # pdl.py
+    PREFETCH_KV: tl.constexpr = False,  # the first tile's K/V rows asked into L2 before the wait
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    wait_for_prior_grids(USE_PDL)
-
+    # Before the PDL wait: only the previous kernel's outputs (q and the current token's K/V,
+    # from the rotary + KV-store kernel) can still be in flight; the lengths, rows and slots
+    # were written before the forward, the older positions' K/V by earlier steps.
     seq_len = tl.load(seq_lens_ptr + req).to(tl.int32)
     kv_start = tl.load(kv_starts_ptr + req) if HAS_KV_STARTS else 0
     row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
@@ -308,6 +310,13 @@ def decode_split_kernel(
     # neither store partials nor get merged (at batch 1 on the H200, 32 splits, a few hundred
     # tokens: the merge walked all 32 twice, 15 us a layer).
     used_splits = tl.maximum(tl.cdiv(seq_len - kv_start, tl.maximum(split_len, 1)), 1)
+    if PREFETCH_KV:
+        _prefetch_first_tile(
+            k_buffer_ptr + kv_head * stride_kb_head, v_buffer_ptr + kv_head * stride_vb_head,
+            req_to_token_ptr + row * stride_req_row, split_start, split_end, stride_kb_slot,
+            stride_vb_slot, HEAD_DIM, BLOCK_D, BLOCK_N, USE_PDL,
+        )  # fmt: skip
+    wait_for_prior_grids(USE_PDL)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
@@ -396,6 +405,26 @@ def decode_split_kernel(
             partial_out_ptr, partial_lse_ptr, partial_row, num_kv_splits, split, out, lse, mask_h,
             offs_d, mask_d, HEAD_DIM,
         )  # fmt: skip
+
+
+@triton.jit
+def _prefetch_first_tile(
+    k_base, v_base, slot_row_ptr, start, end, stride_k_slot, stride_v_slot,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
+):  # fmt: skip
+    """Asks L2 for the K and V rows of positions `start .. start + BLOCK_N` (within `end`) of
+    one KV head, before the PDL wait: the split's first tile then loads from L2 after it (at
+    batch 1 a split is one tile). The current token's rows may still be being written: a
+    prefetch only moves lines into L2, which every SM's writes go through."""
+    pos = start + tl.arange(0, BLOCK_N)
+    slots = tl.load(slot_row_ptr + pos, mask=pos < end, other=0).to(tl.int64)  # [BLOCK_N]
+    elem_bytes: tl.constexpr = k_base.dtype.element_ty.primitive_bitwidth // 8
+    line: tl.constexpr = 128 // elem_bytes  # elements of a 128-byte line
+    # [row lines]: one address each, within the row (a head_dim not a power of two repeats
+    # its last line)
+    lines = tl.minimum(tl.arange(0, max(1, BLOCK_D // line)) * line, HEAD_DIM - 1)
+    prefetch_to_l2(k_base + slots[:, None] * stride_k_slot + lines[None, :], USE_PDL)
+    prefetch_to_l2(v_base + slots[:, None] * stride_v_slot + lines[None, :], USE_PDL)
 
 
 @triton.jit
@@ -670,6 +699,7 @@ def decode_attention(
     max_registers: int | None = None,
     fp8_v_words: bool | None = None,
     min_split_len: int = 0,
+    prefetch_kv: bool = False,
 ) -> torch.Tensor:  # [batch, num_heads, head_dim]
     """Attention of one query per request over positions `[0, seq_lens[i])` of its history.
 
@@ -700,6 +730,9 @@ def decode_attention(
             launch's tile), so a short history uses fewer splits (one split merges from
             registers, with no partials or counter); a tuning override, 0 by default (splits
             as short as one tile).
+        prefetch_kv: with programmatic dependent launch (CUDA, sm_90+), each split asks L2
+            for its first tile's K and V rows before waiting for the previous kernel; a
+            tuning override, off by default until the H200 says.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -792,6 +825,7 @@ def decode_attention(
         BLOCK_D=block_d,
         BLOCK_H=max(16, triton.next_power_of_2(group_size)),
         BLOCK_N=block_n,
+        PREFETCH_KV=prefetch_kv,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
         **({"maxnreg": max_registers} if max_registers else {}),

@@ -149,6 +149,20 @@ def _rotary_kernel(
     HEADS_PER_PROGRAM: tl.constexpr = 0,  # > 0: grid axis 1 splits the token's heads
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
+    # Before the PDL wait: the position, the slot and the cos / sin rows (written before the
+    # forward, or static); q, k, v and the delta are the previous kernel's (read after it).
+    dtype = q_ptr.dtype.element_ty
+    position = tl.load(positions_ptr + token).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_HALF)
+    mask_d = offs_d < HALF
+    cos_row = cos_ptr + position * stride_cos_row + offs_d
+    sin_row = sin_ptr + position * stride_cos_row + offs_d
+    cos1 = _round(tl.load(cos_row, mask=mask_d, other=0.0), dtype)
+    cos2 = _round(tl.load(cos_row + HALF, mask=mask_d, other=0.0), dtype)
+    sin1 = _round(tl.load(sin_row, mask=mask_d, other=0.0), dtype)
+    sin2 = _round(tl.load(sin_row + HALF, mask=mask_d, other=0.0), dtype)
+    if STORE_KV:
+        slot = tl.load(slots_ptr + token).to(tl.int64)
     wait_for_prior_grids(USE_PDL)
     delta_q = delta_ptr + token * stride_delta_token
     delta_k = delta_q + num_heads * (2 * HALF)
@@ -179,16 +193,6 @@ def _rotary_kernel(
     v_cache_ptr += k_head0 * stride_vc_head
     delta_k += k_head0 * (2 * HALF)
     delta_v += k_head0 * (2 * HALF)
-    dtype = q_ptr.dtype.element_ty
-    position = tl.load(positions_ptr + token).to(tl.int64)
-    offs_d = tl.arange(0, BLOCK_HALF)
-    mask_d = offs_d < HALF
-    cos_row = cos_ptr + position * stride_cos_row + offs_d
-    sin_row = sin_ptr + position * stride_cos_row + offs_d
-    cos1 = _round(tl.load(cos_row, mask=mask_d, other=0.0), dtype)
-    cos2 = _round(tl.load(cos_row + HALF, mask=mask_d, other=0.0), dtype)
-    sin1 = _round(tl.load(sin_row, mask=mask_d, other=0.0), dtype)
-    sin2 = _round(tl.load(sin_row + HALF, mask=mask_d, other=0.0), dtype)
     if do_q:
         _rotate_heads(
             q_ptr + token * stride_q_token, q_out_ptr + token * stride_qo_token, stride_q_head,
@@ -202,7 +206,6 @@ def _rotary_kernel(
             BLOCK_HK, HAS_DELTA,
         )  # fmt: skip
     if STORE_KV and do_k:
-        slot = tl.load(slots_ptr + token).to(tl.int64)
         # The key is rotated again rather than re-read from k_out: a few FLOPs against a
         # global-memory round trip (and no barrier between the two stores).
         _rotate_heads(

@@ -196,7 +196,10 @@ def sweep_min_split_len() -> None:
     merge, the engine's path) per `min_split_len`: the default splits a short history into
     64-position pieces over up to 32 splits, then merges them through a counter; fewer, longer
     splits shorten that chain (one split merges from registers). The fifteenth session's
-    batch-1 step spent 7 us a layer in the split kernel at 128-384 positions."""
+    batch-1 step spent 7 us a layer in the split kernel at 128-384 positions. `prefetch` rows:
+    the default splits with each split's first tile asked into L2 before the PDL wait
+    (`prefetch_kv`; back-to-back replays of one kernel stand in for the rotary kernel before
+    it), bf16 and e4m3 pools."""
     print("batch x context | min_split_len | us")
     for batch in (1, 4):
         for context in (128, 256, 512, 1024, 4096):
@@ -205,6 +208,13 @@ def sweep_min_split_len() -> None:
                     batch, context, graph=True, merge_counters=True, min_split_len=min_split_len
                 )
                 print(f"{batch} x {context} | {min_split_len} | {us:.1f}")
+            for kv_dtype in (DTYPE, torch.float8_e4m3fn):
+                plain, _ = bench_decode(batch, context, graph=True, merge_counters=True,
+                                        kv_dtype=kv_dtype)  # fmt: skip
+                prefetched, _ = bench_decode(batch, context, graph=True, merge_counters=True,
+                                             kv_dtype=kv_dtype, prefetch_kv=True)  # fmt: skip
+                print(f"{batch} x {context} | prefetch {str(kv_dtype)[6:]} | {plain:.1f} -> "
+                      f"{prefetched:.1f}")  # fmt: skip
 
 
 def extend_case(prefix_len: int, extend_len: int):

@@ -15,7 +15,12 @@
 # The twentieth session (2026-12-03) ran int4-gemm (prefetch_words + silu_out GEMM rows: int4
 # batch 64 6.13 -> 5.58 ms overlapped, bf16 5.63), rope-store (slower: left off), gpu-tests
 # (126 passed) and bs64-repeat (int4 / bf16 0.954x synced, 0.991x overlapped).
-# Still pending: no-regress against the tree before PDL ([7/14]'s "no regression on bench
+# Still pending: decode-prefetch (built after the twentieth session's last call: the rotary
+# and decode attention kernels read positions / slots / cos / sin and lengths / rows before
+# their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
+# `bench_kernels.py --split-sweep` has prefetch rows; then bench latency batch 1 in bf16, FP8,
+# int4 against `.base` = 62b4893, and `prefetch_kv` the default if it wins), no-regress against
+# the tree before PDL ([7/14]'s "no regression on bench
 # offline": `.base` = fac3fba^, `no-regress` = latency + offline 1000 x 200/200; fp8-rows has
 # bf16's 1000 x 1000/1000), fp8-kv-attn, fp8-rows, fresh-gsp, gemv-gated (bench_gemv now also
 # sweeps the gate | up projection's silu_out launches against F.linear + the activation

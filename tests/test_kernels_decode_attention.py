@@ -167,17 +167,26 @@ def test_split_kernel_compiles_for_sm90_without_spills():
          {"HAS_KV_STARTS": False, "MERGE": True, "HAS_SHARED": False, "DOT_FP16": False,
           "KV_LHS": False, "V_FP8_WORDS": 0, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
           "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64, "USE_PDL": True}, 4, PDL_PTX),
+    ] + [  # ... with the first tile's K/V rows asked into L2 before the wait (bf16, FP8)
+        ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | pool,
+         {"HAS_KV_STARTS": False, "MERGE": True, "HAS_SHARED": False, "DOT_FP16": bool(pool),
+          "KV_LHS": False, "V_FP8_WORDS": 0, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
+          "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64, "USE_PDL": True, "PREFETCH_KV": True},
+         4, {"require_ptx": [*PDL_PTX["require_ptx"], "prefetch.global.L2"]})
+        for pool in ({}, fp8_pool)
     ])  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "variant", [{"kv_lhs": True}, {"max_registers": 128}, {"min_split_len": 64}]
+    "variant",
+    [{"kv_lhs": True}, {"max_registers": 128}, {"min_split_len": 64}, {"prefetch_kv": True}],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_tuning_variants_match_reference(dtype, variant):
     """K/V as the dots' left operands (transposed scores and output), a register cap (ptxas
-    `.maxnreg`, a compile option only), and splits of at least 64 positions (fewer of them on
-    short histories): the same attention."""
+    `.maxnreg`, a compile option only), splits of at least 64 positions (fewer of them on
+    short histories), the first tile's rows prefetched into L2 (a no-op without PDL): the same
+    attention."""
     for seq_lens, num_heads, num_kv_heads, head_dim, num_kv_splits in (CPU_CASES[0], CPU_CASES[3]):
         args = make_decode_case(
             seq_lens=seq_lens,
@@ -234,3 +243,9 @@ def test_decode_attention_cuda_bf16(head_dim, num_heads, num_kv_heads):
             )
             assert relative_error(out, ref) < 1e-2
             assert not counters.any()
+            # The first tile's rows asked into L2 before the PDL wait: the same bits.
+            prefetched = decode_attention(
+                **args, num_kv_splits=num_kv_splits, merge_counters=merge_counters,
+                kv_lhs=kv_lhs, prefetch_kv=True,
+            )  # fmt: skip
+            assert torch.equal(prefetched, out)
