@@ -406,6 +406,19 @@ for stage in "$@"; do
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
       latency_summary "$dir/latency_*.json" ;;
+    decode-prefetch)
+      # [7/14] / [8/14] / [9/14] batch 1 (built after the twentieth session's last call): the
+      # rotary and decode attention kernels' loads before their PDL wait. The PDL chain, decode
+      # attention and fused-layer GPU tests; the split sweep's prefetch rows (`prefetch_kv`);
+      # then bench latency batch 1 in bf16, FP8 weights and int4, `.base` = 62b4893 (carry
+      # ".base") then this tree, whose greedy digests must agree.
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_pdl.py \
+        tests/test_kernels_decode_attention.py tests/test_kernels_fused_layers.py 2>&1 | tail -2
+      (cd scripts && timeout 150 python3 bench_kernels.py --split-sweep 2>&1 | grep prefetch)
+      ab_latency decode_prefetch_bf16 --batch-sizes 1
+      ab_latency decode_prefetch_fp8 --batch-sizes 1 --quantization fp8
+      ab_latency decode_prefetch_awq --batch-sizes 1 --quantization awq
+      latency_summary "$OUT/decode_prefetch_*/latency_*.json" ;;
     rope-store)
       # [7/14] / [8/14] / [9/14] batch 1 (twentieth session): the qkv GEMV rotates q and k and
       # writes k and v into the cache in its epilogue (`rope_store` rows: no rotary kernel).
