@@ -157,14 +157,18 @@ def build_forward_batch(
     device = req_to_token_pool.device
     # One host-to-device copy for all host lists: ids, then rows, prefix and extend lengths.
     # chain.from_iterable flattens in C: no Python-level loop per prompt token.
+    # The sequence lengths too: the host has them, and copying them is cheaper than a device add.
     parts = [] if ids_on_device else [list(itertools.chain.from_iterable(input_ids))]
     parts += [[int(row) for row in req_pool_indices], prefix_lens_cpu, extend_lens_cpu]
+    parts.append(seq_lens_cpu)
     packed_parts = host_parts_to_device(parts, device)
     if ids_on_device:
         input_ids_tensor = input_ids.to(device=device, dtype=torch.int64)
-        rows, prefix_lens_tensor, extend_lens_tensor = packed_parts
+        rows, prefix_lens_tensor, extend_lens_tensor, seq_lens_tensor = packed_parts
     else:
-        input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor = packed_parts
+        input_ids_tensor, rows, prefix_lens_tensor, extend_lens_tensor, seq_lens_tensor = (
+            packed_parts
+        )
     out_cache_loc = out_cache_loc.to(device=device, dtype=torch.int64)
     if out_cache_loc.data_ptr() % ALIGN_BYTES:  # a view into the allocator's free list
         out_cache_loc = out_cache_loc.clone()
@@ -203,7 +207,7 @@ def build_forward_batch(
         input_ids=input_ids_tensor,
         positions=positions,
         req_pool_indices=rows,
-        seq_lens=prefix_lens_tensor + extend_lens_tensor,
+        seq_lens=seq_lens_tensor,
         prefix_lens=prefix_lens_tensor,
         extend_lens=extend_lens_tensor,
         out_cache_loc=out_cache_loc,
