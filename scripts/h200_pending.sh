@@ -408,7 +408,8 @@ for stage in "$@"; do
       latency_summary "$dir/latency_*.json" ;;
     decode-prefetch)
       # [7/14] / [8/14] / [9/14] batch 1 (built after the twentieth session's last call): the
-      # rotary and decode attention kernels' loads before their PDL wait. The PDL chain, decode
+      # rotary and decode attention kernels' loads before their PDL wait (and the build's
+      # sequence lengths in its one host-to-device copy). The PDL chain, decode
       # attention and fused-layer GPU tests; the split sweep's prefetch rows (`prefetch_kv`);
       # then bench latency batch 1 in bf16, FP8 weights and int4, `.base` = 62b4893 (carry
       # ".base") then this tree, whose greedy digests must agree.
