@@ -491,7 +491,7 @@ def fp8_linear(
         )
     n_out = weight.shape[0] // 2 if silu_out else weight.shape[0]
     if rope_store is not None:
-        n_out = rope_store.num_heads * rope_store.head_dim
+        n_out = rope_store.q_width
     if gemv_config is not None and gemv_config.a16 and not quantized:
         # W8A16 GEMV: the activations as they are, no quantization pass.
         x2d = x.reshape(-1, x.shape[-1])

@@ -201,7 +201,7 @@ def _gemv_kernel(
     norm_counters_ptr=None,  # [>= M] int32 zeros: the row's tiles arrived
     norm_eps=1e-6,
     NORM_BLOCK: tl.constexpr = 0,  # > 0 (next_power_of_2(N)): `split_k.store_split`'s ADD_NORM
-    rope=None,  # `RopeStore.kernel_args` (ROPE_HALF > 0): w is q | k | v, out: [M, q] rotated
+    rope=None,  # `RopeStore.launch_args` (ROPE_HALF > 0): w is q | k | v, out: [M, q] rotated
     ROPE_HALF: tl.constexpr = 0,  # > 0: head_dim / 2 of the rotary + KV-store epilogue
     KV_FP8_MAX: tl.constexpr = 0.0,  # > 0: the FP8 cache format's largest value
 ):
@@ -543,11 +543,9 @@ def gemv(
         raise ValueError("x_scale and weight_scale are for e4m3 operands only")
     out_dtype = out_dtype if x_scaled else x.dtype
     out_width = n // 2 if silu_out else n
-    rope_args, rope_constexprs = (), {}
+    rope_launch = {}
     if rope_store is not None:
-        rope_store.check(m, n, out_dtype)
-        out_width = rope_store.num_heads * rope_store.head_dim
-        rope_args, rope_constexprs = rope_store.kernel_args()
+        rope_launch, out_width = rope_store.launch_args(m, n, out_dtype), rope_store.q_width
     out = torch.empty((m, out_width), dtype=out_dtype, device=x.device)
     if m == 0:
         return out
@@ -558,10 +556,9 @@ def gemv(
     tiles_n = paired_tiles(n, config.block_n) if paired else triton.cdiv(n, config.block_n)
     grid = (m, tiles_n, splits)
     split_mode, partial, counters = split_buffers(
-        out, splits, m * tiles_n, split_k_counters, silu_out,
-        in_kernel=add_norm is not None or rope_store is not None, weight_rows=n,
+        out, splits, m * tiles_n, split_k_counters, weight_rows=n,
+        in_kernel=silu_out or add_norm is not None or rope_store is not None,
     )  # fmt: skip
-    rope_launch = {"rope": rope_args, **rope_constexprs} if rope_store is not None else {}
     # The packed kernel reads both operands as 32-bit words.
     words_fit = all(t.stride(0) % 4 == 0 and t.data_ptr() % 4 == 0 for t in (x, weight))
     words_fit = words_fit and k % 4 == 0

@@ -191,7 +191,7 @@ def _int4_gemv_kernel(
     PACKED_F16: tl.constexpr = False,  # `_packed_f16_step` (CUDA: inline PTX)
     GATED: tl.constexpr = False,  # x_ptr: [M, 2K] gate | up; x = silu(gate) * up (`load_x`)
     SILU_OUT: tl.constexpr = False,  # columns gate | up; out: [M, N / 2] silu(gate) * up
-    rope=None,  # `RopeStore.kernel_args` (ROPE_HALF > 0): columns q | k | v, out: [M, q]
+    rope=None,  # `RopeStore.launch_args` (ROPE_HALF > 0): columns q | k | v, out: [M, q]
     ROPE_HALF: tl.constexpr = 0,  # > 0: head_dim / 2 of the rotary + KV-store epilogue
     KV_FP8_MAX: tl.constexpr = 0.0,  # > 0: the FP8 cache format's largest value
 ):
@@ -446,26 +446,6 @@ def _nibble_dot(acc, w, x_ptr, offs_m, mask_m, stride_xm, rows, SWAP_AB: tl.cons
 
 
 @triton.jit
-def _load_chunk(
-    qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE: tl.constexpr
-):
-    """The 16 packed words `[16, BLOCK_N]` int32 of the 128-row chunk at row k (interleaved
-    span: nibble j holds rows k + 16 j + 0..15) and its group's scales and zeros `[BLOCK_N]`
-    float32. A chunk at or past k_end (a prefetch past the split's last step) loads no words
-    and re-reads the last group's scales (in L1), never past the end."""
-    rows = k // 8 + tl.arange(0, 16)
-    words = tl.load(
-        qweight_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :],
-        mask=(rows * 8 < k_end)[:, None] & mask_n[None, :], other=0,
-        eviction_policy="evict_first",  # streamed once
-    )  # fmt: skip
-    group_row = (tl.minimum(k, k_end - 1) // GROUP_SIZE) * N  # the chunk lies in one group
-    scale = tl.load(scales_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    zero = tl.load(zeros_ptr + group_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    return words, scale, zero
-
-
-@triton.jit
 def _int4_nibble_gemm_kernel(
     x_ptr,  # [M, K]
     qweight_ptr,  # [K / 8, N] int32, span 128
@@ -504,9 +484,9 @@ def _int4_nibble_gemm_kernel(
     k_end = tl.minimum(k_start + k_per_split, K)
     sub = tl.arange(0, 16)
     if PREFETCH_WORDS:  # the weights are no earlier kernel's output: loaded before the wait
-        words, scale, zero = _load_chunk(
-            qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE
-        )
+        words, scale, zero = _load_words(
+            qweight_ptr, scales_ptr, zeros_ptr, k_start, k_end, offs_n, mask_n, N, GROUP_SIZE, 128
+        )  # [16, BLOCK_N] words: one 128-row chunk
     wait_for_prior_grids(USE_PDL)
     # One 128-row chunk a step (16 words a column): nibble j holds rows k + 16 j + 0..15.
     for k in range(k_start, k_end, 128):
@@ -514,12 +494,13 @@ def _int4_nibble_gemm_kernel(
             # Triton pipelines only the loads feeding a tl.dot directly (x here): the words
             # reach the dot through the unpacking, so without this each step waits out their
             # load with only the SM's other programs to hide it.
-            next_words, next_scale, next_zero = _load_chunk(
-                qweight_ptr, scales_ptr, zeros_ptr, k + 128, k_end, offs_n, mask_n, N, GROUP_SIZE
-            )
+            next_words, next_scale, next_zero = _load_words(
+                qweight_ptr, scales_ptr, zeros_ptr, k + 128, k_end, offs_n, mask_n, N,
+                GROUP_SIZE, 128,
+            )  # fmt: skip
         else:
-            words, scale, zero = _load_chunk(
-                qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE
+            words, scale, zero = _load_words(
+                qweight_ptr, scales_ptr, zeros_ptr, k, k_end, offs_n, mask_n, N, GROUP_SIZE, 128
             )
         if PACKED:
             dtype: tl.constexpr = x_ptr.dtype.element_ty
@@ -693,10 +674,7 @@ def int4_gemm(
     out_width = n // 2 if silu_out else n
     rope_launch = {}
     if rope_store is not None:
-        rope_store.check(m, n, x.dtype)
-        out_width = rope_store.num_heads * rope_store.head_dim
-        rope_args, rope_constexprs = rope_store.kernel_args()
-        rope_launch = {"rope": rope_args, **rope_constexprs}
+        rope_launch, out_width = rope_store.launch_args(m, n, x.dtype), rope_store.q_width
     out = torch.empty((m, out_width), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
@@ -710,8 +688,8 @@ def int4_gemm(
     if not config.gemv and m * n >= 2**31:  # the GEMMs' int32 output offsets
         raise ValueError(f"the int4 GEMM takes fewer than 2^31 outputs, got {m} x {n}")
     split_mode, partial, counters = split_buffers(
-        out, splits, grid[0] * grid[1], split_k_counters, silu_out,
-        in_kernel=rope_store is not None, weight_rows=n,
+        out, splits, grid[0] * grid[1], split_k_counters, weight_rows=n,
+        in_kernel=silu_out or rope_store is not None,
     )  # fmt: skip
     common = dict(
         GROUP_SIZE=group_size, BLOCK_N=config.block_n, BLOCK_K=block_k, SPLIT_MODE=split_mode

@@ -29,7 +29,12 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_inputs import FP8_KV_DTYPES
-from radixgen.kernels.rotary import cache_value, rotary_embedding_and_store_kv_ref
+from radixgen.kernels.rotary import (
+    cache_value,
+    rotary_embedding_and_store_kv_ref,
+    rotate_halves,
+    round_to,
+)
 
 
 class RopeStore(NamedTuple):
@@ -82,8 +87,15 @@ class RopeStore(NamedTuple):
         if len(self.kv_scales) != 2 or not all(scale > 0 for scale in self.kv_scales):
             raise ValueError(f"rope_store.kv_scales must be two positive floats: {self.kv_scales}")
 
-    def kernel_args(self) -> tuple[tuple, dict]:
-        """(the epilogue's runtime tuple, its constexprs) for a GEMV launch."""
+    @property
+    def q_width(self) -> int:
+        """The width of the launch's output: the rotated q's `num_heads * head_dim`."""
+        return self.num_heads * self.head_dim
+
+    def launch_args(self, m: int, n: int, dtype: torch.dtype) -> dict:
+        """The GEMV launch's epilogue arguments (its runtime tuple and constexprs), after
+        `check(m, n, dtype)`."""
+        self.check(m, n, dtype)
         fp8_max = (
             torch.finfo(self.k_cache.dtype).max if self.k_cache.dtype in FP8_KV_DTYPES else 0.0
         )
@@ -92,7 +104,7 @@ class RopeStore(NamedTuple):
             self.k_cache, self.v_cache, self.k_cache.stride(0), float(self.kv_scales[0]),
             float(self.kv_scales[1]), self.num_heads, self.num_kv_heads,
         )  # fmt: skip
-        return runtime, {"ROPE_HALF": self.head_dim // 2, "KV_FP8_MAX": fp8_max}
+        return {"rope": runtime, "ROPE_HALF": self.head_dim // 2, "KV_FP8_MAX": fp8_max}
 
 
 def rope_store_ref(qkv: torch.Tensor, rope: RopeStore) -> torch.Tensor:
@@ -105,7 +117,7 @@ def rope_store_ref(qkv: torch.Tensor, rope: RopeStore) -> torch.Tensor:
         rope.positions, q.reshape(m, -1, d), k.reshape(m, -1, d), v.reshape(m, -1, d),
         rope.cos_cache, rope.sin_cache, rope.k_cache, rope.v_cache, rope.slots, rope.kv_scales,
     )  # fmt: skip
-    return q_out.reshape(m, -1)
+    return q_out.reshape(m, rope.q_width)
 
 
 @triton.jit
@@ -139,10 +151,10 @@ def rope_load(
     j = (pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)) % ROPE_HALF
     cos_row = cos_ptr + position * stride_cos + j
     sin_row = sin_ptr + position * stride_cos + j
-    cos1 = tl.load(cos_row).to(DTYPE).to(tl.float32)
-    cos2 = tl.load(cos_row + ROPE_HALF).to(DTYPE).to(tl.float32)
-    sin1 = tl.load(sin_row).to(DTYPE).to(tl.float32)
-    sin2 = tl.load(sin_row + ROPE_HALF).to(DTYPE).to(tl.float32)
+    cos1 = round_to(tl.load(cos_row), DTYPE)
+    cos2 = round_to(tl.load(cos_row + ROPE_HALF), DTYPE)
+    sin1 = round_to(tl.load(sin_row), DTYPE)
+    sin2 = round_to(tl.load(sin_row + ROPE_HALF), DTYPE)
     return slot, cos1, cos2, sin1, sin2
 
 
@@ -162,11 +174,6 @@ def rope_prologue(rope, row, BLOCK_N: tl.constexpr, ROPE_HALF: tl.constexpr, out
 
 
 @triton.jit
-def _round(x, dtype: tl.constexpr):
-    return x.to(dtype).to(tl.float32)
-
-
-@triton.jit
 def store_rope(
     total, out_ptr, rope, loaded, row, pid_n, BLOCK_N: tl.constexpr, ROPE_HALF: tl.constexpr,
     KV_FP8_MAX: tl.constexpr,
@@ -180,10 +187,9 @@ def store_rope(
     slot, cos1, cos2, sin1, sin2 = loaded
     halves = tl.permute(tl.reshape(total, [2, BLOCK_N // 2]), [1, 0])
     x1, x2 = tl.split(halves)  # [B/2] each: the pairs' first and second halves
-    x1 = _round(x1, dtype)  # the GEMV's output, as stored
-    x2 = _round(x2, dtype)
-    rot1 = _round(x1 * cos1, dtype) + _round(-x2 * sin1, dtype)
-    rot2 = _round(x2 * cos2, dtype) + _round(x1 * sin2, dtype)
+    x1 = round_to(x1, dtype)  # the GEMV's output, as stored
+    x2 = round_to(x2, dtype)
+    rot1, rot2 = rotate_halves(x1, x2, cos1, cos2, sin1, sin2, dtype)
     pair = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     head = pair // ROPE_HALF
     j = pair % ROPE_HALF

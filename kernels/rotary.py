@@ -31,7 +31,7 @@ from radixgen.kernels.pdl import pdl_launch_options, wait_for_prior_grids
 
 
 @triton.jit
-def _round(x, dtype: tl.constexpr):
+def round_to(x, dtype: tl.constexpr):
     """Rounds fp32 values to the storage dtype and back, as each torch op would."""
     return x.to(dtype).to(tl.float32)
 
@@ -42,9 +42,19 @@ def cache_value(x, dtype: tl.constexpr, cache_dtype: tl.constexpr, scale, FP8_MA
     format's largest value) first rounded to the model dtype, divided by the scale and
     clamped (`radix_cache.memory_pool.TokenToKVPool`'s quantizing store)."""
     if FP8_MAX > 0:
-        scaled = tl.math.div_rn(_round(x, dtype), scale)
+        scaled = tl.math.div_rn(round_to(x, dtype), scale)
         return tl.clamp(scaled, -FP8_MAX, FP8_MAX).to(cache_dtype)
     return x.to(cache_dtype)
+
+
+@triton.jit
+def rotate_halves(x1, x2, cos1, cos2, sin1, sin2, dtype: tl.constexpr):
+    """`(x1 cos1 - x2 sin1, x2 cos2 + x1 sin2)`: rotate-half of a head's two halves (fp32, with
+    cos / sin already rounded to dtype), each product and the sum rounded as torch's module
+    rounds them (the sums' last rounding is the caller's store)."""
+    out1 = round_to(x1 * cos1, dtype) + round_to(-x2 * sin1, dtype)
+    out2 = round_to(x2 * cos2, dtype) + round_to(x1 * sin2, dtype)
+    return out1, out2
 
 
 @triton.jit
@@ -64,8 +74,8 @@ def _load_heads(
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
     if HAS_DELTA:
         delta = delta_ptr + offs_h[:, None] * (2 * HALF) + offs_d[None, :]
-        x1 = _round(x1 + tl.load(delta, mask=mask, other=0.0), dtype)
-        x2 = _round(x2 + tl.load(delta + HALF, mask=mask, other=0.0), dtype)
+        x1 = round_to(x1 + tl.load(delta, mask=mask, other=0.0), dtype)
+        x2 = round_to(x2 + tl.load(delta + HALF, mask=mask, other=0.0), dtype)
     return x1, x2, mask
 
 
@@ -83,8 +93,9 @@ def _rotate_heads(
     x1, x2, mask = _load_heads(  # [BLOCK_H, BLOCK_HALF] each
         src_ptr, delta_ptr, stride_src_head, num_heads, HALF, BLOCK_HALF, BLOCK_H, HAS_DELTA
     )
-    out1 = _round(x1 * cos1[None, :], dtype) + _round(-x2 * sin1[None, :], dtype)
-    out2 = _round(x2 * cos2[None, :], dtype) + _round(x1 * sin2[None, :], dtype)
+    out1, out2 = rotate_halves(
+        x1, x2, cos1[None, :], cos2[None, :], sin1[None, :], sin2[None, :], dtype
+    )
     dst = dst_ptr + offs_h[:, None] * stride_dst_head + offs_d[None, :]
     if FP8_MAX > 0:
         cache_dtype = dst_ptr.dtype.element_ty
@@ -157,10 +168,10 @@ def _rotary_kernel(
     mask_d = offs_d < HALF
     cos_row = cos_ptr + position * stride_cos_row + offs_d
     sin_row = sin_ptr + position * stride_cos_row + offs_d
-    cos1 = _round(tl.load(cos_row, mask=mask_d, other=0.0), dtype)
-    cos2 = _round(tl.load(cos_row + HALF, mask=mask_d, other=0.0), dtype)
-    sin1 = _round(tl.load(sin_row, mask=mask_d, other=0.0), dtype)
-    sin2 = _round(tl.load(sin_row + HALF, mask=mask_d, other=0.0), dtype)
+    cos1 = round_to(tl.load(cos_row, mask=mask_d, other=0.0), dtype)
+    cos2 = round_to(tl.load(cos_row + HALF, mask=mask_d, other=0.0), dtype)
+    sin1 = round_to(tl.load(sin_row, mask=mask_d, other=0.0), dtype)
+    sin2 = round_to(tl.load(sin_row + HALF, mask=mask_d, other=0.0), dtype)
     if STORE_KV:
         slot = tl.load(slots_ptr + token).to(tl.int64)
     wait_for_prior_grids(USE_PDL)

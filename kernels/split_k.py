@@ -221,35 +221,32 @@ def paired_tiles(n: int, block_n: int) -> int:
 
 
 def split_buffers(
-    out: torch.Tensor,  # [M, N], the GEMM's output ([M, N / 2] with silu_out)
+    out: torch.Tensor,  # [M, out width]: the output (narrower than the weight's rows with an
+    #                     epilogue that pairs them: silu_out, rope_store)
     splits: int,
     tiles: int,  # output tiles of the launch grid (its first two axes)
     split_k_counters: torch.Tensor | None,
-    silu_out: bool = False,
-    in_kernel: bool = False,
-    weight_rows: int | None = None,
+    weight_rows: int | None = None,  # the partials' width; default out's
+    in_kernel: bool = False,  # the epilogue needs each tile's summed splits (no reduce launch)
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """(SPLIT_MODE, partials, counters) of a launch with `splits` K splits: 0 with one split
     (`out` stands in for both buffers), 2 when the caller's counters cover the tiles, else 1
-    (`finish_splits` then sums the partials). `weight_rows`: the partials' width where out is
-    narrower than the weight's rows otherwise (`rope_store`).
+    (`finish_splits` then sums the partials).
 
     Raises:
-        ValueError: counters that are not int32 on out's device; a `silu_out` or `in_kernel`
-            launch (whose epilogue needs the summed tile) with splits but too few counters.
+        ValueError: counters that are not int32 on out's device; an `in_kernel` launch with
+            splits but too few counters.
     """
     if splits == 1:
         return 0, out, out
-    m, n = out.shape
-    n = 2 * n if silu_out else n  # the weight's rows: partials of both gate and up
-    n = n if weight_rows is None else weight_rows  # (rope_store: q | k | v, out only q)
+    m, n = out.shape[0], weight_rows or out.shape[1]
     partial = torch.empty((splits, m, n), dtype=torch.float32, device=out.device)
     counters = split_k_counters
     if counters is not None and (counters.dtype != torch.int32 or counters.device != out.device):
         raise ValueError(f"split_k_counters must be int32 on {out.device}")
     if counters is not None and counters.numel() >= tiles:
         return 2, partial, counters
-    if silu_out or in_kernel:
+    if in_kernel:
         raise ValueError(
             f"this epilogue with {splits} K splits needs split_k_counters for {tiles} tiles"
         )
