@@ -146,11 +146,23 @@ class CudaGraphRunner:
         static = self.static
         if padded > batch:
             static.fill_padding()
-        static.input_ids[:batch].copy_(forward_batch.input_ids)
-        static.positions[:batch].copy_(forward_batch.positions)
-        static.req_pool_indices[:batch].copy_(forward_batch.req_pool_indices)
-        static.seq_lens[:batch].copy_(forward_batch.seq_lens)
-        static.out_cache_loc[:batch].copy_(forward_batch.out_cache_loc)
+        # One dispatch for the five copies (the host's step at batch 1 is ~0.2 ms of launches).
+        torch._foreach_copy_(
+            [
+                static.input_ids[:batch],
+                static.positions[:batch],
+                static.req_pool_indices[:batch],
+                static.seq_lens[:batch],
+                static.out_cache_loc[:batch],
+            ],
+            [
+                forward_batch.input_ids,
+                forward_batch.positions,
+                forward_batch.req_pool_indices,
+                forward_batch.seq_lens,
+                forward_batch.out_cache_loc,
+            ],
+        )
         if self.lora_state is not None:
             self.static_lora_slots.fill_(-1)
             if forward_batch.lora_segments is not None:  # decode: one segment per row

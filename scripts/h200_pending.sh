@@ -406,6 +406,39 @@ for stage in "$@"; do
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
       latency_summary "$dir/latency_*.json" ;;
+    fp8-2warp)
+      # [8/14] (twenty-first session): the FP8 pool's decode attention in 32-position tiles of
+      # 2 warps (199.2 -> 183.9 us at 256 x 1024 in the first sweep) the default. The sweep
+      # again with more 2-warp launches; bench latency FP8 batch 1, `.base` (main before it)
+      # then this tree; offline 1000 x 1000/1000 bf16 then FP8 weights + KV (the ratio).
+      # The graph replay's five input copies in one `_foreach_copy_` too: its GPU tests, and
+      # bench latency bf16 batch 1 against `.base`.
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_runtime.py \
+        tests/test_engine_tree_attention.py tests/test_kernels_decode_attention.py 2>&1 | tail -2
+      timeout 200 python3 scripts/bench_kernels.py --fp8-kv-sweep 2>&1 | tee "$OUT/fp8_kv_attn.log" | grep -v "^#"
+      ab_latency fp8_2warp --batch-sizes 1 --quantization fp8
+      ab_latency host_bf16 --batch-sizes 1
+      latency_summary "$OUT/fp8_2warp/latency_*.json"
+      latency_summary "$OUT/host_bf16/latency_*.json" ;;
+    fp8-ratio)
+      # [8/14]: offline 1000 x 1000/1000, bf16 then FP8 weights + KV, one lease (the ratio)
+      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 fp8-offline-w8kv8 2>&1 | tail -8 ;;
+    host-profile)
+      # [7/14] / [8/14] batch 1: where the synced step's host time goes (build 0.12-0.23 ms,
+      # launch 0.09-0.14 ms in the twenty-first session's first call): cProfile of bench
+      # latency, the builtins (torch ops) under build_forward_batch and the graph replay
+      for quant in bf16 fp8; do
+        flags=""
+        [ "$quant" != bf16 ] && flags="--quantization $quant"
+        timeout 150 python3 -m cProfile -o "$OUT/host_$quant.prof" -m radixgen.runtime.bench.cli \
+          latency --model-path $MODEL --load-format dummy --batch-sizes 1 --input-len 128 \
+          --output-len 256 $flags 2>&1 | tail -1
+        python3 - "$OUT/host_$quant.prof" <<'PY'
+import pstats, sys
+stats = pstats.Stats(sys.argv[1])
+stats.sort_stats("cumulative").print_callees("build_forward_batch|replay|host_parts_to_device|_one_batch")
+PY
+      done 2>&1 | grep -v "^$" | cut -c1-160 | tee "$OUT/host_profile.log" | head -150 ;;
     decode-prefetch)
       # [7/14] / [8/14] / [9/14] batch 1 (built after the twentieth session's last call): the
       # rotary and decode attention kernels' loads before their PDL wait (and the build's
