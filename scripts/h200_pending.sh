@@ -420,6 +420,15 @@ for stage in "$@"; do
       ab_latency host_bf16 --batch-sizes 1
       latency_summary "$OUT/fp8_2warp/latency_*.json"
       latency_summary "$OUT/host_bf16/latency_*.json" ;;
+    final21)
+      # The twenty-first session's one long call: the GPU tests of the 2-warp FP8 default and
+      # the one-dispatch graph inputs, bench latency FP8 batch 1 against `.base` (main before
+      # them), then the offline ratio (fp8-ratio)
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_runtime.py \
+        tests/test_engine_tree_attention.py tests/test_kernels_decode_attention.py 2>&1 | tail -2
+      ab_latency fp8_2warp --batch-sizes 1 --quantization fp8
+      latency_summary "$OUT/fp8_2warp/latency_*.json"
+      bash scripts/h200_pending.sh fp8-ratio ;;
     fp8-ratio)
       # [8/14]: offline 1000 x 1000/1000, bf16 then FP8 weights + KV, one lease (the ratio)
       STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 fp8-offline-w8kv8 2>&1 | tail -8 ;;
