@@ -15,7 +15,12 @@
 # The twentieth session (2026-12-03) ran int4-gemm (prefetch_words + silu_out GEMM rows: int4
 # batch 64 6.13 -> 5.58 ms overlapped, bf16 5.63), rope-store (slower: left off), gpu-tests
 # (126 passed) and bs64-repeat (int4 / bf16 0.954x synced, 0.991x overlapped).
-# Still pending: decode-prefetch (built after the twentieth session's last call: the rotary
+# The twenty-first session (2026-12-03) ran decode-prefetch (batch 1 bf16 4.405 / 4.120 ->
+# 4.271 / 4.081, FP8 3.064 / 2.633 -> 2.989 / 2.598, int4 3.103 / 2.818 -> 3.039 / 2.797 ms;
+# prefetch_kv left off), host-profile, fp8-kv-attn (32 / 2 warps / 5 stages the FP8 pool's
+# default: 199.2 -> 183.9 us at 256 x 1024) and final21 (7 GPU tests passed; FP8 offline
+# ratio 1.482x). Its extended 2-warp sweep (fp8-2warp) did not run (four refused starts).
+# Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
 # `bench_kernels.py --split-sweep` has prefetch rows; then bench latency batch 1 in bf16, FP8,
