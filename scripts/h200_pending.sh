@@ -130,6 +130,15 @@ for path in sorted(glob.glob(sys.argv[1])):
 PY
 }
 
+latency_run() {  # $1: bf16 | fp8 | awq, $2: batch size, $3: output JSON. This tree's bench
+  # latency (128 in / 256 out), its summary line printed.
+  local flags=""
+  [ "$1" != bf16 ] && flags="--quantization $1"
+  timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
+    --load-format dummy --batch-sizes "$2" --input-len 128 --output-len 256 $flags \
+    --output-json "$3" 2>&1 | tail -1
+}
+
 ab_latency() {  # $1: folder under $OUT; the rest: bench latency flags. `.base`, then this tree.
   mkdir -p "$OUT/$1"
   local tree name
@@ -152,11 +161,7 @@ fusion_ab() {  # $1: folder under $OUT, $2: a mark_fusion_rows.py fusion. Bench 
   for name in before after; do
     [ "$name" = after ] && python3 scripts/mark_fusion_rows.py "$2"
     for quant in bf16 fp8 awq; do
-      flags=""
-      [ "$quant" != bf16 ] && flags="--quantization $quant"
-      timeout 120 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-        --load-format dummy --batch-sizes 1 --input-len 128 --output-len 256 $flags \
-        --output-json "$dir/latency_${quant}_$name.json" 2>&1 | tail -1
+      latency_run "$quant" 1 "$dir/latency_${quant}_$name.json"
     done
   done
   cp "$dir/gemv_configs.json" "$dir/gemv_fp8_configs.json" "$dir/int4_gemm_configs.json" \
@@ -383,11 +388,7 @@ for stage in "$@"; do
       # [9/14] batch 64: int4 (AWQ-format random weights) and bf16 in the same lease
       mkdir -p "$OUT/bs64"
       for quant in bf16 awq; do
-        flags=""
-        [ "$quant" != bf16 ] && flags="--quantization $quant"
-        timeout 150 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-          --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 $flags \
-          --output-json "$OUT/bs64/latency_$quant.json" 2>&1 | tail -1
+        latency_run "$quant" 64 "$OUT/bs64/latency_$quant.json"
       done ;;
     add-norm)
       # [7/14] batch 1 bf16: the o and down GEMVs also add the residual and write the next
@@ -483,11 +484,7 @@ PY
       mkdir -p "$dir"
       for run in 1 2; do
         for quant in bf16 awq; do
-          flags=""
-          [ "$quant" != bf16 ] && flags="--quantization $quant"
-          timeout 100 python3 -m radixgen.runtime.bench.cli latency --model-path $MODEL \
-            --load-format dummy --batch-sizes 64 --input-len 128 --output-len 256 $flags \
-            --output-json "$dir/latency_${quant}_$run.json" 2>&1 | tail -1
+          latency_run "$quant" 64 "$dir/latency_${quant}_$run.json"
         done
       done
       latency_summary "$dir/latency_*.json"
