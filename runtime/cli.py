@@ -46,6 +46,8 @@ _FLAG_HELP = {
     "bf16/fp16 checkpoint (FP8 checkpoints load as FP8 without it); 'awq'/'gptq' (or vLLM's "
     "'awq_marlin'/'gptq_marlin'): int4 weights (detected from an AWQ/GPTQ checkpoint without "
     "it; a bf16 checkpoint is quantized round-to-nearest, group 128)",
+    "disable_fp8_fast_accum": "FP8 GEMMs over 64 tokens accumulate in fp32 throughout, not "
+    "through the tensor cores' fast FP8 accumulation (vLLM's and SGLang's default on Hopper)",
     "kv_cache_dtype": "KV cache storage; fp8 (= fp8_e4m3) or fp8_e5m2 hold twice the tokens",
     "quantization_param_path": "FP8 KV cache scales per layer (JSON, SGLang's/vLLM's format; "
     "`radixgen calibrate-kv-cache` writes one) over the checkpoint's",

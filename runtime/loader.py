@@ -10,6 +10,7 @@ quantized at load time is quantized as soon as its last shard arrives), the othe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ def load_model(
     max_positions: int | None = None,
     quantization: QuantizationName | None = None,
     parallel: TensorParallel | None = None,
+    fp8_fast_accum: bool = False,
 ) -> LlamaForCausalLM:
     """Builds the model and loads its weights, in `dtype` on `device`, in eval mode.
 
@@ -64,6 +66,8 @@ def load_model(
             the checkpoint as it is (FP8 checkpoints stay FP8).
         parallel: this rank's tensor-parallel group: every layer keeps only its slice of
             each checkpoint tensor as it streams by (None: the whole model).
+        fp8_fast_accum: FP8 layers' large-M GEMMs accumulate through the tensor cores' fast
+            FP8 accumulation (`QuantConfig.fp8_fast_accum`).
 
     Raises:
         FileNotFoundError: no safetensors weights in the folder.
@@ -78,6 +82,8 @@ def load_model(
     quant_config = resolve_quant_config(
         model_config.quantization_config, quantization, dummy_weights=load_format == "dummy"
     )
+    if quant_config is not None:
+        quant_config = dataclasses.replace(quant_config, fp8_fast_accum=fp8_fast_accum)
     with torch.device("meta"):
         model = LlamaForCausalLM(model_config, max_positions, quant_config, parallel)
     if load_format == "dummy":

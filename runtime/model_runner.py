@@ -184,6 +184,7 @@ class ModelRunner:
             max_positions=max(self.context_length, self.model_config.context_length),
             quantization=server_args.quantization,
             parallel=self.parallel,
+            fp8_fast_accum=not server_args.disable_fp8_fast_accum,
         )
         # EAGLE's head runs on rank 0 alone over the whole vocabulary: under tensor parallelism
         # every rank joins in gathering the split embedding and LM head once, rank 0 keeps them.

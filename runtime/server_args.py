@@ -46,6 +46,10 @@ class ServerArgs:
     # AWQ/GPTQ checkpoint without it, round-to-nearest group-128 int4 of a bf16 one with it;
     # None: the checkpoint as stored (FP8 checkpoints load as FP8). docs/quantization.md.
     quantization: Quantization | None = None
+    # FP8 layers' GEMMs over 64 tokens accumulate each K block in the tensor cores' own
+    # precision (cuBLASLt's fast accumulation, as vLLM's and SGLang's Hopper FP8 GEMMs do);
+    # this turns it off (fp32 accumulation throughout). docs/quantization.md.
+    disable_fp8_fast_accum: bool = False
     # KV cache storage: FP8 halves its bytes (twice the tokens in the same memory).
     kv_cache_dtype: KVCacheDType = "auto"
     # FP8 KV cache scales per layer from a JSON file (SGLang's and vLLM's format; written by

@@ -1,7 +1,7 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
     python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep] [--split-sweep]
-        [--gather-sweep]
+        [--gather-sweep] [--ncu-decode {bf16,e4m3}]
 
 Prints one table per kernel:
 - copy: device-to-device copy bandwidth (bytes read + written / time), the memory ceiling;
@@ -17,6 +17,9 @@ either side of the dots (`kv_lhs`).
 `--gather-sweep` only: the pool's gather alone (no math), TB/s per row length.
 `--split-sweep` only: batch-1 / batch-4 decode attention per `min_split_len` (fewer, longer KV
 splits on short histories).
+`--ncu-decode POOL` only: five launches of decode attention at 256 x 1024 over a bf16 or e4m3
+pool (default launch, in-kernel merge, shuffled slots as in a long-running pool), for Nsight
+Compute to profile one of (`scripts/h200_pending.sh ncu-decode`).
 Times are medians of triton.testing.do_bench.
 """
 
@@ -138,6 +141,17 @@ def sweep_fp8_kv_decode() -> None:
                 print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | failed: {error}")
                 continue
             print(f"{case} | e4m3 | {launch} | {cap} | {v_words} | {us:.1f} | {tbs:.2f}")
+
+
+def ncu_decode(pool: str, batch: int = 256, context: int = 1024) -> None:
+    """Launches for a profiler: the first compiles, the rest run as the engine's would."""
+    kv_dtype = torch.float8_e4m3fn if pool == "e4m3" else DTYPE
+    args = decode_case(batch, context, shuffled=True, kv_dtype=kv_dtype)
+    counters = torch.zeros(batch * NUM_KV_HEADS, dtype=torch.int32, device="cuda")
+    for _ in range(5):
+        decode_attention(**args, merge_counters=counters)
+    torch.cuda.synchronize()
+    print(f"ncu-decode: {pool} pool, {batch} x {context}, 5 launches")
 
 
 @triton.jit
@@ -289,7 +303,15 @@ def main() -> None:
         action="store_true",
         help="only the pool gather's bandwidth per row length",
     )
+    parser.add_argument(
+        "--ncu-decode",
+        choices=("bf16", "e4m3"),
+        help="only five decode-attention launches over this pool, for Nsight Compute",
+    )
     args = parser.parse_args()
+    if args.ncu_decode:
+        ncu_decode(args.ncu_decode)
+        return
     device = torch.cuda.get_device_name()
     print(f"# device: {device}, torch {torch.__version__}, triton {triton.__version__}")
     if args.gather_sweep:

@@ -3,6 +3,7 @@
 # `carry: [".whl"]`). Usage: bash scripts/h200.sh STAGE...   Stages: gpu-tests latency offline
 # bench-latency bench-offline bench-gsp bench-hf perf fp8-tests fp8-gemm fp8-gemm-sweep
 # fp8-latency fp8-accuracy fp8-offline-bf16 fp8-offline-w8 fp8-offline-kv8 fp8-offline-w8kv8
+# fp8-offline-w8kv8-exact (FP8 without fast accumulation)
 # offline-200-g256 offline-200-g1024 perf-after offline-200-before tree tools int4-tests int4-gemm
 # int4-gemm-sweep int4-latency int4-accuracy. Logs and JSON go to $OUT (or ./h200_out).
 set -uo pipefail
@@ -247,6 +248,8 @@ for stage in "$@"; do
     fp8-offline-w8) fp8_offline fp8w --quantization fp8 ;;
     fp8-offline-kv8) fp8_offline fp8kv --kv-cache-dtype fp8_e4m3 ;;
     fp8-offline-w8kv8) fp8_offline fp8w_fp8kv --quantization fp8 --kv-cache-dtype fp8_e4m3 ;;
+    fp8-offline-w8kv8-exact) fp8_offline fp8w_fp8kv_exact --quantization fp8 \
+      --kv-cache-dtype fp8_e4m3 --disable-fp8-fast-accum ;;
     tree) tree ;;
     int4-tests) int4_tests ;;
     int4-gemm) timeout ${STAGE_TIMEOUT:-330} python3 scripts/bench_int4_gemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -12 ;;

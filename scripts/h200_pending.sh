@@ -412,6 +412,30 @@ for stage in "$@"; do
       python3 scripts/mark_fusion_rows.py silu_out; lat bf16_add_norm_silu
       cp "$dir"/shipped/*.json kernels/; lat bf16_before_again
       latency_summary "$dir/latency_*.json" ;;
+    ncu-decode)
+      # [8/14] (twenty-second session): what bounds the FP8 pool's decode attention (2.92 TB/s
+      # against a bf16 pool's 4.27 at 256 x 1024): Nsight Compute's counters (the machine runs
+      # on Firecracker, where ncu reads them; clocks left alone) of one launch over each pool
+      mkdir -p "$OUT/ncu"
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1)
+      for pool in bf16 e4m3; do
+        timeout 150 "$NCU" --clock-control none --set full --import-source no \
+          -k regex:decode_split --launch-skip 2 --launch-count 1 \
+          python3 scripts/bench_kernels.py --ncu-decode $pool > "$OUT/ncu/ncu_$pool.txt" 2>&1
+        grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Executed Ipc A|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" \
+          "$OUT/ncu/ncu_$pool.txt" | sed "s/^/$pool: /" | head -30
+      done ;;
+    fast-accum)
+      # [8/14] (twenty-second session): FP8 GEMMs over 64 tokens with cuBLASLt's fast
+      # accumulation (the new default). Its GPU tests; offline 1000 x 1000/1000 FP8 weights +
+      # KV without it (--disable-fp8-fast-accum), then with it (the default); bf16-offline: the
+      # ratio's denominator, in the same lease.
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_fp8_gemm.py \
+        tests/test_quantization.py 2>&1 | tail -2
+      STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8-exact 2>&1 | tail -4
+      STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8 2>&1 | tail -4 ;;
+    bf16-offline)
+      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 2>&1 | tail -4 ;;
     fp8-2warp)
       # [8/14] (twenty-first session): the FP8 pool's decode attention in 32-position tiles of
       # 2 warps (199.2 -> 183.9 us at 256 x 1024 in the first sweep) the default. The sweep

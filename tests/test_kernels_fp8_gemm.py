@@ -224,6 +224,11 @@ def test_fp8_linear_cuda_matches_dequantized_reference(m, n, k):
     out = fp8_linear(x, weight_q, weight_scale)
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
     assert relative_error(out, reference) < 1e-2
+    # Fast accumulation (the engine's default) stays within bf16 output rounding of fp32's.
+    fast = fp8_linear(x, weight_q, weight_scale, fast_accum=True)
+    assert relative_error(fast, reference) < 1e-2
+    if m > SMALL_M_MAX:
+        assert not torch.equal(fast, out)  # the flag reached cuBLASLt
     full = x.float() @ weight.t()
     assert relative_error(out, full) < 0.05  # FP8 against full precision
 

@@ -4,6 +4,7 @@ refused configurations, and the emulated CPU numerics against full precision."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -109,6 +110,24 @@ def test_fp8_layers_take_activations_quantized_by_the_kernel_before_them(llama_f
     unfused = _prefill_logits(runner, PROMPT)
     assert not any(isinstance(x, Fp8Activations) for x in seen.values())
     assert torch.equal(fused, unfused)
+
+
+@pytest.mark.parametrize("flags, fast", [([], True), (["--disable-fp8-fast-accum"], False)])
+def test_fp8_fast_accumulation_is_the_default_and_the_flag_turns_it_off(flags, fast, llama_folder):
+    """`serve --disable-fp8-fast-accum` reaches every FP8 layer's method (fp8_linear's
+    `fast_accum`, cuBLASLt's `use_fast_accum` on the GPU: tests/test_kernels_fp8_gemm.py)."""
+    from radixgen.runtime.cli import build_parser, server_args_from_namespace
+
+    namespace = build_parser().parse_args(
+        ["serve", "--model-path", str(llama_folder), "--quantization", "fp8", *flags]
+    )
+    args = server_args_from_namespace(namespace)
+    assert args.disable_fp8_fast_accum is not fast
+    runner = ModelRunner(dataclasses.replace(args, device="cpu", max_total_tokens=512))
+    linears = [m for m in runner.model.modules() if isinstance(m, LinearBase)]
+    fp8 = [m for m in linears if type(m.method).__name__ == "Fp8LinearMethod"]
+    assert len(fp8) == 4 * runner.model_config.num_layers
+    assert {m.method.fast_accum for m in fp8} == {fast}
 
 
 def _compressed_tensors_checkpoint(source: Path, folder: Path, strategy: str) -> None:

@@ -309,11 +309,19 @@ class Fp8LinearMethod(LinearMethod):
         checkpoint_format: one of FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL,
             FP8_BLOCK.
         block_size: `(block_n, block_k)` of FP8_BLOCK checkpoints.
+        fast_accum: large-M GEMMs (prefill, decode batches over 64) accumulate through the
+            tensor cores' fast FP8 accumulation (`fp8_linear`'s `fast_accum`).
     """
 
     ignored_names = ("input_scale",)
 
-    def __init__(self, checkpoint_format: str, block_size: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        checkpoint_format: str,
+        block_size: tuple[int, int] | None = None,
+        *,
+        fast_accum: bool = False,
+    ):
         formats = (FP8_FROM_HIGH_PRECISION, FP8_PER_TENSOR, FP8_PER_CHANNEL, FP8_BLOCK)
         if checkpoint_format not in formats:
             raise ValueError(
@@ -323,6 +331,7 @@ class Fp8LinearMethod(LinearMethod):
             raise ValueError("block_size is required for, and only for, FP8_BLOCK checkpoints")
         self.checkpoint_format = checkpoint_format
         self.block_size = block_size
+        self.fast_accum = fast_accum
 
     def create_weights(self, layer: LinearBase) -> dict[str, ParamLayout]:
         layer.fp8_gemv_configs = {}  # tokens -> GemvConfig, filled once the weight is loaded
@@ -386,8 +395,9 @@ class Fp8LinearMethod(LinearMethod):
     def apply(self, layer: LinearBase, x: torch.Tensor | Fp8Activations) -> torch.Tensor:
         counters = layer.split_k_counters
         return fp8_linear(
-            x, layer.weight, layer.weight_scale, layer.bias, counters, layer.fp8_gemv_configs
-        )
+            x, layer.weight, layer.weight_scale, layer.bias, counters, layer.fp8_gemv_configs,
+            fast_accum=self.fast_accum,
+        )  # fmt: skip
 
     def takes_fp8_activations(self, layer: LinearBase, num_tokens: int) -> bool:
         # Not where the GEMV launch takes 16-bit activations (W8A16, `a16`).

@@ -59,6 +59,8 @@ class QuantConfig:
         block_size: (block_n, block_k) of block-quantized checkpoints.
         ignored_modules: checkpoint module names (or "re:" regexes) left unquantized.
         int4: the int4 checkpoint format ("awq" and "gptq" only).
+        fp8_fast_accum: FP8 layers' large-M GEMMs use the tensor cores' fast accumulation
+            (ServerArgs.disable_fp8_fast_accum turns it off).
     """
 
     method: QuantizationName
@@ -66,6 +68,7 @@ class QuantConfig:
     block_size: tuple[int, int] | None = None
     ignored_modules: tuple[str, ...] = ()
     int4: Int4Scheme | None = None
+    fp8_fast_accum: bool = False
 
     def linear_method(self, checkpoint_modules: Sequence[str]) -> LinearMethod:
         """The method of a layer that stacks `checkpoint_modules` (e.g. its q, k, v names).
@@ -84,9 +87,8 @@ class QuantConfig:
         if self.int4 is not None:
             from_high_precision = self.checkpoint_format == INT4_FROM_HIGH_PRECISION
             return Int4LinearMethod(self.int4, from_high_precision=from_high_precision)
-        if self.checkpoint_format == FP8_BLOCK:
-            return Fp8LinearMethod(FP8_BLOCK, self.block_size)
-        return Fp8LinearMethod(self.checkpoint_format)
+        block_size = self.block_size if self.checkpoint_format == FP8_BLOCK else None
+        return Fp8LinearMethod(self.checkpoint_format, block_size, fast_accum=self.fp8_fast_accum)
 
     def _is_ignored(self, module_name: str) -> bool:
         for pattern in self.ignored_modules:
