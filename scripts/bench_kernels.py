@@ -102,9 +102,8 @@ def bench_decode(
 def sweep_fp8_kv_decode() -> None:
     """Decode attention over an e4m3 pool (fp16 dots, K/V on the dots' right: the shipped
     path) against a bf16 pool, per launch size, register cap (`max_registers`, 0 for none) and
-    V path (`fp8_v_words`: V read as 32-bit words and converted before the dot, the default
-    since the ninth session, or converted after its load, which reads V from shared memory one
-    byte at a time). Graph replays with the in-kernel merge (the engine's path); TB/s of each
+    V path (`fp8_v_words`: V read as 32-bit words and converted before the dot, or, the
+    default, converted after its load, which reads V from shared memory one byte at a time). Graph replays with the in-kernel merge (the engine's path); TB/s of each
     pool's own bytes. (The eighth session measured bf16 dots and `kv_lhs` slower; the ninth
     made 64 / 4 warps / 5 stages at 128 registers the default: docs/benchmarks.md.)"""
     fp8 = torch.float8_e4m3fn
@@ -114,13 +113,17 @@ def sweep_fp8_kv_decode() -> None:
     # `--gather-sweep`, seventeenth session), and the split kernel's tiles were swept at 64.
     configs = (
         (None, None, None, None, True), (None, None, None, None, False),
-        (64, 4, 5, 128, False), (32, 4, 5, 128, False),
-        # Two warps a program (the twenty-first session's first sweep: 32 / 2 / 5 at 128
-        # registers 183.9 us against 199.2 at 64 / 4 / 5; slower there and dropped: 16-position
-        # tiles of 4 warps, 64 / 8 / 4, 128 / 8 / 3, 32 / 4 / 4 at 96 registers)
-        (32, 2, 5, 128, False), (32, 2, 4, 128, False), (32, 2, 6, 128, False),
-        (32, 2, 5, 0, False), (16, 2, 6, 128, False), (64, 2, 5, 128, False),
-        (32, 2, 8, 128, False), (32, 1, 5, 128, False), (16, 1, 8, 128, False),
+        # The shipped 32 / 2 warps / 5 stages' neighbours (the twenty-first session's first
+        # sweep: 183.9 us at 256 x 1024 against 199.2 at 64 / 4 / 5; slower there and dropped:
+        # 16-position tiles of 4 warps, 64 / 8 / 4, 128 / 8 / 3, 32 / 4 / 4 at 96 registers)
+        (32, 2, 5, 0, False), (32, 2, 4, 128, False), (32, 2, 6, 128, False),
+        (64, 2, 5, 128, False), (32, 1, 5, 128, False),
+        # V read as words in 2-warp programs: Nsight Compute (twenty-second session) has the
+        # shipped launch issue-bound (58% of issue slots, DRAM 59%), and its V path is 64
+        # byte-wide shared loads plus their packing a thread a tile (Triton 3.9's PTX: 596
+        # instructions a tile with byte loads, 403 with words)
+        (32, 2, 5, 128, True), (32, 2, 5, 0, True), (32, 2, 4, 128, True),
+        (32, 2, 6, 128, True), (64, 2, 5, 128, True), (16, 2, 6, 128, True),
     )  # fmt: skip
     for batch, context in ((256, 1024), (64, 4096), (1, 4096)):
         case = f"{batch} x {context}"
