@@ -569,8 +569,15 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
     return max(1, min(MAX_KV_SPLITS, triton.next_power_of_2(wanted)))
 
 
+# An FP8 pool's launch runs one-warp programs from this many programs an SM (batch x KV heads x
+# splits; depends on the batch alone, so a captured graph's launch stays valid). H200, the
+# twenty-second session's sweep: at 256 x 1024 (2,048 programs, 15.5 an SM) one warp 164.9 us
+# against two warps' 184.0; at 64 x 4096 (1,024 programs, 7.8 an SM) 199.1 against 184.6.
+FP8_ONE_WARP_MIN_PROGRAMS_PER_SM = 12
+
+
 def default_decode_blocks(
-    head_dim: int, device: torch.device, *, fp8_pool: bool = False
+    head_dim: int, device: torch.device, *, fp8_pool: bool = False, programs: int = 0
 ) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages); measured on the H200. (An FP8 pool in 128-position
     tiles measured 3-6% faster than in 64-position ones, with fp16 dots, but spills registers
@@ -578,12 +585,20 @@ def default_decode_blocks(
     launch runs 5 stages under `default_decode_max_registers`' cap: 234.8 -> 199.7 us at
     256 x 1024 (the ninth session); in 32-position tiles of 2 warps, 199.2 -> 183.9 us (2.70 ->
     2.92 TB/s; 64 x 4096: 197.5 -> 184.7 us; the twenty-first session's sweep): twice the
-    programs an SM, each with fewer bytes in flight."""
+    programs an SM, each with fewer bytes in flight. Over an FP8 pool, grids of
+    `FP8_ONE_WARP_MIN_PROGRAMS_PER_SM` programs an SM or more (`programs`: the split kernel's
+    grid size) run one warp a program: Nsight Compute had the 2-warp launch issue-bound (58%
+    of issue slots, DRAM at 59%, 4 warps a scheduler), and one-warp programs share the SM's
+    schedulers among twice the programs."""
     if device.type != "cuda":
         return 32, 4, 1
     if head_dim > 128:
         return 32, 4, 2
-    return (32, 2, 5) if fp8_pool else (64, 4, 3)
+    if not fp8_pool:
+        return 64, 4, 3
+    if programs >= FP8_ONE_WARP_MIN_PROGRAMS_PER_SM * _multiprocessor_count(device.index):
+        return 32, 1, 5
+    return 32, 2, 5
 
 
 def default_decode_max_registers(
@@ -778,7 +793,7 @@ def decode_attention(
     block_d = max(16, triton.next_power_of_2(head_dim))
     fp8_pool = k_buffer.dtype in FP8_KV_DTYPES
     default_n, default_warps, default_stages = default_decode_blocks(
-        head_dim, q.device, fp8_pool=fp8_pool
+        head_dim, q.device, fp8_pool=fp8_pool, programs=batch * num_kv_heads * num_kv_splits
     )
     block_n = block_n or default_n
     if min_split_len < 0:

@@ -174,14 +174,16 @@ def test_split_kernel_compiles_for_sm90_without_spills():
           "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 64, "USE_PDL": True, "PREFETCH_KV": True},
          4, {"require_ptx": [*PDL_PTX["require_ptx"], "prefetch.global.L2"]})
         for pool in ({}, fp8_pool)
-    ] + [  # the FP8 pool's shipped tiles: 32 positions, 2 warps, 5 stages (compiled uncapped:
-        # Triton 3.9 here spills 8 bytes under the shipped 128-register cap, which the H200's
-        # Triton 3.6 ran in the twenty-first session's sweep and GPU tests)
+    ] + [  # the FP8 pool's shipped tiles: 32 positions, 2 warps (1 on large grids), 5 stages
+        # (compiled uncapped: Triton 3.9 here spills 8 bytes under the shipped 128-register cap
+        # at 2 warps, which the H200's Triton 3.6 ran in the twenty-first session's sweep and
+        # GPU tests)
         ("radixgen.kernels.decode_attention", "decode_split_kernel", signature | fp8_pool,
          {"HAS_KV_STARTS": False, "MERGE": True, "HAS_SHARED": False, "DOT_FP16": True,
           "KV_LHS": False, "V_FP8_WORDS": 0, "V_FP8_PTX": True, "GROUP_SIZE": 4, "HEAD_DIM": 128,
           "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": 32, "USE_PDL": True},
-         2, {"num_stages": 5, **PDL_PTX})
+         num_warps, {"num_stages": 5, **PDL_PTX})
+        for num_warps in (2, 1)
     ])  # fmt: skip
 
 

@@ -9,7 +9,11 @@ import torch
 from test_kernels_decode_attention import make_decode_case, relative_error
 from test_kernels_extend_attention import make_extend_case
 
-from radixgen.kernels.decode_attention import decode_attention, decode_attention_ref
+from radixgen.kernels.decode_attention import (
+    decode_attention,
+    decode_attention_ref,
+    default_decode_blocks,
+)
 from radixgen.kernels.extend_attention import extend_attention, extend_attention_ref
 
 # Relative error of attention over FP8-rounded K/V against full precision (random N(0, 1) K/V;
@@ -112,6 +116,22 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         )
         assert relative_error(out, decode_attention_ref(**fp8_decode)) < 1e-2
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
+    # A batch whose grid takes the one-warp launch (`default_decode_blocks`), as large
+    # offline batches do, at its default and the two-warp one.
+    big = make_decode_case(
+        seq_lens=[1 + 37 * i % 300 for i in range(256)],
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype=torch.bfloat16,
+        device="cuda",
+    )
+    fp8_big = to_fp8_pool(big, fp8_dtype, k_scale=0.5, v_scale=1.5)
+    assert default_decode_blocks(128, big["q"].device, fp8_pool=True, programs=256 * 8)[1] == 1
+    reference = decode_attention_ref(**fp8_big)
+    for launch in ({}, {"block_n": 32, "num_warps": 2, "num_stages": 5}):
+        out = decode_attention(**fp8_big, **launch)
+        assert relative_error(out, reference) < 1e-2
     extend = make_extend_case(
         prefix_lens=[0, 300, 1000, 7],
         extend_lens=[1024, 77, 500, 1],
