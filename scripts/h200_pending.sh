@@ -434,6 +434,19 @@ for stage in "$@"; do
         tests/test_quantization.py 2>&1 | tail -2
       STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8-exact 2>&1 | tail -4
       STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8 2>&1 | tail -4 ;;
+    one-warp)
+      # [8/14] (twenty-second session): the FP8 pool's one-warp launch on large grids. Its GPU
+      # tests; offline 1000 x 1000/1000 bf16 (the ratio's denominator), FP8 weights + KV in
+      # this tree, then in `.base` (main before it: fast accumulation, two-warp programs).
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/test_kernels_fp8_kv_attention.py 2>&1 | tail -2
+      STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 2>&1 | tail -4
+      STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8 2>&1 | tail -4
+      (cd .base && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
+      mkdir -p "$OUT/base"
+      (cd .base && OUT="$OUT/base" STAGE_TIMEOUT=170 bash scripts/h200.sh fp8-offline-w8kv8 2>&1 \
+        | tail -4)
+      python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 ;;
     bf16-offline)
       STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 2>&1 | tail -4 ;;
     fp8-2warp)
