@@ -20,6 +20,10 @@
 # prefetch_kv left off), host-profile, fp8-kv-attn (32 / 2 warps / 5 stages the FP8 pool's
 # default: 199.2 -> 183.9 us at 256 x 1024) and final21 (7 GPU tests passed; FP8 offline
 # ratio 1.482x). Its extended 2-warp sweep (fp8-2warp) did not run (four refused starts).
+# The twenty-second session (2026-12-03) ran ncu-decode (Nsight Compute: the FP8 pool's 2-warp
+# launch issue-bound, DRAM 59% busy; bf16's 87%), fast-accum (FP8 offline 74.58 -> 71.51 s),
+# the fp8-kv sweep again (one-warp programs 184.0 -> 164.9 us at 256 x 1024) and one-warp
+# (FP8 offline 72.57 -> 67.37 s; bf16 112.51 s: 1.670x).
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
