@@ -97,14 +97,8 @@ def test_fp8_pool_dtype_checks():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
-    decode = make_decode_case(
-        seq_lens=[1, 700, 3000, 64],
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype=torch.bfloat16,
-        device="cuda",
-    )
+    llama_8b = dict(num_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16)
+    decode = make_decode_case(seq_lens=[1, 700, 3000, 64], device="cuda", **llama_8b)
     fp8_decode = to_fp8_pool(decode, fp8_dtype, k_scale=0.5, v_scale=1.5)
     # The tiles as bf16, or as fp16 (the FP8 conversion's type), on either side of the dots.
     # V read as words and converted by PTX before the dot (the default), or after its load.
@@ -118,14 +112,8 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         assert relative_error(out, decode_attention_ref(**decode)) < FP8_ERROR[fp8_dtype]
     # A batch whose grid takes the one-warp launch (`default_decode_blocks`), as large
     # offline batches do, at its default and the two-warp one.
-    big = make_decode_case(
-        seq_lens=[1 + 37 * i % 300 for i in range(256)],
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype=torch.bfloat16,
-        device="cuda",
-    )
+    seq_lens = [1 + 37 * i % 300 for i in range(256)]
+    big = make_decode_case(seq_lens=seq_lens, device="cuda", **llama_8b)
     fp8_big = to_fp8_pool(big, fp8_dtype, k_scale=0.5, v_scale=1.5)
     assert default_decode_blocks(128, big["q"].device, fp8_pool=True, programs=256 * 8)[1] == 1
     reference = decode_attention_ref(**fp8_big)
@@ -133,13 +121,7 @@ def test_fp8_kv_attention_cuda_bf16(fp8_dtype):
         out = decode_attention(**fp8_big, **launch)
         assert relative_error(out, reference) < 1e-2
     extend = make_extend_case(
-        prefix_lens=[0, 300, 1000, 7],
-        extend_lens=[1024, 77, 500, 1],
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype=torch.bfloat16,
-        device="cuda",
+        prefix_lens=[0, 300, 1000, 7], extend_lens=[1024, 77, 500, 1], device="cuda", **llama_8b
     )
     fp8_extend = to_fp8_pool(extend, fp8_dtype, k_scale=0.5, v_scale=1.5)
     out = extend_attention(**fp8_extend)
