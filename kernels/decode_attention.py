@@ -588,8 +588,10 @@ def default_decode_blocks(
     programs an SM, each with fewer bytes in flight. Over an FP8 pool, grids of
     `FP8_ONE_WARP_MIN_PROGRAMS_PER_SM` programs an SM or more (`programs`: the split kernel's
     grid size) run one warp a program: Nsight Compute had the 2-warp launch issue-bound (58%
-    of issue slots, DRAM at 59%, 4 warps a scheduler), and one-warp programs share the SM's
-    schedulers among twice the programs."""
+    of issue slots, DRAM at 59%), and one warp holding a whole tile issues ~10% fewer
+    instructions for it, with no exchange of the scores between warps through shared memory
+    (sm_90 PTX from Triton 3.9: 1,024 a tile against 2 x 565, 2 barriers against 7). Small
+    grids keep two warps a program: more warps to hide latency when few programs run."""
     if device.type != "cuda":
         return 32, 4, 1
     if head_dim > 128:
