@@ -4,7 +4,7 @@
 #   git archive --prefix=.base/ MAIN_SHA | tar -x        (and `/.base/` in .git/info/exclude)
 # then, through the device tool with `carry: [".whl", ".base"]`:
 #   bash scripts/ab_bench.sh .base STAGE...
-# Stages: offline (1000 x 200/200), latency (batch 1, 128/256), latency-fp8 (FP8 weights, batch
+# Stages: offline (1000 x 200/200), offline-long (1000 x 1000/1000), latency (batch 1, 128/256), latency-fp8 (FP8 weights, batch
 # 1 and 64), gpu-tests (this tree only),
 # jump-forward (this tree: the key-heavy json-keys dataset, jump-forward off vs on, at 1 and 64),
 # serving-json (constrained vs unconstrained TPOT through `radixgen serve`, then time to first
@@ -60,6 +60,13 @@ stage_offline() {  # $1: tree name
   log "$1: bench offline 1000 x 200/200"
   bench offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
     --random-input-len 200 --random-output-len 200 --output-json "$OUT/$1_offline.json" \
+    | grep -E "duration|throughput" | tail -4
+}
+
+stage_offline_long() {  # [7/14]'s other no-regression workload (and [8/14]'s bf16 row)
+  log "$1: bench offline 1000 x 1000/1000"
+  bench offline --model-path $MODEL --load-format dummy --num-prompts 1000 \
+    --random-input-len 1000 --random-output-len 1000 --output-json "$OUT/$1_offline_long.json" \
     | grep -E "duration|throughput" | tail -4
 }
 

@@ -23,7 +23,8 @@
 # The twenty-second session (2026-12-03) ran ncu-decode (Nsight Compute: the FP8 pool's 2-warp
 # launch issue-bound, DRAM 59% busy; bf16's 87%), fast-accum (FP8 offline 74.58 -> 71.51 s),
 # the fp8-kv sweep again (one-warp programs 184.0 -> 164.9 us at 256 x 1024) and one-warp
-# (FP8 offline 72.57 -> 67.37 s; bf16 112.51 s: 1.670x).
+# (FP8 offline 72.57 -> 67.37 s; bf16 112.51 s: 1.670x). Still pending: no-regress and
+# no-regress-long ([7/14], `.base` = fac3fba^), fp8-rows, fresh-gsp, gemv-gated, int4 16 / 32.
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
@@ -775,6 +776,12 @@ PY
       # dummy 8B folder comes from tiny's assets.
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/no_regress bash scripts/ab_bench.sh .base latency offline ;;
+    no-regress-long)
+      # [7/14]'s no regression on 1000 x 1000/1000 (bf16: 110.77 / 112.51 s in the
+      # twenty-second session against 108.65 / 108.53 in the fifteenth / sixteenth), `.base`
+      # = fac3fba^ (the tree before PDL) then this tree, one lease (~6 minutes)
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/no_regress_long bash scripts/ab_bench.sh .base offline-long ;;
     fp8)
       STAGE_TIMEOUT=200 bash scripts/h200.sh fp8-offline-bf16 fp8-offline-w8kv8 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
