@@ -776,6 +776,10 @@ PY
       # dummy 8B folder comes from tiny's assets.
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/no_regress bash scripts/ab_bench.sh .base latency offline ;;
+    gluon-probe)
+      # [7/14] extend attention: what Gluon offers on the H200's Triton before a
+      # warp-specialized kernel is written against it (seconds)
+      python3 scripts/probe_gluon.py 2>&1 | grep -v -i warn ;;
     no-regress-long)
       # [7/14]'s no regression on 1000 x 1000/1000 (bf16: 110.77 / 112.51 s in the
       # twenty-second session against 108.65 / 108.53 in the fifteenth / sixteenth), `.base`
