@@ -19,7 +19,7 @@ import radixgen as rg
 from radixgen.radix_cache.memory_pool import KVBudget, TokenToKVPool
 from radixgen.runtime.forward_batch import ForwardMode
 from radixgen.runtime.model_runner import ModelRunner, check_fp8_support
-from radixgen.runtime.models.linear import LinearBase
+from radixgen.runtime.models.linear import Fp8LinearMethod, LinearBase
 from radixgen.runtime.models.quantization import resolve_quant_config
 from radixgen.runtime.server_args import ServerArgs
 
@@ -125,7 +125,7 @@ def test_fp8_fast_accumulation_is_the_default_and_the_flag_turns_it_off(flags, f
     assert args.disable_fp8_fast_accum is not fast
     runner = ModelRunner(dataclasses.replace(args, device="cpu", max_total_tokens=512))
     linears = [m for m in runner.model.modules() if isinstance(m, LinearBase)]
-    fp8 = [m for m in linears if type(m.method).__name__ == "Fp8LinearMethod"]
+    fp8 = [m for m in linears if isinstance(m.method, Fp8LinearMethod)]
     assert len(fp8) == 4 * runner.model_config.num_layers
     assert {m.method.fast_accum for m in fp8} == {fast}
 
