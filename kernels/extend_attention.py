@@ -38,6 +38,10 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_configs import select_extend_config
+from radixgen.kernels.extend_attention_hopper import (
+    hopper_extend_attention,
+    hopper_extend_supported,
+)
 from radixgen.kernels.extend_attention_inputs import (
     FP8_KV_DTYPES,
     check_extend_inputs,
@@ -271,6 +275,8 @@ def extend_attention(
     use_tma: bool | None = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    max_prefix_len: int | None = None,
+    kernel: str | None = None,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Attention of each request's new tokens over its cached prefix and (causally) itself.
 
@@ -287,6 +293,11 @@ def extend_attention(
             use_tma falls back to pointer loads where TMA cannot address k_new/v_new.
         k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale); the
             new tokens' k_new/v_new are in q's dtype, unscaled.
+        max_prefix_len: an upper bound of prefix_lens known on the host (no sync), or None.
+            0 lets a prefix-free batch take the warp-specialized Hopper kernel
+            (`extend_attention_hopper.py`) on sm_90 at head_dim 128.
+        kernel: "triton" or "hopper" to force one (benchmarks, tests); None picks the Hopper
+            kernel where it applies and no launch override is given.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -311,8 +322,23 @@ def extend_attention(
     if batch == 0 or num_tokens == 0 or max_extend_len <= 0:
         return out
 
+    overrides = (block_m, block_n, num_warps, num_stages, use_tma)
+    if kernel not in (None, "triton", "hopper"):
+        raise ValueError(f"kernel must be None, 'triton' or 'hopper', got {kernel!r}")
+    hopper_fits = max_prefix_len == 0 and hopper_extend_supported(q, k_new, v_new)
+    if kernel == "hopper" and not hopper_fits:
+        raise ValueError(
+            "kernel='hopper' needs max_prefix_len=0, an sm_90 GPU, bf16/fp16 and head_dim 128 "
+            f"with TMA-addressable q/k_new/v_new; got max_prefix_len={max_prefix_len}, "
+            f"{q.dtype}, head_dim {head_dim}, device {q.device}"
+        )
+    if kernel == "hopper" or (kernel is None and hopper_fits and all(v is None for v in overrides)):
+        return hopper_extend_attention(
+            q, k_new, v_new, extend_lens, extend_start_loc, max_extend_len, scaling, out
+        )
+
     config = select_extend_config(head_dim, max_extend_len, on_cuda=q.is_cuda)
-    if any(v is not None for v in (block_m, block_n, num_warps, num_stages, use_tma)):
+    if any(v is not None for v in overrides):
         config = config.with_overrides(
             block_m=block_m,
             block_n=block_n,

@@ -1,6 +1,6 @@
 """Microbenchmarks of the Triton kernels on a CUDA GPU (run on the H200).
 
-    python scripts/bench_kernels.py [--quick] [--sweep] [--fp8-kv-sweep] [--split-sweep]
+    python scripts/bench_kernels.py [--quick] [--sweep] [--extend] [--fp8-kv-sweep] [--split-sweep]
         [--gather-sweep] [--ncu-decode {bf16,e4m3}]
 
 Prints one table per kernel:
@@ -8,8 +8,9 @@ Prints one table per kernel:
 - decode: achieved bandwidth of decode_attention (bytes of K/V read / time), Llama-3.1-8B heads
   (32 query, 8 KV, head_dim 128), batch x context grid, history in contiguous slots (and one
   shuffled-slot row: a fragmented pool);
-- extend: TFLOP/s of extend_attention for one causal prefill (prefix 0) of 1k..8k tokens, and one
-  4k-prefix + 4k-extend case; torch SDPA (flash) beside it for scale;
+- extend: TFLOP/s of extend_attention for one causal prefill (prefix 0) of 1k..8k tokens, by the
+  Triton kernel and by the default (the warp-specialized Gluon kernel on sm_90), and one
+  4k-prefix + 4k-extend case (Triton); torch SDPA (flash) beside it for scale;
 - vocab mask: apply_token_bitmask_ on 64 rows x 128256 tokens against the torch reference.
 `--fp8-kv-sweep` only: decode attention over a bf16 pool against an FP8 e4m3 pool (half the
 bytes), the FP8 one at several launch sizes, its dots in bf16 and in fp16, with the K/V tiles on
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import time
 
 import torch
 import triton
@@ -35,6 +37,7 @@ import triton.language as tl
 
 from radixgen.kernels.decode_attention import decode_attention, default_num_kv_splits
 from radixgen.kernels.extend_attention import extend_attention
+from radixgen.kernels.extend_attention_hopper import hopper_extend_attention
 from radixgen.kernels.vocab_mask import apply_token_bitmask_, apply_token_bitmask_ref_
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128  # Llama-3.1-8B
@@ -293,10 +296,95 @@ def bench_vocab_mask(batch: int = 64, vocab: int = 128256) -> tuple[float, float
     return triton_ms * 1e3, ref_ms * 1e3
 
 
+def graph_ms(fn) -> float:
+    """Median ms of fn replayed in a CUDA graph: the kernel without the host's launch work."""
+    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+
+
+def host_us(fn, calls: int = 200) -> float:
+    """Wall us a call of a launch too small to keep the GPU busy: the host's share."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def extend_calls(batch: int, extend_len: int) -> dict:
+    """Triton, Gluon and SDPA on `batch` prompts of `extend_len` (no prefix), as closures."""
+    one = extend_case(0, extend_len)
+    q, k, v = (one[name].repeat(batch, 1, 1) for name in ("q", "k_new", "v_new"))
+    args = dict(
+        one,
+        q=q,
+        k_new=k,
+        v_new=v,
+        req_pool_indices=torch.zeros(batch, device="cuda", dtype=torch.int64),
+        prefix_lens=torch.zeros(batch, device="cuda", dtype=torch.int64),
+        extend_lens=torch.full((batch,), extend_len, device="cuda"),
+        extend_start_loc=torch.arange(batch, device="cuda") * extend_len,
+    )
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q4, k4, v4 = (x.view(batch, extend_len, -1, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
+    return dict(
+        triton=lambda: extend_attention(**args, kernel="triton"),
+        gluon=lambda: extend_attention(**args, max_prefix_len=0),  # the default on sm_90
+        sdpa=lambda: sdpa(q4, k4, v4, is_causal=True, enable_gqa=True),
+        args=args,
+    )
+
+
+def hopper_variant(args: dict, extend_len: int, out, consumers: int, num_stages: int):
+    return lambda: hopper_extend_attention(
+        args["q"], args["k_new"], args["v_new"], args["extend_lens"], args["extend_start_loc"],
+        extend_len, HEAD_DIM**-0.5, out, consumers=consumers, num_stages=num_stages,
+    )  # fmt: skip
+
+
+def print_extend_table(quick: bool) -> None:
+    """Causal prefills, Triton / Gluon / SDPA, timed eagerly (host launch work included, as the
+    engine runs prefill) and in CUDA graph replay (the kernels alone); then the Gluon kernel's
+    launch variants in graph replay, and the host's us a launch."""
+    warm = extend_calls(1, 8192)
+    for name in ("triton", "gluon", "sdpa"):
+        median_ms(warm[name])  # clocks up, kernels compiled before the first timed row
+    print("\n## extend attention (causal prefill, 32/8 heads, d=128, bf16), TFLOP/s")
+    print("batch x extend | Triton | Gluon | SDPA | Gluon / SDPA | graph: Triton | Gluon | SDPA "
+          "| Gluon / SDPA")  # fmt: skip
+    cases = ((1, 1024), (1, 2048), (1, 4096), (1, 8192), (8, 1024))
+    for batch, extend_len in cases if not quick else ((1, 8192),):
+        calls = extend_calls(batch, extend_len)
+        flops = batch * extend_flops(0, extend_len) / 1e9
+        eager = [flops / median_ms(calls[name]) for name in ("triton", "gluon", "sdpa")]
+        graph = [flops / graph_ms(calls[name]) for name in ("triton", "gluon", "sdpa")]
+        print(f"{batch} x {extend_len} | " + " | ".join(f"{t:.0f}" for t in eager)
+              + f" | {eager[1] / eager[2]:.2f}x | " + " | ".join(f"{t:.0f}" for t in graph)
+              + f" | {graph[1] / graph[2]:.2f}x")  # fmt: skip
+    us, tflops = bench_extend(4096, 4096)
+    print(f"prefix 4096 + extend 4096 (Triton) | {us:.1f} us | {tflops:.0f} TFLOP/s")
+    if quick:
+        return
+    variants = [(c, st) for c in (1, 2) for st in (2, 3, 4) if (c, st) != (2, 4)]
+    print("\n### the Gluon kernel's launch variants in graph replay (consumers, stages), TFLOP/s")
+    print("batch x extend | " + " | ".join(f"c{c} s{st}" for c, st in variants))
+    for batch, extend_len in cases:
+        a = extend_calls(batch, extend_len)["args"]
+        out = torch.empty_like(a["q"])
+        flops = batch * extend_flops(0, extend_len) / 1e9
+        row = [flops / graph_ms(hopper_variant(a, extend_len, out, c, st)) for c, st in variants]
+        print(f"{batch} x {extend_len} | " + " | ".join(f"{t:.0f}" for t in row))
+    small = extend_calls(1, 128)
+    print("\nhost us a launch (128 tokens): " + ", ".join(
+        f"{name} {host_us(small[name]):.1f}" for name in ("triton", "gluon", "sdpa")))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--sweep", action="store_true", help="also sweep tuning parameters")
+    parser.add_argument("--extend", action="store_true", help="only the extend attention table")
     parser.add_argument("--fp8-kv-sweep", action="store_true", help="only the FP8-pool sweep")
     parser.add_argument(
         "--split-sweep", action="store_true", help="only the min_split_len sweep at batch 1 / 4"
@@ -325,6 +413,9 @@ def main() -> None:
         return
     if args.split_sweep:
         sweep_min_split_len()
+        return
+    if args.extend:
+        print_extend_table(args.quick)
         return
     copy_tbs = bench_copy()
     print(f"copy bandwidth: {copy_tbs:.2f} TB/s (read + write)")
@@ -363,13 +454,7 @@ def main() -> None:
                 print(f"{batch}x{context} n{block_n} w{num_warps} s{num_stages} "
                       f"splits {splits}: {us:.1f} us {tbs:.2f} TB/s")  # fmt: skip
 
-    print("\n## extend attention (causal prefill, batch 1, 32/8 heads, d=128, bf16)")
-    print("prefix | extend | us | TFLOP/s | SDPA TFLOP/s")
-    for extend_len in (1024, 2048, 4096, 8192) if not args.quick else (8192,):
-        us, tflops = bench_extend(0, extend_len)
-        print(f"0 | {extend_len} | {us:.1f} | {tflops:.0f} | {bench_sdpa(extend_len):.0f}")
-    us, tflops = bench_extend(4096, 4096)
-    print(f"4096 | 4096 | {us:.1f} | {tflops:.0f} | -")
+    print_extend_table(args.quick)
 
     if args.sweep:
         print("\n### extend sweep at 8192 causal: block_m, block_n, warps, stages")

@@ -195,6 +195,17 @@ for stage in "$@"; do
         timeout 200 python3 scripts/profile_decode_step.py --model-path $MODEL --load-format dummy \
           --steps 64 $quant --out "$OUT/bs1_profile" 2>&1 | grep -v -i warn | tail -24
       done ;;
+    hopper-extend)
+      # [7/14] item 3 (twenty-third session): the warp-specialized Gluon extend kernel. One
+      # short case first (a deadlocked mbarrier would hang), its GPU tests and the Triton
+      # kernel's, then the extend table (Triton, Gluon, SDPA at 1k-8k causal)
+      timeout 60 python3 -m pytest -q -x -m gpu -p no:cacheprovider \
+        "tests/test_kernels_extend_attention_hopper.py::test_hopper_kernel_matches_reference[dtype0-extend_lens0-32-8]" \
+        2>&1 | tail -3
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/test_kernels_extend_attention_hopper.py tests/test_kernels_extend_attention.py 2>&1 \
+        | tail -15
+      timeout 200 python3 scripts/bench_kernels.py --extend 2>&1 | tee "$OUT/extend.log" ;;
     gpu-tests)
       timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -15 ;;

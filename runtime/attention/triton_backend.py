@@ -276,4 +276,5 @@ class TritonAttentionBackend(AttentionBackend):
             scaling,
             k_scale=k_scale,
             v_scale=v_scale,
+            max_prefix_len=max(forward_batch.prefix_lens_cpu, default=None),
         )
