@@ -325,7 +325,11 @@ def extend_attention(
     overrides = (block_m, block_n, num_warps, num_stages, use_tma)
     if kernel not in (None, "triton", "hopper"):
         raise ValueError(f"kernel must be None, 'triton' or 'hopper', got {kernel!r}")
-    hopper_fits = max_prefix_len == 0 and hopper_extend_supported(q, k_new, v_new)
+    hopper_fits = (
+        max_prefix_len == 0
+        and out.stride(1) == head_dim
+        and hopper_extend_supported(q, k_new, v_new)
+    )
     if kernel == "hopper" and not hopper_fits:
         raise ValueError(
             "kernel='hopper' needs max_prefix_len=0, an sm_90 GPU, bf16/fp16 and head_dim 128 "

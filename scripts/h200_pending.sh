@@ -787,6 +787,12 @@ PY
       # dummy 8B folder comes from tiny's assets.
       cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
       OUT=$OUT/no_regress bash scripts/ab_bench.sh .base latency offline ;;
+    gluon-offline)
+      # [7/14] (twenty-third session): no regression with the Gluon extend kernel the default
+      # on sm_90: offline 1000 x 1000/1000 (random prompts: every prefill
+      # goes through it), `.base` = 43b7457 (main before it) then this tree, one lease
+      cp -n runtime/tiny_assets/model.safetensors .base/runtime/tiny_assets/
+      OUT=$OUT/gluon_offline bash scripts/ab_bench.sh .base offline-long ;;
     gluon-probe)
       # [7/14] extend attention: what Gluon offers on the H200's Triton before a
       # warp-specialized kernel is written against it (seconds)
