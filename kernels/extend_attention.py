@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.extend_attention_configs import select_extend_config
+from radixgen.kernels.extend_attention_hopper import MIN_EXTEND_LEN as HOPPER_MIN_EXTEND_LEN
 from radixgen.kernels.extend_attention_hopper import (
     hopper_extend_attention,
     hopper_extend_supported,
@@ -327,6 +328,7 @@ def extend_attention(
         raise ValueError(f"kernel must be None, 'triton' or 'hopper', got {kernel!r}")
     hopper_fits = (
         max_prefix_len == 0
+        and max_extend_len >= HOPPER_MIN_EXTEND_LEN
         and out.stride(1) == head_dim
         and hopper_extend_supported(q, k_new, v_new)
     )

@@ -57,6 +57,11 @@ NUM_STAGES = 3  # K/V tiles in flight: 3 x (32 + 32) KiB + 32 KiB of Q at head_d
 MAX_REGISTERS = {1: 200, 2: None}
 CONSUMER_REGS = 240  # registers a thread of the second consumer warpgroup (setmaxnreg)
 LOADER_REGS = 24
+# The shortest batch (max_extend_len) `extend_attention` sends here. Shorter prefills are bound
+# by the host, where this kernel's launch (~190 us of Python and TMA descriptor encoding against
+# the Triton kernel's ~80, H200) costs more than its GPU time saves (1.12x the Triton kernel's
+# TFLOP/s at 1k tokens in graph replay; docs/benchmarks.md, twenty-third session).
+MIN_EXTEND_LEN = 1024
 
 
 def hopper_extend_supported(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> bool:

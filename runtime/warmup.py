@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from radixgen.kernels.extend_attention_configs import extend_lengths_per_config
+from radixgen.kernels.extend_attention_hopper import MIN_EXTEND_LEN as HOPPER_MIN_EXTEND_LEN
 from radixgen.runtime.request_schema import (
     GenerateReq,
     ModelLimits,
@@ -65,7 +66,10 @@ class WarmupPlan:
     Attributes:
         prompt_lens: prompt lengths of the extend rounds, one round (batch) each, since the
             kernel variant follows the batch's longest prompt (clipped to what the model
-            holds).
+            holds). Their prompts share a prefix, so later rounds extend a cached one.
+        fresh_prompt_lens: extend rounds whose prompts share nothing with the others: a
+            prefix-free batch of MIN_EXTEND_LEN tokens or more takes the Hopper extend kernel
+            on sm_90 (kernels/extend_attention_hopper.py).
         sampler_paths: a round per sampler path (`SAMPLER_ROUNDS`).
         constrained: a round per regex-constrained path (`CONSTRAINED_ROUNDS`).
     The first round is always one short greedy request.
@@ -74,12 +78,18 @@ class WarmupPlan:
     prompt_lens: tuple[int, ...]
     sampler_paths: bool
     constrained: bool
+    fresh_prompt_lens: tuple[int, ...] = ()
 
     @classmethod
     def for_device(cls, device_type: str, head_dim: int = 128) -> WarmupPlan:
         if device_type == "cuda":
             lengths = CUDA_PROMPT_LENS + extend_lengths_per_config(head_dim)
-            return cls(prompt_lens=lengths, sampler_paths=True, constrained=True)
+            return cls(
+                prompt_lens=lengths,
+                sampler_paths=True,
+                constrained=True,
+                fresh_prompt_lens=(HOPPER_MIN_EXTEND_LEN,),
+            )
         # On the CPU nothing compiles (torch backends): one short request checks the model
         # end to end, at ~40 ms for the tiny model.
         return cls(prompt_lens=(), sampler_paths=False, constrained=False)
@@ -132,6 +142,11 @@ def warmup_rounds(
     # An extend batch per prompt length (greedy: the lengths are what compiles here).
     for length in sorted({min(n, max_prompt) for n in plan.prompt_lens} - {short}):
         rounds.append([request(f"extend-{length}", length, greedy)])
+    for length in sorted({min(n, max_prompt) for n in plan.fresh_prompt_lens}):
+        fresh = _request(
+            f"warmup-fresh-{length}", length, new_tokens, vocab_size, greedy, first_id_offset=1
+        )
+        rounds.append([fresh])
     if plan.sampler_paths:
         rounds += [[request(name, short, *path)] for name, path in SAMPLER_ROUNDS.items()]
     if plan.constrained:
@@ -158,12 +173,14 @@ def _request(
     vocab_size: int,
     sampling: dict,
     regex: str | None = None,
+    first_id_offset: int = 0,
 ) -> GenerateReq:
     # A deterministic spread of ordinary ids (not one repeated token); a test model's
-    # vocabulary may be smaller than the first ordinary id: then any id of it.
+    # vocabulary may be smaller than the first ordinary id: then any id of it. An offset
+    # changes every id, so the prompt shares no prefix with the others.
     first = _FIRST_ORDINARY_ID if vocab_size > 2 * _FIRST_ORDINARY_ID else 0
     span = vocab_size - first
-    input_ids = [first + (i * 7919) % span for i in range(prompt_len)]
+    input_ids = [first + (i * 7919 + first_id_offset) % span for i in range(prompt_len)]
     params = SamplingParams(
         max_new_tokens=new_tokens,
         ignore_eos=regex is None,

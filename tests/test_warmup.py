@@ -106,6 +106,20 @@ def test_warmup_requests_fit_small_models(context_length, kv_capacity):
             assert all(300 <= token < 32000 for token in request.input_ids)
 
 
+def test_cuda_plan_has_a_prefix_free_round_for_the_hopper_extend_kernel():
+    from radixgen.kernels.extend_attention_hopper import MIN_EXTEND_LEN
+
+    rounds = warmup_rounds(
+        WarmupPlan.for_device("cuda"), context_length=8192, kv_capacity=100_000, vocab_size=32000
+    )
+    fresh = [r for requests in rounds for r in requests if r.rid.startswith("warmup-fresh-")]
+    assert [len(r.input_ids) for r in fresh] == [MIN_EXTEND_LEN]
+    others = [r for requests in rounds for r in requests if r not in fresh]
+    # No other warm-up prompt starts with its first token: the radix cache matches nothing,
+    # so the round runs as one prefix-free extend of MIN_EXTEND_LEN tokens.
+    assert all(r.input_ids[0] != fresh[0].input_ids[0] for r in others)
+
+
 def test_an_engine_with_a_tiny_kv_pool_still_warms_up_and_starts(tiny_model_path):
     from radixgen.runtime.engine import Engine
 
