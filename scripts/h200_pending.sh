@@ -25,6 +25,11 @@
 # the fp8-kv sweep again (one-warp programs 184.0 -> 164.9 us at 256 x 1024) and one-warp
 # (FP8 offline 72.57 -> 67.37 s; bf16 112.51 s: 1.670x). Still pending: no-regress and
 # no-regress-long ([7/14], `.base` = fac3fba^), fp8-rows, fresh-gsp, gemv-gated, int4 16 / 32.
+# The twenty-third session (2026-12-03) ran hopper-extend three times (the Gluon extend kernel:
+# 1.09 / 1.01 / 1.01 / 0.98x SDPA at 1k-8k in graph replay; ping-pong and the cp.async prefix
+# gather slower, left out) and gluon-offline (110.83 -> 111.10 s). Still pending: no-regress,
+# no-regress-long, a fresh server's first run with the prefix-free warm-up round (fresh-gsp),
+# gpu-tests with the Gluon kernel the default.
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
