@@ -26,6 +26,8 @@ Needs Triton's Gluon with the Hopper module (`triton.experimental.gluon.language
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -340,9 +342,11 @@ if HOPPER_GLUON:
             )
 
 
-def shared_layout(block_shape: list[int], dtype: torch.dtype):
+@functools.cache  # a pure function of its arguments, ~7 us each to build: once per shape
+def shared_layout(block_shape: tuple[int, ...], dtype: torch.dtype):
+    """The swizzled shared-memory layout TMA writes a [rows, head_dim] tile in."""
     gl_dtype = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
-    return gl.NVMMASharedLayout.get_default_for(block_shape, gl_dtype)
+    return gl.NVMMASharedLayout.get_default_for(list(block_shape), gl_dtype)
 
 
 def hopper_extend_attention(
@@ -371,7 +375,7 @@ def hopper_extend_attention(
         flat = x.flatten(1)  # a view where heads and head_dim are contiguous, as projected
         block = [rows, head_dim]
         return TensorDescriptor(
-            flat, list(flat.shape), list(flat.stride()), block, shared_layout(block, x.dtype)
+            flat, list(flat.shape), list(flat.stride()), block, shared_layout(tuple(block), x.dtype)
         )
 
     if consumers not in (1, 2):

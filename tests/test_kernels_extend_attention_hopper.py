@@ -33,7 +33,7 @@ def compile_for_sm90(consumers: int = 2) -> dict:
 
     def descriptor(x, rows):
         flat = x.flatten(1)
-        layout = hopper.shared_layout([rows, head_dim], x.dtype)
+        layout = hopper.shared_layout((rows, head_dim), x.dtype)
         return hopper.TensorDescriptor(
             flat, list(flat.shape), list(flat.stride()), [rows, head_dim], layout
         )
