@@ -8,11 +8,12 @@ This kernel arranges the work the way FlashAttention-3 does, with Gluon's explic
 - one **loader warp** streams the query tiles and a ring of `NUM_STAGES` K/V tiles into shared
   memory with TMA, each tile announced on its own mbarrier (`k_ready`, `v_ready`) and its slot
   handed back by the consumers on `kv_empty`;
-- two **consumer warpgroups** (64 query rows each) run the online softmax. Each issues the
-  scores of K/V tile j (`S_j = Q K_j^T`, asynchronous wgmma) and the value product of tile j-1
-  (`O += P_{j-1} V_{j-1}`) back to back, waits for the scores only, and computes the softmax of
-  tile j while the tensor cores still work on tile j-1's product (intra-warpgroup overlap);
-  P stays in registers as the product's A operand.
+- two **consumer warpgroups** (64 query rows each; `consumers=1`: one, in 64-row programs)
+  run the online softmax. Each issues the scores of K/V tile j (`S_j = Q K_j^T`, asynchronous
+  wgmma) and the value product of tile j-1 (`O += P_{j-1} V_{j-1}`) back to back, waits for
+  the scores only, and computes the softmax of tile j while the tensor cores still work on
+  tile j-1's product (intra-warpgroup overlap); P stays in registers as the product's A
+  operand.
 
 Scope: new tokens attending causally to themselves (prefix-free extend batches: prompts that
 share nothing with the radix cache). Requests are packed as in `extend_attention`; K/V tiles
