@@ -295,10 +295,12 @@ def extend_attention(
         k_scale, v_scale: per-tensor scales of an FP8 pool (K = stored K * k_scale); the
             new tokens' k_new/v_new are in q's dtype, unscaled.
         max_prefix_len: an upper bound of prefix_lens known on the host (no sync), or None.
-            0 lets a prefix-free batch take the warp-specialized Hopper kernel
-            (`extend_attention_hopper.py`) on sm_90 at head_dim 128.
-        kernel: "triton" or "hopper" to force one (benchmarks, tests); None picks the Hopper
-            kernel where it applies and no launch override is given.
+            0 lets a prefix-free batch of at least `MIN_EXTEND_LEN` (1024) tokens take the
+            warp-specialized Hopper kernel (`extend_attention_hopper.py`) on sm_90 at
+            head_dim 128.
+        kernel: "triton" or "hopper" to force one (benchmarks, tests; "hopper" at any
+            length); None picks the Hopper kernel where it applies and no launch override
+            is given.
 
     Returns:
         The attention output, shaped and typed like q.
@@ -328,7 +330,6 @@ def extend_attention(
         raise ValueError(f"kernel must be None, 'triton' or 'hopper', got {kernel!r}")
     hopper_fits = (
         max_prefix_len == 0
-        and max_extend_len >= HOPPER_MIN_EXTEND_LEN
         and out.stride(1) == head_dim
         and hopper_extend_supported(q, k_new, v_new)
     )
@@ -338,7 +339,9 @@ def extend_attention(
             f"with TMA-addressable q/k_new/v_new; got max_prefix_len={max_prefix_len}, "
             f"{q.dtype}, head_dim {head_dim}, device {q.device}"
         )
-    if kernel == "hopper" or (kernel is None and hopper_fits and all(v is None for v in overrides)):
+    # The default leaves short batches to the Triton kernel (host-bound: HOPPER_MIN_EXTEND_LEN).
+    by_default = hopper_fits and max_extend_len >= HOPPER_MIN_EXTEND_LEN
+    if kernel == "hopper" or (kernel is None and by_default and all(v is None for v in overrides)):
         return hopper_extend_attention(
             q, k_new, v_new, extend_lens, extend_start_loc, max_extend_len, scaling, out
         )
