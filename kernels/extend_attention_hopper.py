@@ -60,6 +60,13 @@ NUM_STAGES = 3  # K/V tiles in flight: 3 x (32 + 32) KiB + 32 KiB of Q at head_d
 MAX_REGISTERS = {1: 200, 2: None}
 CONSUMER_REGS = 240  # registers a thread of the second consumer warpgroup (setmaxnreg)
 LOADER_REGS = 24
+# One program per SM looping over the work items (heaviest first, dealt in a zigzag), rather than
+# one program per item: an item's queries and first K/V tiles load while the item before
+# finishes.
+PERSISTENT = True
+# The two consumer warpgroups issue their matrix products by turns (FlashAttention-3's
+# ping-pong), so one's softmax overlaps the other's products rather than both at once.
+PINGPONG = False
 # The shortest batch (max_extend_len) `extend_attention` sends here. Shorter prefills are bound
 # by the host, where this kernel's launch (~190 us of Python and TMA descriptor encoding against
 # the Triton kernel's ~80, H200) costs more than its GPU time saves (1.12x the Triton kernel's
@@ -84,6 +91,39 @@ def hopper_extend_supported(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.T
 if HOPPER_GLUON:
 
     @gluon.jit
+    def _round_item(turn, num_programs):
+        """The work item of this program's `turn`-th turn. The items go heaviest first, so
+        even turns deal them to the programs left to right and odd turns right to left: each
+        program's sum of tiles evens out (a plain round robin gave the first programs the
+        heaviest item of every turn: 10% slower at 1-4k tokens on the H200)."""
+        pid = gl.program_id(0)
+        return turn * num_programs + gl.where(turn % 2 == 0, pid, num_programs - 1 - pid)
+
+    @gluon.jit
+    def _work_item(
+        item,
+        num_items,
+        extend_lens_ptr,
+        extend_start_loc_ptr,
+        batch,
+        num_m_blocks,
+        num_heads,
+        BLOCK_N: gl.constexpr,
+    ):
+        """Work item `item` (heads fastest, the heaviest query blocks first): (head, the
+        request's first row, its length, the block's first query position, the block's K/V
+        tiles); tiles 0 past the last item or where the block lies past the request's end."""
+        head = item % num_heads
+        rest = item // num_heads
+        request = rest % batch
+        block = num_m_blocks - 1 - rest // batch
+        extend_len = gl.load(extend_lens_ptr + request).to(gl.int32)
+        first_row = gl.load(extend_start_loc_ptr + request).to(gl.int32)
+        block_start = block * BLOCK_N
+        num_tiles = gl.where((item < num_items) & (block_start < extend_len), block + 1, 0)
+        return head, first_row, extend_len, block_start, num_tiles
+
+    @gluon.jit
     def _loader(
         q_desc,
         k_desc,
@@ -92,33 +132,54 @@ if HOPPER_GLUON:
         k_smem,  # [NUM_STAGES, BLOCK_N, HEAD_DIM]
         v_smem,
         q_bar,
+        q_empty,
         k_ready,  # [NUM_STAGES, 1] mbarriers
         v_ready,
         kv_empty,
-        first_row,  # the request's first token row in q / k_new / v_new
-        block_start,  # this program's first query position in the request
-        head,
-        kv_head,
-        num_tiles,
+        extend_lens_ptr,
+        extend_start_loc_ptr,
+        batch,
+        num_m_blocks,
+        num_heads,  # (tensors: a worker partition takes no constexpr arguments)
+        group_size,
     ):
         HALF_M: gl.constexpr = q_smem.shape[1]
         HEAD_DIM: gl.constexpr = q_smem.shape[2]
         NUM_STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         CONSUMERS: gl.constexpr = q_smem.shape[0]
-        mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
-        for c in gl.static_range(CONSUMERS):
-            q_row = first_row + block_start + c * HALF_M
-            tma_load(q_desc, [q_row, head * HEAD_DIM], q_bar, q_smem.index(c))
-        for j in range(num_tiles):
-            stage = j % NUM_STAGES
-            # A fresh barrier counts its phase before the first as complete: round 0 passes.
-            mbarrier.wait(kv_empty.index(stage), ((j // NUM_STAGES) & 1) ^ 1)
-            row = first_row + j * BLOCK_N
-            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            tma_load(k_desc, [row, kv_head * HEAD_DIM], k_ready.index(stage), k_smem.index(stage))
-            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            tma_load(v_desc, [row, kv_head * HEAD_DIM], v_ready.index(stage), v_smem.index(stage))
+        num_items = num_heads * batch * num_m_blocks
+        tiles_before = 0  # K/V tiles this program loaded for its earlier items: the ring's count
+        items_before = 0  # items this program ran: q_bar's / q_empty's phase
+        num_programs = gl.num_programs(0)
+        for turn in range(0, (num_items + num_programs - 1) // num_programs):
+            item = _round_item(turn, num_programs)
+            head, first_row, extend_len, block_start, num_tiles = _work_item(
+                item, num_items, extend_lens_ptr, extend_start_loc_ptr, batch, num_m_blocks,
+                num_heads, BLOCK_N,
+            )  # fmt: skip
+            if num_tiles > 0:
+                # The consumers release Q once the item's last scores are computed, so the next
+                # item's queries load while they finish its last value product and store.
+                mbarrier.wait(q_empty, (items_before & 1) ^ 1)
+                mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+                for c in gl.static_range(CONSUMERS):
+                    q_row = first_row + block_start + c * HALF_M
+                    tma_load(q_desc, [q_row, head * HEAD_DIM], q_bar, q_smem.index(c))
+                kv_col = (head // group_size) * HEAD_DIM
+                for j in range(num_tiles):
+                    tile = tiles_before + j
+                    stage = tile % NUM_STAGES
+                    # A fresh barrier counts its phase before the first as complete: round 0
+                    # passes.
+                    mbarrier.wait(kv_empty.index(stage), ((tile // NUM_STAGES) & 1) ^ 1)
+                    row = first_row + j * BLOCK_N
+                    mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                    tma_load(k_desc, [row, kv_col], k_ready.index(stage), k_smem.index(stage))
+                    mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                    tma_load(v_desc, [row, kv_col], v_ready.index(stage), v_smem.index(stage))
+                tiles_before += num_tiles
+                items_before += 1
 
     @gluon.jit
     def _softmax_tile(
@@ -147,8 +208,26 @@ if HOPPER_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
+    def _take_turn(turns, warpgroup, turn):
+        """Ping-pong (`turns` holds two barriers): wait until the other warpgroup has issued its
+        matrix products of the turn before, so the two issue by turns and one's softmax runs
+        while the other's products use the tensor cores. Warpgroup 0 goes first: its turn 0
+        waits on the phase before a fresh barrier's first, which counts as complete."""
+        if turns.shape[0] == 2:
+            mbarrier.wait(turns.index(warpgroup), (turn & 1) ^ (1 - warpgroup))
+
+    @gluon.jit
+    def _pass_turn(turns, warpgroup):
+        if turns.shape[0] == 2:
+            sm80_mbarrier.arrive(turns.index(1 - warpgroup))
+
+    @gluon.jit
     def _consumer_step(
-        j,
+        j,  # the tile's index in the item (its keys start at j * BLOCK_N)
+        tile,  # its index in the program's K/V ring count (stage and phase)
+        turn,  # its index in the warpgroups' ping-pong
+        turns,
+        warpgroup,
         p,  # P of tile j - 1, registers
         acc,  # [HALF_M, HEAD_DIM] fp32
         m_i,
@@ -168,9 +247,10 @@ if HOPPER_GLUON:
         NUM_STAGES: gl.constexpr,
         MASKED: gl.constexpr,
     ):
-        stage = j % NUM_STAGES
-        prev = (j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(stage), (j // NUM_STAGES) & 1)
+        stage = tile % NUM_STAGES
+        prev = (tile - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(stage), (tile // NUM_STAGES) & 1)
+        _take_turn(turns, warpgroup, turn)
         s = warpgroup_mma(
             q_tile,
             k_smem.index(stage).permute((1, 0)),
@@ -178,8 +258,9 @@ if HOPPER_GLUON:
             use_acc=False,
             is_async=True,
         )
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((tile - 1) // NUM_STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        _pass_turn(turns, warpgroup)
         # wgmma groups retire in order: with one left outstanding, the scores are done and the
         # value product of tile j - 1 may still run while the softmax of tile j does.
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
@@ -192,11 +273,12 @@ if HOPPER_GLUON:
         return p, acc, m_i, l_i
 
     @gluon.jit
-    def _consumer(
+    def _consumer_item(
         q_tile,  # [HALF_M, HEAD_DIM] this warpgroup's query rows
         k_smem,
         v_smem,
         q_bar,
+        q_empty,
         k_ready,
         v_ready,
         kv_empty,
@@ -207,7 +289,11 @@ if HOPPER_GLUON:
         extend_len,
         head,
         num_tiles,
+        tiles_before,  # K/V tiles of the program's earlier items (the ring's count)
+        items_before,  # the program's earlier items (q_bar's phase)
         qk_scale,
+        turns,  # [2, 1] ping-pong mbarriers, or [1, 1]: no ping-pong
+        warpgroup,  # 0 or 1
     ):
         HALF_M: gl.constexpr = q_tile.shape[0]
         HEAD_DIM: gl.constexpr = q_tile.shape[1]
@@ -229,15 +315,19 @@ if HOPPER_GLUON:
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
         # Tile 0 alone (masked: the diagonal when the block is the request's first).
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(k_ready.index(0), 0)
+        first = tiles_before % NUM_STAGES
+        first_turn = tiles_before + items_before  # an item takes num_tiles + 1 turns
+        mbarrier.wait(q_bar, items_before & 1)
+        mbarrier.wait(k_ready.index(first), (tiles_before // NUM_STAGES) & 1)
+        _take_turn(turns, warpgroup, first_turn)
         s = warpgroup_mma(
             q_tile,
-            k_smem.index(0).permute((1, 0)),
+            k_smem.index(first).permute((1, 0)),
             gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout),
             use_acc=False,
             is_async=True,
         )
+        _pass_turn(turns, warpgroup)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, m_i, l_i, alpha = _softmax_tile(
             s, m_i, l_i, qk_scale, query_pos, 0, p_layout, dtype, True
@@ -245,18 +335,24 @@ if HOPPER_GLUON:
         # Tiles wholly before the block need no mask; the last one is the diagonal.
         for j in range(1, num_tiles - 1):
             p, acc, m_i, l_i = _consumer_step(
-                j, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N, NUM_STAGES, False,
+                j, tiles_before + j, first_turn + j, turns, warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
+                v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N,
+                NUM_STAGES, False,
             )  # fmt: skip
         if num_tiles > 1:
             p, acc, m_i, l_i = _consumer_step(
-                num_tiles - 1, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready, v_ready,
-                kv_empty, qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N, NUM_STAGES,
-                True,
+                num_tiles - 1, tiles_before + num_tiles - 1, first_turn + num_tiles - 1, turns,
+                warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N, NUM_STAGES, True,
             )  # fmt: skip
-        last = (num_tiles - 1) % NUM_STAGES
-        mbarrier.wait(v_ready.index(last), ((num_tiles - 1) // NUM_STAGES) & 1)
+        # Every score of the item is computed: the loader may bring the next item's queries.
+        sm80_mbarrier.arrive(q_empty)
+        last_tile = tiles_before + num_tiles - 1
+        last = last_tile % NUM_STAGES
+        mbarrier.wait(v_ready.index(last), (last_tile // NUM_STAGES) & 1)
+        _take_turn(turns, warpgroup, first_turn + num_tiles)
         acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turns, warpgroup)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         sm80_mbarrier.arrive(kv_empty.index(last))
 
@@ -271,6 +367,51 @@ if HOPPER_GLUON:
             + offs_d[None, :]
         )
         gl.store(ptrs, acc.to(dtype), mask=(rows < extend_len)[:, None])
+
+    @gluon.jit
+    def _consumer(
+        warpgroup,  # 0 or 1: which half of each query block (a tensor, as partitions need)
+        turns,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_bar,
+        q_empty,
+        k_ready,
+        v_ready,
+        kv_empty,
+        out_ptr,
+        stride_out_token,
+        extend_lens_ptr,
+        extend_start_loc_ptr,
+        batch,
+        num_m_blocks,
+        num_heads,
+        group_size,
+        qk_scale,
+    ):
+        """A consumer warpgroup's loop over the program's work items (the loader's order)."""
+        HALF_M: gl.constexpr = q_smem.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        q_tile = q_smem.index(warpgroup)
+        num_items = num_heads * batch * num_m_blocks
+        tiles_before = 0
+        items_before = 0
+        num_programs = gl.num_programs(0)
+        for turn in range(0, (num_items + num_programs - 1) // num_programs):
+            item = _round_item(turn, num_programs)
+            head, first_row, extend_len, block_start, num_tiles = _work_item(
+                item, num_items, extend_lens_ptr, extend_start_loc_ptr, batch, num_m_blocks,
+                num_heads, BLOCK_N,
+            )  # fmt: skip
+            if num_tiles > 0:
+                _consumer_item(
+                    q_tile, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, out_ptr,
+                    stride_out_token, first_row, block_start + warpgroup * HALF_M, extend_len,
+                    head, num_tiles, tiles_before, items_before, qk_scale, turns, warpgroup,
+                )  # fmt: skip
+                tiles_before += num_tiles
+                items_before += 1
 
     @gluon.jit(do_not_specialize=["batch", "num_m_blocks"])  # one compile for every batch
     def _hopper_extend_kernel(
@@ -292,55 +433,57 @@ if HOPPER_GLUON:
         NUM_STAGES: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
+        PINGPONG: gl.constexpr,  # two consumers issue their matrix products by turns
     ):
-        # A block of CONSUMERS * HALF_M query rows against key tiles of the same length: only
-        # the last tile (the diagonal) needs the causal mask.
+        # Blocks of CONSUMERS * HALF_M query rows against key tiles of the same length: only
+        # the last tile (the diagonal) needs the causal mask. A program runs the work items
+        # pid, pid + num_programs, ...: one each in a grid of every item, or many in a
+        # persistent grid, where the loader fetches an item's queries and first K/V tiles
+        # while the consumers still finish the item before.
         BLOCK_N: gl.constexpr = CONSUMERS * HALF_M
-        pid = gl.program_id(0)
-        head = pid % NUM_HEADS
-        rest = pid // NUM_HEADS
-        request = rest % batch
-        block = num_m_blocks - 1 - rest // batch  # heaviest blocks first
-        extend_len = gl.load(extend_lens_ptr + request).to(gl.int32)
-        block_start = block * BLOCK_N
-        if block_start >= extend_len:
-            return
-        first_row = gl.load(extend_start_loc_ptr + request).to(gl.int32)
-        num_tiles = block + 1
-
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, HALF_M, HEAD_DIM], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_empty, count=CONSUMERS)  # one arrival per consumer
         for i in gl.static_range(NUM_STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # one arrival per consumer
+            mbarrier.init(kv_empty.index(i), count=CONSUMERS)
+        # Two turn barriers for the ping-pong; one, never used, without (the partitions read
+        # which from its shape: a worker partition takes no constexpr arguments).
+        NUM_TURNS: gl.constexpr = 2 if PINGPONG and CONSUMERS == 2 else 1
+        turns = gl.allocate_shared_memory(gl.int64, [NUM_TURNS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NUM_TURNS):
+            mbarrier.init(turns.index(i), count=1)
 
-        shared = (k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, out_ptr, stride_out_token)
-        rows = (extend_len, head, num_tiles, qk_scale)
-        loader_args = (
-            q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-            first_row, block_start, head, head // GROUP_SIZE, num_tiles,
-        )  # fmt: skip
-        first_args = (q_smem.index(0),) + shared + (first_row, block_start) + rows
+        shared = (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty)
+        # A worker partition's arguments are tensors and shared memory: no constexprs.
+        work = (extend_lens_ptr, extend_start_loc_ptr, batch, num_m_blocks)
+        work += (gl.to_tensor(NUM_HEADS), gl.to_tensor(GROUP_SIZE))
+        loader_args = (q_desc, k_desc, v_desc) + shared + work
+        consumer_args = shared + (out_ptr, stride_out_token) + work + (qk_scale,)
+        first = (gl.to_tensor(0), turns) + consumer_args
         if CONSUMERS == 2:
-            second_start = block_start + HALF_M
-            second_args = (q_smem.index(1),) + shared + (first_row, second_start) + rows
+            second = (gl.to_tensor(1), turns) + consumer_args
             gl.warp_specialize(
-                [(_consumer, first_args), (_consumer, second_args), (_loader, loader_args)],
+                [(_consumer, first), (_consumer, second), (_loader, loader_args)],
                 [4, 1],
                 [CONSUMER_REGS, LOADER_REGS],
             )
         else:
-            gl.warp_specialize(
-                [(_consumer, first_args), (_loader, loader_args)], [1], [LOADER_REGS]
-            )
+            gl.warp_specialize([(_consumer, first), (_loader, loader_args)], [1], [LOADER_REGS])
+
+
+@functools.cache
+def multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache  # a pure function of its arguments, ~7 us each to build: once per shape
@@ -362,6 +505,8 @@ def hopper_extend_attention(
     *,
     consumers: int = CONSUMERS,
     num_stages: int = NUM_STAGES,
+    persistent: bool = PERSISTENT,
+    pingpong: bool = PINGPONG,
 ) -> torch.Tensor:
     """Causal self-attention of each request's new tokens (no cached prefix), on sm_90.
 
@@ -381,9 +526,14 @@ def hopper_extend_attention(
 
     if consumers not in (1, 2):
         raise ValueError(f"consumers must be 1 or 2, got {consumers}")
-    block_n = consumers * HALF_M  # query rows a program, keys a K/V tile
+    block_n = consumers * HALF_M  # query rows a work item, keys a K/V tile
     num_m_blocks = triton.cdiv(max_extend_len, block_n)
-    grid = (num_heads * batch * num_m_blocks,)
+    num_items = num_heads * batch * num_m_blocks
+    if persistent:  # as many programs as fit on the GPU at once, each looping over items
+        per_sm = 2 if consumers == 1 and num_stages <= 3 else 1  # registers / shared memory
+        grid = (min(num_items, per_sm * multiprocessors(q.device)),)
+    else:
+        grid = (num_items,)
     _hopper_extend_kernel[grid](
         descriptor(q, num_heads, HALF_M),
         descriptor(k_new, num_kv_heads, block_n),
@@ -403,6 +553,7 @@ def hopper_extend_attention(
         NUM_STAGES=num_stages,
         CONSUMER_REGS=CONSUMER_REGS,
         LOADER_REGS=LOADER_REGS,
+        PINGPONG=pingpong,
         num_warps=4,
         maxnreg=MAX_REGISTERS[consumers],
     )

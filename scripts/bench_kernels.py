@@ -328,10 +328,11 @@ def extend_calls(batch: int, extend_len: int) -> dict:
     )
 
 
-def hopper_variant(args: dict, extend_len: int, out, consumers: int, num_stages: int):
+def hopper_variant(args: dict, extend_len: int, out, consumers, num_stages, persistent, pingpong):
     return lambda: hopper_extend_attention(
         args["q"], args["k_new"], args["v_new"], args["extend_lens"], args["extend_start_loc"],
         extend_len, HEAD_DIM**-0.5, out, consumers=consumers, num_stages=num_stages,
+        persistent=persistent, pingpong=pingpong,
     )  # fmt: skip
 
 
@@ -358,14 +359,17 @@ def print_extend_table(quick: bool) -> None:
     print(f"prefix 4096 + extend 4096 (Triton) | {us:.1f} us | {tflops:.0f} TFLOP/s")
     if quick:
         return
-    variants = [(c, st) for c in (1, 2) for st in (2, 3, 4) if (c, st) != (2, 4)]
-    print("\n### the Gluon kernel's launch variants in graph replay (consumers, stages), TFLOP/s")
-    print("batch x extend | " + " | ".join(f"c{c} s{st}" for c, st in variants))
+    variants = [(1, 3, True, False), (2, 2, True, False), (2, 3, False, False)]
+    variants += [(2, 3, True, False), (2, 2, True, True), (2, 3, False, True), (2, 3, True, True)]
+    print("\n### the Gluon kernel's launch variants in graph replay (consumers, stages, "
+          "p: persistent grid, pp: ping-pong), TFLOP/s")  # fmt: skip
+    names = [f"c{c} s{st}{' p' * p}{' pp' * pp}" for c, st, p, pp in variants]
+    print("batch x extend | " + " | ".join(names))
     for batch, extend_len in cases:
         a = extend_calls(batch, extend_len)["args"]
         out = torch.empty_like(a["q"])
         flops = batch * extend_flops(0, extend_len) / 1e9
-        row = [flops / graph_ms(hopper_variant(a, extend_len, out, c, st)) for c, st in variants]
+        row = [flops / graph_ms(hopper_variant(a, extend_len, out, *v)) for v in variants]
         print(f"{batch} x {extend_len} | " + " | ".join(f"{t:.0f}" for t in row))
     small = extend_calls(1, 128)
     print("\nhost us a launch (128 tokens): " + ", ".join(
