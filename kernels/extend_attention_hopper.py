@@ -64,9 +64,6 @@ LOADER_REGS = 24
 # one program per item: an item's queries and first K/V tiles load while the item before
 # finishes.
 PERSISTENT = True
-# The two consumer warpgroups issue their matrix products by turns (FlashAttention-3's
-# ping-pong), so one's softmax overlaps the other's products rather than both at once.
-PINGPONG = False
 # The shortest batch (max_extend_len) `extend_attention` sends here. Shorter prefills are bound
 # by the host, where this kernel's launch (~190 us of Python and TMA descriptor encoding against
 # the Triton kernel's ~80, H200) costs more than its GPU time saves (1.12x the Triton kernel's
@@ -208,26 +205,9 @@ if HOPPER_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
-    def _take_turn(turns, warpgroup, turn):
-        """Ping-pong (`turns` holds two barriers): wait until the other warpgroup has issued its
-        matrix products of the turn before, so the two issue by turns and one's softmax runs
-        while the other's products use the tensor cores. Warpgroup 0 goes first: its turn 0
-        waits on the phase before a fresh barrier's first, which counts as complete."""
-        if turns.shape[0] == 2:
-            mbarrier.wait(turns.index(warpgroup), (turn & 1) ^ (1 - warpgroup))
-
-    @gluon.jit
-    def _pass_turn(turns, warpgroup):
-        if turns.shape[0] == 2:
-            sm80_mbarrier.arrive(turns.index(1 - warpgroup))
-
-    @gluon.jit
     def _consumer_step(
         j,  # the tile's index in the item (its keys start at j * BLOCK_N)
         tile,  # its index in the program's K/V ring count (stage and phase)
-        turn,  # its index in the warpgroups' ping-pong
-        turns,
-        warpgroup,
         p,  # P of tile j - 1, registers
         acc,  # [HALF_M, HEAD_DIM] fp32
         m_i,
@@ -250,7 +230,6 @@ if HOPPER_GLUON:
         stage = tile % NUM_STAGES
         prev = (tile - 1) % NUM_STAGES
         mbarrier.wait(k_ready.index(stage), (tile // NUM_STAGES) & 1)
-        _take_turn(turns, warpgroup, turn)
         s = warpgroup_mma(
             q_tile,
             k_smem.index(stage).permute((1, 0)),
@@ -260,7 +239,6 @@ if HOPPER_GLUON:
         )
         mbarrier.wait(v_ready.index(prev), ((tile - 1) // NUM_STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-        _pass_turn(turns, warpgroup)
         # wgmma groups retire in order: with one left outstanding, the scores are done and the
         # value product of tile j - 1 may still run while the softmax of tile j does.
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
@@ -292,8 +270,6 @@ if HOPPER_GLUON:
         tiles_before,  # K/V tiles of the program's earlier items (the ring's count)
         items_before,  # the program's earlier items (q_bar's phase)
         qk_scale,
-        turns,  # [2, 1] ping-pong mbarriers, or [1, 1]: no ping-pong
-        warpgroup,  # 0 or 1
     ):
         HALF_M: gl.constexpr = q_tile.shape[0]
         HEAD_DIM: gl.constexpr = q_tile.shape[1]
@@ -316,10 +292,8 @@ if HOPPER_GLUON:
 
         # Tile 0 alone (masked: the diagonal when the block is the request's first).
         first = tiles_before % NUM_STAGES
-        first_turn = tiles_before + items_before  # an item takes num_tiles + 1 turns
         mbarrier.wait(q_bar, items_before & 1)
         mbarrier.wait(k_ready.index(first), (tiles_before // NUM_STAGES) & 1)
-        _take_turn(turns, warpgroup, first_turn)
         s = warpgroup_mma(
             q_tile,
             k_smem.index(first).permute((1, 0)),
@@ -327,7 +301,6 @@ if HOPPER_GLUON:
             use_acc=False,
             is_async=True,
         )
-        _pass_turn(turns, warpgroup)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, m_i, l_i, alpha = _softmax_tile(
             s, m_i, l_i, qk_scale, query_pos, 0, p_layout, dtype, True
@@ -335,24 +308,22 @@ if HOPPER_GLUON:
         # Tiles wholly before the block need no mask; the last one is the diagonal.
         for j in range(1, num_tiles - 1):
             p, acc, m_i, l_i = _consumer_step(
-                j, tiles_before + j, first_turn + j, turns, warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
+                j, tiles_before + j, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
                 v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N,
                 NUM_STAGES, False,
             )  # fmt: skip
         if num_tiles > 1:
             p, acc, m_i, l_i = _consumer_step(
-                num_tiles - 1, tiles_before + num_tiles - 1, first_turn + num_tiles - 1, turns,
-                warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N, NUM_STAGES, True,
+                num_tiles - 1, tiles_before + num_tiles - 1, p, acc, m_i, l_i, q_tile, k_smem,
+                v_smem, k_ready, v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout,
+                HALF_M, BLOCK_N, NUM_STAGES, True,
             )  # fmt: skip
         # Every score of the item is computed: the loader may bring the next item's queries.
         sm80_mbarrier.arrive(q_empty)
         last_tile = tiles_before + num_tiles - 1
         last = last_tile % NUM_STAGES
         mbarrier.wait(v_ready.index(last), (last_tile // NUM_STAGES) & 1)
-        _take_turn(turns, warpgroup, first_turn + num_tiles)
         acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turns, warpgroup)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         sm80_mbarrier.arrive(kv_empty.index(last))
 
@@ -371,7 +342,6 @@ if HOPPER_GLUON:
     @gluon.jit
     def _consumer(
         warpgroup,  # 0 or 1: which half of each query block (a tensor, as partitions need)
-        turns,
         q_smem,
         k_smem,
         v_smem,
@@ -408,7 +378,7 @@ if HOPPER_GLUON:
                 _consumer_item(
                     q_tile, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, out_ptr,
                     stride_out_token, first_row, block_start + warpgroup * HALF_M, extend_len,
-                    head, num_tiles, tiles_before, items_before, qk_scale, turns, warpgroup,
+                    head, num_tiles, tiles_before, items_before, qk_scale,
                 )  # fmt: skip
                 tiles_before += num_tiles
                 items_before += 1
@@ -433,7 +403,6 @@ if HOPPER_GLUON:
         NUM_STAGES: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
-        PINGPONG: gl.constexpr,  # two consumers issue their matrix products by turns
     ):
         # Blocks of CONSUMERS * HALF_M query rows against key tiles of the same length: only
         # the last tile (the diagonal) needs the causal mask. A program runs the work items
@@ -456,12 +425,6 @@ if HOPPER_GLUON:
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=CONSUMERS)
-        # Two turn barriers for the ping-pong; one, never used, without (the partitions read
-        # which from its shape: a worker partition takes no constexpr arguments).
-        NUM_TURNS: gl.constexpr = 2 if PINGPONG and CONSUMERS == 2 else 1
-        turns = gl.allocate_shared_memory(gl.int64, [NUM_TURNS, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NUM_TURNS):
-            mbarrier.init(turns.index(i), count=1)
 
         shared = (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty)
         # A worker partition's arguments are tensors and shared memory: no constexprs.
@@ -469,9 +432,9 @@ if HOPPER_GLUON:
         work += (gl.to_tensor(NUM_HEADS), gl.to_tensor(GROUP_SIZE))
         loader_args = (q_desc, k_desc, v_desc) + shared + work
         consumer_args = shared + (out_ptr, stride_out_token) + work + (qk_scale,)
-        first = (gl.to_tensor(0), turns) + consumer_args
+        first = (gl.to_tensor(0),) + consumer_args
         if CONSUMERS == 2:
-            second = (gl.to_tensor(1), turns) + consumer_args
+            second = (gl.to_tensor(1),) + consumer_args
             gl.warp_specialize(
                 [(_consumer, first), (_consumer, second), (_loader, loader_args)],
                 [4, 1],
@@ -506,7 +469,6 @@ def hopper_extend_attention(
     consumers: int = CONSUMERS,
     num_stages: int = NUM_STAGES,
     persistent: bool = PERSISTENT,
-    pingpong: bool = PINGPONG,
 ) -> torch.Tensor:
     """Causal self-attention of each request's new tokens (no cached prefix), on sm_90.
 
@@ -553,7 +515,6 @@ def hopper_extend_attention(
         NUM_STAGES=num_stages,
         CONSUMER_REGS=CONSUMER_REGS,
         LOADER_REGS=LOADER_REGS,
-        PINGPONG=pingpong,
         num_warps=4,
         maxnreg=MAX_REGISTERS[consumers],
     )
