@@ -30,6 +30,11 @@
 # gather slower, left out) and gluon-offline (110.83 -> 111.10 s). Still pending: no-regress,
 # no-regress-long, a fresh server's first run with the prefix-free warm-up round (fresh-gsp),
 # gpu-tests with the Gluon kernel the default.
+# The twenty-fourth session (2026-12-03) ran hopper-extend three times (the persistent grid:
+# round robin, then zigzag, the default: 1.12 / 1.03 / 1.00 / 0.96x SDPA, 8 x 1k 0.84x; the
+# ping-pong on it slower, removed), no-regress (12.37 -> 12.25 s; batch 1 4.386 / 4.136 ms) and
+# no-regress-long (114.00 -> 114.75 s), both against `.base` = fac3fba^. Still pending: fresh-gsp
+# and gpu-tests with the persistent Gluon kernel the default (its own GPU tests passed).
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
