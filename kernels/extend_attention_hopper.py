@@ -64,6 +64,9 @@ LOADER_REGS = 24
 # one program per item: an item's queries and first K/V tiles load while the item before
 # finishes.
 PERSISTENT = True
+# The two consumer warpgroups issue their matrix products by turns on hardware named barriers
+# (FlashAttention-3's ping-pong; the mbarrier version was slower: docs/benchmarks.md).
+PINGPONG = False
 # The shortest batch (max_extend_len) `extend_attention` sends here. Shorter prefills are bound
 # by the host, where this kernel's launch (~190 us of Python and TMA descriptor encoding against
 # the Triton kernel's ~80, H200) costs more than its GPU time saves (1.12x the Triton kernel's
@@ -86,6 +89,7 @@ def hopper_extend_supported(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.T
 
 
 if HOPPER_GLUON:
+    PINGPONG_BARRIER = gl.constexpr(8)  # named barriers 8 and 9 (Triton's partitions use 0-2)
 
     @gluon.jit
     def _round_item(turn, num_programs):
@@ -205,9 +209,38 @@ if HOPPER_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
+    def _named_barrier(instruction: gl.constexpr, barrier_id):
+        """`bar.sync` (wait) or `bar.arrive` (signal, no wait) on the hardware named barrier
+        `barrier_id` of the two consumer warpgroups' 256 threads (ids 0-2 are Triton's own)."""
+        gl.inline_asm_elementwise(
+            instruction + " $1, 256;\n\tmov.u32 $0, 0;",
+            "=r,r",
+            [barrier_id],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.jit
+    def _take_turn(pingpong, warpgroup):
+        """Ping-pong (FlashAttention-3's warpgroup schedule; `pingpong` is a [2] shared
+        allocation when on, [1] when off): wait until the other warpgroup has issued its
+        matrix products, so the two issue by turns and one's softmax runs while the other's
+        products hold the tensor cores."""
+        if pingpong.shape[0] == 2:
+            _named_barrier("bar.sync", PINGPONG_BARRIER + warpgroup)
+
+    @gluon.jit
+    def _pass_turn(pingpong, warpgroup):
+        if pingpong.shape[0] == 2:
+            _named_barrier("bar.arrive", PINGPONG_BARRIER + 1 - warpgroup)
+
+    @gluon.jit
     def _consumer_step(
         j,  # the tile's index in the item (its keys start at j * BLOCK_N)
         tile,  # its index in the program's K/V ring count (stage and phase)
+        pingpong,
+        warpgroup,
         p,  # P of tile j - 1, registers
         acc,  # [HALF_M, HEAD_DIM] fp32
         m_i,
@@ -230,6 +263,7 @@ if HOPPER_GLUON:
         stage = tile % NUM_STAGES
         prev = (tile - 1) % NUM_STAGES
         mbarrier.wait(k_ready.index(stage), (tile // NUM_STAGES) & 1)
+        _take_turn(pingpong, warpgroup)
         s = warpgroup_mma(
             q_tile,
             k_smem.index(stage).permute((1, 0)),
@@ -239,6 +273,7 @@ if HOPPER_GLUON:
         )
         mbarrier.wait(v_ready.index(prev), ((tile - 1) // NUM_STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        _pass_turn(pingpong, warpgroup)
         # wgmma groups retire in order: with one left outstanding, the scores are done and the
         # value product of tile j - 1 may still run while the softmax of tile j does.
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
@@ -270,6 +305,8 @@ if HOPPER_GLUON:
         tiles_before,  # K/V tiles of the program's earlier items (the ring's count)
         items_before,  # the program's earlier items (q_bar's phase)
         qk_scale,
+        pingpong,
+        warpgroup,
     ):
         HALF_M: gl.constexpr = q_tile.shape[0]
         HEAD_DIM: gl.constexpr = q_tile.shape[1]
@@ -294,6 +331,7 @@ if HOPPER_GLUON:
         first = tiles_before % NUM_STAGES
         mbarrier.wait(q_bar, items_before & 1)
         mbarrier.wait(k_ready.index(first), (tiles_before // NUM_STAGES) & 1)
+        _take_turn(pingpong, warpgroup)
         s = warpgroup_mma(
             q_tile,
             k_smem.index(first).permute((1, 0)),
@@ -301,6 +339,7 @@ if HOPPER_GLUON:
             use_acc=False,
             is_async=True,
         )
+        _pass_turn(pingpong, warpgroup)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, m_i, l_i, alpha = _softmax_tile(
             s, m_i, l_i, qk_scale, query_pos, 0, p_layout, dtype, True
@@ -308,22 +347,24 @@ if HOPPER_GLUON:
         # Tiles wholly before the block need no mask; the last one is the diagonal.
         for j in range(1, num_tiles - 1):
             p, acc, m_i, l_i = _consumer_step(
-                j, tiles_before + j, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
+                j, tiles_before + j, pingpong, warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
                 v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N,
                 NUM_STAGES, False,
             )  # fmt: skip
         if num_tiles > 1:
             p, acc, m_i, l_i = _consumer_step(
-                num_tiles - 1, tiles_before + num_tiles - 1, p, acc, m_i, l_i, q_tile, k_smem,
-                v_smem, k_ready, v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout,
-                HALF_M, BLOCK_N, NUM_STAGES, True,
+                num_tiles - 1, tiles_before + num_tiles - 1, pingpong, warpgroup, p, acc, m_i, l_i,
+                q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, qk_scale, query_pos, s_layout,
+                p_layout, HALF_M, BLOCK_N, NUM_STAGES, True,
             )  # fmt: skip
         # Every score of the item is computed: the loader may bring the next item's queries.
         sm80_mbarrier.arrive(q_empty)
         last_tile = tiles_before + num_tiles - 1
         last = last_tile % NUM_STAGES
         mbarrier.wait(v_ready.index(last), (last_tile // NUM_STAGES) & 1)
+        _take_turn(pingpong, warpgroup)
         acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        _pass_turn(pingpong, warpgroup)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         sm80_mbarrier.arrive(kv_empty.index(last))
 
@@ -342,6 +383,7 @@ if HOPPER_GLUON:
     @gluon.jit
     def _consumer(
         warpgroup,  # 0 or 1: which half of each query block (a tensor, as partitions need)
+        pingpong,  # [2] shared bytes: the warpgroups take turns; [1]: they do not
         q_smem,
         k_smem,
         v_smem,
@@ -367,6 +409,9 @@ if HOPPER_GLUON:
         num_items = num_heads * batch * num_m_blocks
         tiles_before = 0
         items_before = 0
+        if pingpong.shape[0] == 2:
+            if warpgroup == 1:  # warpgroup 0 takes the first turn
+                _named_barrier("bar.arrive", PINGPONG_BARRIER + 0)
         num_programs = gl.num_programs(0)
         for turn in range(0, (num_items + num_programs - 1) // num_programs):
             item = _round_item(turn, num_programs)
@@ -378,7 +423,7 @@ if HOPPER_GLUON:
                 _consumer_item(
                     q_tile, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, out_ptr,
                     stride_out_token, first_row, block_start + warpgroup * HALF_M, extend_len,
-                    head, num_tiles, tiles_before, items_before, qk_scale,
+                    head, num_tiles, tiles_before, items_before, qk_scale, pingpong, warpgroup,
                 )  # fmt: skip
                 tiles_before += num_tiles
                 items_before += 1
@@ -403,6 +448,7 @@ if HOPPER_GLUON:
         NUM_STAGES: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
+        PINGPONG: gl.constexpr,  # two consumers issue their matrix products by turns
     ):
         # Blocks of CONSUMERS * HALF_M query rows against key tiles of the same length: only
         # the last tile (the diagonal) needs the causal mask. A program runs the work items
@@ -432,9 +478,14 @@ if HOPPER_GLUON:
         work += (gl.to_tensor(NUM_HEADS), gl.to_tensor(GROUP_SIZE))
         loader_args = (q_desc, k_desc, v_desc) + shared + work
         consumer_args = shared + (out_ptr, stride_out_token) + work + (qk_scale,)
-        first = (gl.to_tensor(0),) + consumer_args
+        # A worker partition takes no constexpr: the ping-pong flag travels as the length of an
+        # unused shared allocation ([2]: on), which the partitions read at compile time.
+        pingpong = gl.allocate_shared_memory(
+            gl.int8, [1 + (PINGPONG and CONSUMERS == 2)], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
+        first = (gl.to_tensor(0), pingpong) + consumer_args
         if CONSUMERS == 2:
-            second = (gl.to_tensor(1),) + consumer_args
+            second = (gl.to_tensor(1), pingpong) + consumer_args
             gl.warp_specialize(
                 [(_consumer, first), (_consumer, second), (_loader, loader_args)],
                 [4, 1],
@@ -469,6 +520,7 @@ def hopper_extend_attention(
     consumers: int = CONSUMERS,
     num_stages: int = NUM_STAGES,
     persistent: bool = PERSISTENT,
+    pingpong: bool = PINGPONG,
 ) -> torch.Tensor:
     """Causal self-attention of each request's new tokens (no cached prefix), on sm_90.
 
@@ -515,6 +567,7 @@ def hopper_extend_attention(
         NUM_STAGES=num_stages,
         CONSUMER_REGS=CONSUMER_REGS,
         LOADER_REGS=LOADER_REGS,
+        PINGPONG=pingpong,
         num_warps=4,
         maxnreg=MAX_REGISTERS[consumers],
     )

@@ -328,11 +328,11 @@ def extend_calls(batch: int, extend_len: int) -> dict:
     )
 
 
-def hopper_variant(args: dict, extend_len: int, out, consumers, num_stages, persistent):
+def hopper_variant(args: dict, extend_len: int, out, consumers, num_stages, persistent, pingpong):
     return lambda: hopper_extend_attention(
         args["q"], args["k_new"], args["v_new"], args["extend_lens"], args["extend_start_loc"],
         extend_len, HEAD_DIM**-0.5, out, consumers=consumers, num_stages=num_stages,
-        persistent=persistent,
+        persistent=persistent, pingpong=pingpong,
     )  # fmt: skip
 
 
@@ -359,10 +359,11 @@ def print_extend_table(quick: bool) -> None:
     print(f"prefix 4096 + extend 4096 (Triton) | {us:.1f} us | {tflops:.0f} TFLOP/s")
     if quick:
         return
-    variants = [(c, st, p) for p in (False, True) for c, st in ((1, 3), (2, 2), (2, 3))]
+    variants = [(1, 3, True, False), (2, 2, True, False), (2, 3, False, False)]
+    variants += [(2, 3, True, False), (2, 2, True, True), (2, 3, False, True), (2, 3, True, True)]
     print("\n### the Gluon kernel's launch variants in graph replay (consumers, stages, "
-          "p: persistent grid), TFLOP/s")  # fmt: skip
-    names = [f"c{c} s{st}{' p' * p}" for c, st, p in variants]
+          "p: persistent grid, pp: ping-pong on named barriers), TFLOP/s")  # fmt: skip
+    names = [f"c{c} s{st}{' p' * p}{' pp' * pp}" for c, st, p, pp in variants]
     print("batch x extend | " + " | ".join(names))
     for batch, extend_len in cases:
         a = extend_calls(batch, extend_len)["args"]

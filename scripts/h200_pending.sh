@@ -34,7 +34,10 @@
 # round robin, then zigzag, the default: 1.12 / 1.03 / 1.00 / 0.96x SDPA, 8 x 1k 0.84x; the
 # ping-pong on it slower, removed), no-regress (12.37 -> 12.25 s; batch 1 4.386 / 4.136 ms) and
 # no-regress-long (114.00 -> 114.75 s), both against `.base` = fac3fba^. Still pending: fresh-gsp
-# and gpu-tests with the persistent Gluon kernel the default (its own GPU tests passed).
+# and gpu-tests with the persistent Gluon kernel the default (its own GPU tests passed), and
+# hopper-extend once more: the ping-pong on hardware named barriers (`pingpong=True`, built
+# after the last call; its GPU test checks the bits against the plain launch; the table's
+# `pp` columns) for the 8k row (0.96x SDPA).
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;

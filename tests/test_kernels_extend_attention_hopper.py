@@ -18,7 +18,7 @@ from tests.test_kernels_extend_attention import make_extend_case, relative_error
 ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-def compile_for_sm90(consumers: int = 2) -> dict:
+def compile_for_sm90(consumers: int = 2, pingpong: bool = False) -> dict:
     """Builds the kernel for sm_90a with this machine's Triton (no GPU needed); run in a child
     process, as the interpreter (TRITON_INTERPRET=1, set for the tests) cannot compile Gluon."""
     from triton.backends.compiler import GPUTarget
@@ -60,6 +60,7 @@ def compile_for_sm90(consumers: int = 2) -> dict:
         NUM_STAGES=hopper.NUM_STAGES,
         CONSUMER_REGS=hopper.CONSUMER_REGS,
         LOADER_REGS=hopper.LOADER_REGS,
+        PINGPONG=pingpong,
     )
     kernel = hopper._hopper_extend_kernel
     signature = {
@@ -83,14 +84,14 @@ def compile_for_sm90(consumers: int = 2) -> dict:
 
 
 @pytest.mark.skipif(not HOPPER_GLUON, reason="this Triton has no Gluon Hopper module")
-@pytest.mark.parametrize("consumers", [1, 2])
-def test_hopper_kernel_compiles_for_sm90_without_spills(consumers):
-    """One or two consumer warpgroups and a loader warp, within the shared memory an H100/H200
-    block may take, no spills."""
+@pytest.mark.parametrize("consumers,pingpong", [(1, False), (2, False), (2, True)])
+def test_hopper_kernel_compiles_for_sm90_without_spills(consumers, pingpong):
+    """One or two consumer warpgroups (by turns or not) and a loader warp, within the shared
+    memory an H100/H200 block may take, no spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
         "import json; from tests.test_kernels_extend_attention_hopper import compile_for_sm90;"
-        f"print(json.dumps(compile_for_sm90({consumers})))"
+        f"print(json.dumps(compile_for_sm90({consumers}, {pingpong})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
@@ -101,6 +102,7 @@ def test_hopper_kernel_compiles_for_sm90_without_spills(consumers):
     ptx = report["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the loader warp gives its registers to the consumers
+    assert ("bar.arrive" in ptx) == pingpong  # the turns on named barriers
     assert " STACK:0 " in report["usage"] and " LOCAL:0 " in report["usage"], report["usage"]
     assert report["shared"] <= 227 * 1024
 
@@ -175,6 +177,7 @@ def test_hopper_kernel_launch_variants_match_reference(consumers, num_stages):
         prefix_lens=[0] * 4, extend_lens=[1, 129, 1000, 640], num_heads=32, num_kv_heads=8,
         head_dim=128, dtype=torch.bfloat16, device="cuda",
     )  # fmt: skip
+    launches = [(False, False), (True, False)] + [(True, True), (False, True)] * (consumers == 2)
     outs = [
         hopper_extend_attention(
             args["q"],
@@ -188,9 +191,12 @@ def test_hopper_kernel_launch_variants_match_reference(consumers, num_stages):
             consumers=consumers,
             num_stages=num_stages,
             persistent=persistent,
+            pingpong=pingpong,
         )  # fmt: skip
-        for persistent in (False, True)
+        for persistent, pingpong in launches
     ]
     assert relative_error(outs[0], extend_attention_ref(**args)) < 1e-2
-    # A persistent program runs each work item as a one-item program does: the same bits.
-    assert torch.equal(outs[1], outs[0])
+    # A persistent program runs each work item as a one-item program does, and the ping-pong
+    # only orders the warpgroups' issues: the same bits.
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
