@@ -23,6 +23,7 @@ from shared_servers import (
     openai_flags,
 )
 
+from radixgen.runtime.hf_compat import import_installed_kernels
 from radixgen.runtime.server.subprocess_launcher import ServerProcess
 
 _SESSION_CACHE_KEY = "_radixgen_session_cache"
@@ -38,6 +39,11 @@ def _set_triton_interpreter() -> None:
 
 
 _set_triton_interpreter()
+
+
+# Before any test imports a transformers model: `python -m pytest` puts the repository root,
+# and with it the `kernels/` folder, on sys.path (runtime/hf_compat.py says why it matters).
+import_installed_kernels()
 
 
 def _load_hypothesis_profile() -> None:

@@ -28,9 +28,12 @@ class HFBenchArgs:
 
 def _load_model(args: HFBenchArgs, device, dtype):
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
+    from radixgen.runtime.hf_compat import import_installed_kernels
     from radixgen.runtime.tiny_model import resolve_model_path
+
+    import_installed_kernels()  # before transformers' models (runtime/hf_compat.py)
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model_path(args.model_path)
     if args.load_format == "dummy":
