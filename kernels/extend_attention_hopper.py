@@ -92,13 +92,13 @@ if HOPPER_GLUON:
     PINGPONG_BARRIER = gl.constexpr(8)  # named barriers 8 and 9 (Triton's partitions use 0-2)
 
     @gluon.jit
-    def _round_item(turn, num_programs):
-        """The work item of this program's `turn`-th turn. The items go heaviest first, so
-        even turns deal them to the programs left to right and odd turns right to left: each
+    def _lap_item(lap, num_programs):
+        """The work item of this program's `lap`-th lap over the grid. Items go heaviest first,
+        so even laps deal them to the programs left to right and odd laps right to left: each
         program's sum of tiles evens out (a plain round robin gave the first programs the
-        heaviest item of every turn: 10% slower at 1-4k tokens on the H200)."""
+        heaviest item of every lap: 10% slower at 1-4k tokens on the H200)."""
         pid = gl.program_id(0)
-        return turn * num_programs + gl.where(turn % 2 == 0, pid, num_programs - 1 - pid)
+        return lap * num_programs + gl.where(lap % 2 == 0, pid, num_programs - 1 - pid)
 
     @gluon.jit
     def _work_item(
@@ -153,8 +153,8 @@ if HOPPER_GLUON:
         tiles_before = 0  # K/V tiles this program loaded for its earlier items: the ring's count
         items_before = 0  # items this program ran: q_bar's / q_empty's phase
         num_programs = gl.num_programs(0)
-        for turn in range(0, (num_items + num_programs - 1) // num_programs):
-            item = _round_item(turn, num_programs)
+        for lap in range(0, (num_items + num_programs - 1) // num_programs):
+            item = _lap_item(lap, num_programs)
             head, first_row, extend_len, block_start, num_tiles = _work_item(
                 item, num_items, extend_lens_ptr, extend_start_loc_ptr, batch, num_m_blocks,
                 num_heads, BLOCK_N,
@@ -347,9 +347,9 @@ if HOPPER_GLUON:
         # Tiles wholly before the block need no mask; the last one is the diagonal.
         for j in range(1, num_tiles - 1):
             p, acc, m_i, l_i = _consumer_step(
-                j, tiles_before + j, pingpong, warpgroup, p, acc, m_i, l_i, q_tile, k_smem, v_smem, k_ready,
-                v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout, HALF_M, BLOCK_N,
-                NUM_STAGES, False,
+                j, tiles_before + j, pingpong, warpgroup, p, acc, m_i, l_i, q_tile, k_smem,
+                v_smem, k_ready, v_ready, kv_empty, qk_scale, query_pos, s_layout, p_layout,
+                HALF_M, BLOCK_N, NUM_STAGES, False,
             )  # fmt: skip
         if num_tiles > 1:
             p, acc, m_i, l_i = _consumer_step(
@@ -413,8 +413,8 @@ if HOPPER_GLUON:
             if warpgroup == 1:  # warpgroup 0 takes the first turn
                 _named_barrier("bar.arrive", PINGPONG_BARRIER + 0)
         num_programs = gl.num_programs(0)
-        for turn in range(0, (num_items + num_programs - 1) // num_programs):
-            item = _round_item(turn, num_programs)
+        for lap in range(0, (num_items + num_programs - 1) // num_programs):
+            item = _lap_item(lap, num_programs)
             head, first_row, extend_len, block_start, num_tiles = _work_item(
                 item, num_items, extend_lens_ptr, extend_start_loc_ptr, batch, num_m_blocks,
                 num_heads, BLOCK_N,
