@@ -38,6 +38,10 @@
 # hopper-extend once more: the ping-pong on hardware named barriers (`pingpong=True`, built
 # after the last call; its GPU test checks the bits against the plain launch; the table's
 # `pp` columns) for the 8k row (0.96x SDPA).
+# The twenty-fifth session (2026-12-03) had no device time left (207 s, too little to start a
+# machine): hopper-extend now tries the ping-pong alone first under a 60 s timeout and leaves
+# its launches out of the tests and the table where that hangs or fails. Next, in two calls
+# (each under 600 s): hopper-extend fresh-gsp, then gpu-tests.
 # Was pending before it: decode-prefetch (built after the twentieth session's last call: the rotary
 # and decode attention kernels read positions / slots / cos / sin and lengths / rows before
 # their PDL wait, and decode attention's `prefetch_kv` asks L2 for the first tile before it;
@@ -215,10 +219,23 @@ for stage in "$@"; do
       timeout 60 python3 -m pytest -q -x -m gpu -p no:cacheprovider \
         "tests/test_kernels_extend_attention_hopper.py::test_hopper_kernel_matches_reference[dtype0-extend_lens0-32-8]" \
         2>&1 | tail -3
-      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      # The ping-pong (named barriers, not yet run on a GPU) alone next, under its own short
+      # timeout: where it hangs or differs, the rest leaves its launches out rather than spend
+      # 200 s on each hang.
+      variants=tests/test_kernels_extend_attention_hopper.py::test_hopper_kernel_launch_variants_match_reference
+      skip_pp=() no_pp=()
+      guard=$(timeout 60 python3 -m pytest -q -x -m gpu -p no:cacheprovider "$variants[2-3]" \
+        2>&1 | tail -3)
+      echo "$guard"
+      if [[ $guard != *" passed"* || $guard == *failed* ]]; then
+        echo "ping-pong guard failed: its launches left out"
+        skip_pp=(--deselect "$variants[2-2]" --deselect "$variants[2-3]") no_pp=(--no-pingpong)
+      fi
+      timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider "${skip_pp[@]}" \
         tests/test_kernels_extend_attention_hopper.py tests/test_kernels_extend_attention.py 2>&1 \
         | tail -15
-      timeout 200 python3 scripts/bench_kernels.py --extend 2>&1 | tee "$OUT/extend.log" ;;
+      timeout 200 python3 scripts/bench_kernels.py --extend "${no_pp[@]}" 2>&1 \
+        | tee "$OUT/extend.log" ;;
     gpu-tests)
       timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -15 ;;
