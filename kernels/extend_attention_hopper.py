@@ -507,6 +507,16 @@ def shared_layout(block_shape: tuple[int, ...], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block_shape), gl_dtype)
 
 
+def tma_descriptor(x: torch.Tensor, rows: int) -> TensorDescriptor:
+    """The TMA descriptor of x ([tokens, heads, head_dim]) read in [rows, head_dim] tiles, through
+    a view where heads and head_dim are contiguous, as projected (x may be a strided view)."""
+    flat = x.flatten(1)
+    block = [rows, x.shape[-1]]
+    return TensorDescriptor(
+        flat, list(flat.shape), list(flat.stride()), block, shared_layout(tuple(block), x.dtype)
+    )
+
+
 def hopper_extend_attention(
     q: torch.Tensor,  # [num_tokens, num_heads, 128]
     k_new: torch.Tensor,  # [num_tokens, num_kv_heads, 128]
@@ -530,14 +540,6 @@ def hopper_extend_attention(
     _, num_heads, head_dim = q.shape
     num_kv_heads = k_new.shape[1]
     batch = extend_lens.shape[0]
-
-    def descriptor(x: torch.Tensor, heads: int, rows: int) -> TensorDescriptor:
-        flat = x.flatten(1)  # a view where heads and head_dim are contiguous, as projected
-        block = [rows, head_dim]
-        return TensorDescriptor(
-            flat, list(flat.shape), list(flat.stride()), block, shared_layout(tuple(block), x.dtype)
-        )
-
     if consumers not in (1, 2):
         raise ValueError(f"consumers must be 1 or 2, got {consumers}")
     block_n = consumers * HALF_M  # query rows a work item, keys a K/V tile
@@ -549,9 +551,9 @@ def hopper_extend_attention(
     else:
         grid = (num_items,)
     _hopper_extend_kernel[grid](
-        descriptor(q, num_heads, HALF_M),
-        descriptor(k_new, num_kv_heads, block_n),
-        descriptor(v_new, num_kv_heads, block_n),
+        tma_descriptor(q, HALF_M),
+        tma_descriptor(k_new, block_n),
+        tma_descriptor(v_new, block_n),
         out,
         extend_lens,
         extend_start_loc,

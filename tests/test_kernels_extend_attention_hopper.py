@@ -31,18 +31,11 @@ def compile_for_sm90(consumers: int = 2, pingpong: bool = False) -> dict:
     q = torch.zeros(tokens, heads, head_dim, dtype=torch.bfloat16)
     kv = torch.zeros(tokens, kv_heads, head_dim, dtype=torch.bfloat16)
 
-    def descriptor(x, rows):
-        flat = x.flatten(1)
-        layout = hopper.shared_layout((rows, head_dim), x.dtype)
-        return hopper.TensorDescriptor(
-            flat, list(flat.shape), list(flat.stride()), [rows, head_dim], layout
-        )
-
     lens = torch.zeros(1, dtype=torch.int64)
     args = dict(
-        q_desc=descriptor(q, hopper.HALF_M),
-        k_desc=descriptor(kv, consumers * hopper.HALF_M),
-        v_desc=descriptor(kv, consumers * hopper.HALF_M),
+        q_desc=hopper.tma_descriptor(q, hopper.HALF_M),
+        k_desc=hopper.tma_descriptor(kv, consumers * hopper.HALF_M),
+        v_desc=hopper.tma_descriptor(kv, consumers * hopper.HALF_M),
         out_ptr=q,
         extend_lens_ptr=lens,
         extend_start_loc_ptr=lens,
